@@ -1,0 +1,171 @@
+"""The bundled GPU catalog (``spotopt/data/*.csv``) and its sync into the SQL history.
+
+Files (provenance and dates in ``data/README.md``):
+- ``gpus.csv``: canonical GPU models and the raw names clouds use for them (``aliases``).
+- ``instance_types.csv``: every GPU instance type of AWS, GCP and Azure, retired ones included.
+- ``list_prices.csv``: dated on-demand Linux list prices, loaded as price points of source
+  ``catalog`` so that a fresh database can already answer "what does an H100 cost on demand".
+
+The sync is idempotent and runs when the files' hash differs from the one stored in ``meta``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
+
+from sqlalchemy.orm import Session
+
+from spotopt.db.models import Meta
+from spotopt.errors import InputError
+from spotopt.ingest import Ingestor, upsert_instance_type
+from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
+
+CATALOG_FILES = ("gpus.csv", "instance_types.csv", "list_prices.csv")
+CATALOG_SOURCE = "catalog"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    name: str
+    vendor: str
+    memory_gib: float
+    architecture: str
+    released: int
+    aliases: tuple[str, ...]
+
+
+def _rows(filename: str) -> Iterator[dict[str, str]]:
+    text = resources.files("spotopt.data").joinpath(filename).read_text(encoding="utf-8")
+    yield from csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+
+
+def catalog_hash() -> str:
+    digest = hashlib.sha256()
+    for name in CATALOG_FILES:
+        digest.update(resources.files("spotopt.data").joinpath(name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@cache
+def gpu_models() -> dict[str, GpuModel]:
+    models = {}
+    for row in _rows("gpus.csv"):
+        aliases = tuple(a.strip() for a in row["aliases"].split(";") if a.strip())
+        models[row["gpu_model"]] = GpuModel(
+            name=row["gpu_model"],
+            vendor=row["vendor"],
+            memory_gib=float(row["memory_gib"]),
+            architecture=row["architecture"],
+            released=int(row["released"]),
+            aliases=aliases,
+        )
+    return models
+
+
+@cache
+def _alias_index() -> dict[str, str]:
+    index: dict[str, str] = {}
+    for model in gpu_models().values():
+        for alias in (model.name, *model.aliases):
+            index[_norm(alias)] = model.name
+    return index
+
+
+def _norm(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def canonical_gpu(raw_name: str, memory_gib: float | None = None) -> str | None:
+    """Map a cloud's GPU name (``Tesla V100-SXM2-16GB``, ``nvidia-tesla-v100``, ``V100``) to ours.
+
+    A bare family name (``V100``, ``A100``) is resolved with ``memory_gib`` per GPU when given
+    (clouds report e.g. ``A100`` with 40 or 80 GiB); None when nothing matches.
+    """
+    key = _norm(raw_name)
+    for prefix in ("nvidia", "tesla", "amd", "radeon"):
+        key = key.removeprefix(prefix)
+    index = _alias_index()
+    hit = index.get(key) or index.get(_norm(raw_name))
+    if hit is not None:
+        return hit
+    candidates = [m for m in gpu_models().values() if _norm(m.name.split("-")[0]) == key]
+    if len(candidates) == 1:
+        return candidates[0].name
+    if candidates and memory_gib is not None:
+        return min(candidates, key=lambda m: abs(m.memory_gib - memory_gib)).name
+    return None
+
+
+def gpu_matches(query: str, gpu_model: str | None) -> bool:
+    """``--gpu V100`` matches V100-16GB and V100-32GB; ``--gpu V100-32GB`` only that one."""
+    if gpu_model is None:
+        return False
+    q, g = query.lower(), gpu_model.lower()
+    return g == q or g.startswith(q + "-")
+
+
+def check_gpu_query(query: str) -> str:
+    """Refuse a ``--gpu`` value that matches no known model, listing the valid ones."""
+    if any(gpu_matches(query, name) for name in gpu_models()):
+        return query
+    valid = ", ".join(sorted(gpu_models()))
+    raise InputError(f"--gpu {query!r} matches no GPU model; valid: {valid} (or a family such as V100)")
+
+
+def _opt_float(value: str) -> float | None:
+    return float(value) if value.strip() else None
+
+
+def instance_types() -> list[InstanceTypeSpec]:
+    specs = []
+    for row in _rows("instance_types.csv"):
+        specs.append(
+            InstanceTypeSpec(
+                cloud=row["cloud"],
+                name=row["name"],
+                gpu_model=row["gpu_model"] or None,
+                gpu_count=_opt_float(row["gpu_count"]),
+                gpu_memory_gib=_opt_float(row["gpu_memory_gib"]),
+                vcpus=int(row["vcpus"]) if row["vcpus"].strip() else None,
+                memory_gib=_opt_float(row["memory_gib"]),
+                retired=row["retired"].strip().lower() in ("1", "true", "yes"),
+            )
+        )
+    return specs
+
+
+def list_prices() -> list[PriceObservation]:
+    prices = []
+    for row in _rows("list_prices.csv"):
+        as_of = datetime.fromisoformat(row["as_of"]).replace(tzinfo=UTC)
+        market = MarketKey(
+            cloud=row["cloud"],
+            region=row["region"],
+            zone=None,
+            instance_type=row["instance_type"],
+            kind=MarketKind.ON_DEMAND,
+        )
+        prices.append(PriceObservation(market, as_of, float(row["usd_per_hour"])))
+    return prices
+
+
+def sync_catalog(session: Session) -> bool:
+    """Bring the bundled catalog into the database if it changed; True if anything was written."""
+    wanted = catalog_hash()
+    stored = session.get(Meta, "catalog_hash")
+    if stored is not None and stored.value == wanted:
+        return False
+    for spec in instance_types():
+        upsert_instance_type(session, spec, CATALOG_SOURCE)
+    ingestor = Ingestor(session, CATALOG_SOURCE, run_id=None)
+    for price in list_prices():
+        ingestor.add(price)
+    ingestor.flush()
+    session.merge(Meta(key="catalog_hash", value=wanted))
+    return True

@@ -1,0 +1,216 @@
+"""All tables, in one module (the Alembic revisions are written against these).
+
+Money is ``Float`` (double precision) with the unit in the column name (``usd_per_hour``).
+Why not NUMERIC: every consumer (pandas reports, cvxpy policies, the simulator) computes in
+float64 anyway; list and spot prices carry at most ~8 significant digits, which float64 holds
+exactly enough to print back; and NUMERIC would make 10 M-row ingests and scans slower on
+both databases. Amounts are never accumulated in the database.
+
+Times are timezone-aware UTC on the Python side (``UTCDateTime``). A price point means "this
+price from ``observed_at`` until the next point of the same market" (AWS's semantics): the price
+at t is the last point at or before t.
+
+``zone`` is stored as ``''`` for region-wide markets (GCP and Azure prices, on-demand prices):
+SQL unique constraints treat NULLs as distinct, so NULL would let duplicate markets in.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out, on SQLite (naive storage) and PostgreSQL."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} reached the database; use UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # raw SQL results on SQLite
+            value = datetime.fromisoformat(value)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Meta(Base):
+    """Key/value facts about this database, e.g. the hash of the bundled catalog last synced."""
+
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class InstanceType(Base):
+    __tablename__ = "instance_types"
+    __table_args__ = (UniqueConstraint("cloud", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cloud: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(64))
+    # None when the GPU is unknown (an imported type missing from the catalog).
+    gpu_model: Mapped[str | None] = mapped_column(String(32), index=True)
+    # Fractional for GPU slices (e.g. Azure NVadsA10 v5 with 1/6 of an A10).
+    gpu_count: Mapped[float | None] = mapped_column(Float)
+    gpu_memory_gib: Mapped[float | None] = mapped_column(Float)
+    vcpus: Mapped[int | None] = mapped_column(Integer)
+    memory_gib: Mapped[float | None] = mapped_column(Float)
+    retired: Mapped[bool] = mapped_column(Boolean, default=False)
+    gpu_name_raw: Mapped[str | None] = mapped_column(String(64))
+    # Where the row came from: "catalog" (bundled data), "import", or a collector name.
+    origin: Mapped[str] = mapped_column(String(32), default="catalog")
+
+
+class Market(Base):
+    __tablename__ = "markets"
+    __table_args__ = (UniqueConstraint("instance_type_id", "region", "zone", "kind"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_type_id: Mapped[int] = mapped_column(ForeignKey("instance_types.id"))
+    region: Mapped[str] = mapped_column(String(32))
+    zone: Mapped[str] = mapped_column(String(32), default="")
+    # AWS AZ ID (use1-az4): zone names are shuffled per account, IDs are not.
+    zone_id: Mapped[str | None] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(16))  # "spot" | "on-demand"
+
+
+class Run(Base):
+    """One import or collector run over one scope, recorded before and after it writes."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    source: Mapped[str] = mapped_column(String(64))
+    scope: Mapped[str] = mapped_column(String(255), default="")
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    inserted: Mapped[int] = mapped_column(Integer, default=0)
+    duplicate: Mapped[int] = mapped_column(Integer, default=0)
+    rejected: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default="running")  # running|ok|failed
+    error: Mapped[str | None] = mapped_column(Text)
+    # JSON object {reason: count} of rejected records.
+    rejections: Mapped[str | None] = mapped_column(Text)
+
+
+# Index: "last run per source" (coverage report, collector watermarks).
+Index("ix_runs_source_started", Run.source, Run.started_at)
+
+
+class PricePoint(Base):
+    """Append-only. The primary key is the idempotency key: re-importing inserts nothing."""
+
+    __tablename__ = "price_points"
+
+    market_id: Mapped[int] = mapped_column(ForeignKey("markets.id"), primary_key=True)
+    observed_at: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    source: Mapped[str] = mapped_column(String(32), primary_key=True)
+    usd_per_hour: Mapped[float] = mapped_column(Float)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+
+
+# Index: "price at t" and time-range scans across all markets (cheapest, price-board, reports)
+# filter on observed_at first; the PK (market_id, observed_at, ...) serves per-market lookups.
+Index("ix_price_points_observed_at", PricePoint.observed_at)
+
+
+class Interruption(Base):
+    """Append-only interruption observations (advisor buckets, placement scores, evictions)."""
+
+    __tablename__ = "interruptions"
+    __table_args__ = (
+        UniqueConstraint("instance_type_id", "region", "zone", "kind", "observed_at", "source"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_type_id: Mapped[int] = mapped_column(ForeignKey("instance_types.id"))
+    region: Mapped[str] = mapped_column(String(32))
+    zone: Mapped[str] = mapped_column(String(32), default="")
+    observed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    kind: Mapped[str] = mapped_column(String(32))
+    value: Mapped[float | None] = mapped_column(Float)
+    raw: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(32))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+
+
+class InstanceLifetime(Base):
+    """Observed life of one spot instance; ``ended_at`` None means still running (censored)."""
+
+    __tablename__ = "instance_lifetimes"
+    __table_args__ = (UniqueConstraint("market_id", "instance_ref", "source"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    market_id: Mapped[int] = mapped_column(ForeignKey("markets.id"), index=True)
+    instance_ref: Mapped[str] = mapped_column(String(128))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    end_reason: Mapped[str | None] = mapped_column(String(16))  # preempted|terminated|None
+    source: Mapped[str] = mapped_column(String(32))
+
+
+class Watermark(Base):
+    """Per (collector, scope): observations up to ``until`` are stored and need not be fetched again."""
+
+    __tablename__ = "watermarks"
+
+    collector: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scope: Mapped[str] = mapped_column(String(255), primary_key=True)
+    until: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Throughput(Base):
+    """Training throughput of a workload (job or model name) on ``gpu_count`` GPUs of ``gpu_model``.
+
+    ``source`` is ``measured``, ``imported`` or ``estimated``; estimates are always labelled so.
+    """
+
+    __tablename__ = "throughputs"
+    __table_args__ = (UniqueConstraint("workload", "gpu_model", "gpu_count", "source"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload: Mapped[str] = mapped_column(String(128))
+    gpu_model: Mapped[str] = mapped_column(String(32))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    steps_per_s: Mapped[float] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(16))
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    note: Mapped[str | None] = mapped_column(Text)

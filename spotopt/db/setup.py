@@ -1,0 +1,51 @@
+"""Open the history database ready to use: schema at head and the bundled catalog synced.
+
+SQLite (the embedded default) is migrated automatically under a lock, so a new user never
+thinks about migrations. PostgreSQL is shared by a team: spotopt refuses to touch an outdated
+schema there and tells the operator to run ``spotopt db upgrade`` (unless auto-migration is on).
+"""
+
+from __future__ import annotations
+
+from spotopt.catalog import sync_catalog
+from spotopt.db import migrate
+from spotopt.db.engine import Database, make_engine
+from spotopt.errors import ConfigError
+from spotopt.settings import Settings
+
+
+def open_history(url: str | None = None, settings: Settings | None = None) -> Database:
+    """Return a ``Database`` for ``url`` (or the settings' URL) with schema and catalog current."""
+    settings = settings or Settings()
+    engine = make_engine(settings.resolved_db_url(url))
+    db = Database(engine)
+    try:
+        if not migrate.is_current(engine):
+            if engine.dialect.name == "sqlite" and settings.auto_migrate:
+                migrate.upgrade(engine)
+            else:
+                current = migrate.current_revision(engine) or "empty"
+                raise ConfigError(
+                    f"database schema is at {current}, spotopt needs {migrate.head_revision(engine)}: "
+                    f"run `spotopt db upgrade` (with --db {engine.url.render_as_string()})"
+                )
+        with db.session() as session:
+            sync_catalog(session)
+    except Exception:
+        engine.dispose()
+        raise
+    return db
+
+
+def upgrade_history(url: str | None = None, settings: Settings | None = None) -> tuple[str | None, str | None]:
+    """Upgrade to head and sync the catalog; returns (revision before, revision after)."""
+    settings = settings or Settings()
+    engine = make_engine(settings.resolved_db_url(url))
+    try:
+        before = migrate.current_revision(engine)
+        migrate.upgrade(engine)
+        with Database(engine).session() as session:
+            sync_catalog(session)
+        return before, migrate.current_revision(engine)
+    finally:
+        engine.dispose()

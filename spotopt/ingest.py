@@ -1,0 +1,276 @@
+"""Write typed records into the SQL history: idempotent, batched, inside the caller's transaction.
+
+``Ingestor`` resolves instance types and markets through in-memory caches, buffers price and
+interruption rows and inserts them with "ignore on conflict" on their natural keys, so running
+the same import twice inserts nothing the second time. Counting is exact on both databases:
+SQLite sums ``executemany`` row counts; PostgreSQL copies the batch into a temporary table and
+inserts from it with ``ON CONFLICT DO NOTHING`` (one statement, one exact row count).
+
+``run_ingest`` wraps a whole import or collector run: the ``runs`` row is written before and
+after in their own transactions, the data in one transaction in between, so a failure leaves the
+history as it was and the run recorded as failed with its error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Table, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from spotopt.db.engine import Database
+from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run
+from spotopt.types import (
+    InstanceTypeSpec,
+    InterruptionObservation,
+    MarketKey,
+    PriceObservation,
+    Record,
+    Rejection,
+)
+
+BATCH_ROWS = 20_000
+MAX_REJECTION_EXAMPLES = 20
+
+
+@dataclass
+class IngestStats:
+    inserted: int = 0
+    duplicate: int = 0
+    rejected: int = 0
+    rejections: Counter[str] = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+    unknown_types: set[tuple[str, str]] = field(default_factory=set)
+    new_types: set[tuple[str, str]] = field(default_factory=set)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "inserted": self.inserted,
+            "duplicate": self.duplicate,
+            "rejected": self.rejected,
+            "rejections": dict(self.rejections),
+            "unknown_instance_types": sorted(f"{c}:{n}" for c, n in self.unknown_types),
+        }
+
+
+def upsert_instance_type(session: Session, spec: InstanceTypeSpec, origin: str) -> InstanceType:
+    """Insert or refresh one instance type.
+
+    The bundled catalog owns the specs of the types it lists: a collector may fill in a type the
+    catalog lacks, or refresh one it created itself, but never overwrite catalog facts.
+    """
+    row = session.scalar(
+        select(InstanceType).where(InstanceType.cloud == spec.cloud, InstanceType.name == spec.name)
+    )
+    if row is None:
+        row = InstanceType(cloud=spec.cloud, name=spec.name, origin=origin, retired=False)
+        session.add(row)
+    elif row.origin == "catalog" and origin != "catalog":
+        return row
+    row.gpu_model = spec.gpu_model
+    row.gpu_count = spec.gpu_count
+    row.gpu_memory_gib = spec.gpu_memory_gib
+    row.vcpus = spec.vcpus
+    row.memory_gib = spec.memory_gib
+    row.retired = spec.retired
+    row.gpu_name_raw = spec.gpu_name_raw
+    row.origin = origin
+    session.flush()
+    return row
+
+
+class Ingestor:
+    """Buffers records for one source and writes them in batches inside ``session``'s transaction."""
+
+    def __init__(self, session: Session, source: str, run_id: int | None) -> None:
+        self.session = session
+        self.source = source
+        self.run_id = run_id
+        self.stats = IngestStats()
+        self._types: dict[tuple[str, str], int] = {
+            (c, n): i
+            for i, c, n in session.execute(select(InstanceType.id, InstanceType.cloud, InstanceType.name))
+        }
+        self._markets: dict[tuple[int, str, str, str], int] = {
+            (t, r, z, k): i
+            for i, t, r, z, k in session.execute(
+                select(Market.id, Market.instance_type_id, Market.region, Market.zone, Market.kind)
+            )
+        }
+        self._prices: list[dict[str, Any]] = []
+        self._interruptions: list[dict[str, Any]] = []
+        self._dialect = session.get_bind().dialect.name
+
+    def add(self, record: Record) -> None:
+        if isinstance(record, PriceObservation):
+            self._prices.append(
+                {
+                    "market_id": self.market_id(record.market),
+                    "observed_at": record.observed_at,
+                    "source": self.source,
+                    "usd_per_hour": record.usd_per_hour,
+                    "run_id": self.run_id,
+                }
+            )
+            if len(self._prices) >= BATCH_ROWS:
+                self._flush_prices()
+        elif isinstance(record, InterruptionObservation):
+            self._interruptions.append(
+                {
+                    "instance_type_id": self.instance_type_id(record.cloud, record.instance_type),
+                    "region": record.region,
+                    "zone": record.zone or "",
+                    "observed_at": record.observed_at,
+                    "kind": record.kind,
+                    "value": record.value,
+                    "raw": record.raw,
+                    "source": self.source,
+                    "run_id": self.run_id,
+                }
+            )
+            if len(self._interruptions) >= BATCH_ROWS:
+                self._flush_interruptions()
+        elif isinstance(record, InstanceTypeSpec):
+            row = upsert_instance_type(self.session, record, self.source)
+            if (record.cloud, record.name) not in self._types:
+                self.stats.new_types.add((record.cloud, record.name))
+            self._types[(record.cloud, record.name)] = row.id
+        elif isinstance(record, Rejection):
+            self.reject(record.where, record.reason)
+        else:  # pragma: no cover - the Record union is closed
+            raise TypeError(f"not a record: {record!r}")
+
+    def reject(self, where: str, reason: str) -> None:
+        self.stats.rejected += 1
+        self.stats.rejections[reason] += 1
+        if len(self.stats.examples) < MAX_REJECTION_EXAMPLES:
+            self.stats.examples.append(f"{where}: {reason}")
+
+    def instance_type_id(self, cloud: str, name: str) -> int:
+        """The id of (cloud, name); a type missing from the catalog is added as unknown-GPU."""
+        key = (cloud, name)
+        found = self._types.get(key)
+        if found is not None:
+            return found
+        row = upsert_instance_type(
+            self.session,
+            InstanceTypeSpec(cloud=cloud, name=name, gpu_model=None, gpu_count=None),
+            self.source,
+        )
+        self.stats.unknown_types.add(key)
+        self._types[key] = row.id
+        return row.id
+
+    def market_id(self, market: MarketKey) -> int:
+        type_id = self.instance_type_id(market.cloud, market.instance_type)
+        key = (type_id, market.region, market.zone or "", market.kind.value)
+        found = self._markets.get(key)
+        if found is not None:
+            return found
+        row = Market(
+            instance_type_id=type_id, region=market.region, zone=market.zone or "", kind=market.kind.value
+        )
+        self.session.add(row)
+        self.session.flush()
+        self._markets[key] = row.id
+        return row.id
+
+    def flush(self) -> IngestStats:
+        self._flush_prices()
+        self._flush_interruptions()
+        return self.stats
+
+    def _flush_prices(self) -> None:
+        self._insert_ignore(PricePoint.__table__, self._prices)  # type: ignore[arg-type]
+        self._prices = []
+
+    def _flush_interruptions(self) -> None:
+        self._insert_ignore(Interruption.__table__, self._interruptions)  # type: ignore[arg-type]
+        self._interruptions = []
+
+    def _insert_ignore(self, table: Table, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        if self._dialect == "postgresql":
+            inserted = _pg_copy_insert(self.session, table, rows)
+        else:
+            result = self.session.execute(sqlite_insert(table).on_conflict_do_nothing(), rows)
+            inserted = result.rowcount  # type: ignore[attr-defined]
+        self.stats.inserted += inserted
+        self.stats.duplicate += len(rows) - inserted
+
+
+def _pg_copy_insert(session: Session, table: Table, rows: list[dict[str, Any]]) -> int:
+    """COPY the batch into a temporary table, then insert what is new: fast and exactly counted."""
+    columns = list(rows[0])
+    staging = f"_stage_{table.name}"
+    conn = session.connection()
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    with raw.cursor() as cur:  # type: ignore[attr-defined]
+        cur.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {staging} (LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DROP"
+        )
+        cur.execute(f"TRUNCATE {staging}")
+        with cur.copy(f"COPY {staging} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row([row[c] for c in columns])
+    cols = ", ".join(columns)
+    result = conn.exec_driver_sql(
+        f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {staging} ON CONFLICT DO NOTHING"
+    )
+    return result.rowcount
+
+
+@dataclass
+class RunSummary:
+    run_id: int
+    source: str
+    scope: str
+    status: str
+    stats: IngestStats
+    error: str | None = None
+
+
+def run_ingest(db: Database, source: str, scope: str, records: Iterable[Record]) -> RunSummary:
+    """Record a run, ingest ``records`` in one transaction, record the outcome; re-raise failures.
+
+    The ``runs`` row is committed before the data transaction starts and updated after it ends,
+    so a crash at any point leaves either the data and an "ok" run, or no data and a run that
+    says "running" (crashed) or "failed" (with the error).
+    """
+    with db.session() as session:
+        run = Run(source=source, scope=scope, started_at=datetime.now(UTC), status="running")
+        session.add(run)
+        session.flush()
+        run_id = run.id
+    try:
+        with db.session() as session:
+            ingestor = Ingestor(session, source, run_id)
+            for record in records:
+                ingestor.add(record)
+            stats = ingestor.flush()
+    except BaseException as exc:
+        with db.session() as session:
+            failed = session.get(Run, run_id)
+            assert failed is not None
+            failed.status = "failed"
+            failed.finished_at = datetime.now(UTC)
+            failed.error = f"{type(exc).__name__}: {exc}"[:4000]
+        raise
+    with db.session() as session:
+        done = session.get(Run, run_id)
+        assert done is not None
+        done.status = "ok"
+        done.finished_at = datetime.now(UTC)
+        done.inserted = stats.inserted
+        done.duplicate = stats.duplicate
+        done.rejected = stats.rejected
+        done.rejections = json.dumps(dict(stats.rejections)) if stats.rejections else None
+    return RunSummary(run_id, source, scope, "ok", stats)
