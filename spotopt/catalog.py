@@ -111,9 +111,10 @@ def gpu_matches(query: str, gpu_model: str | None) -> bool:
 
 
 def check_gpu_query(query: str) -> str:
-    """Refuse a ``--gpu`` value that matches no known model, listing the valid ones."""
-    if any(gpu_matches(query, name) for name in gpu_models()):
-        return query
+    """Validate a ``--gpu`` value and return it in canonical case (``v100`` → ``V100``)."""
+    for name in sorted(gpu_models()):
+        if gpu_matches(query, name):
+            return name if len(name) == len(query) else name[: len(query)]
     valid = ", ".join(sorted(gpu_models()))
     raise InputError(f"--gpu {query!r} matches no GPU model; valid: {valid} (or a family such as V100)")
 

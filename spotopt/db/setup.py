@@ -37,7 +37,9 @@ def open_history(url: str | None = None, settings: Settings | None = None) -> Da
     return db
 
 
-def upgrade_history(url: str | None = None, settings: Settings | None = None) -> tuple[str | None, str | None]:
+def upgrade_history(
+    url: str | None = None, settings: Settings | None = None
+) -> tuple[str | None, str | None]:
     """Upgrade to head and sync the catalog; returns (revision before, revision after)."""
     settings = settings or Settings()
     engine = make_engine(settings.resolved_db_url(url))

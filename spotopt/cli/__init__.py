@@ -1,0 +1,1 @@
+"""The typer CLI: one sub-app per noun, each a thin layer over the library."""

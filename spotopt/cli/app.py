@@ -1,0 +1,62 @@
+"""The ``spotopt`` command: global options, error mapping and the sub-apps."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from spotopt.cli import catalog, db, prices
+from spotopt.cli.common import State
+from spotopt.errors import SpotoptError
+
+_err = Console(stderr=True)
+
+
+class SpotoptGroup(TyperGroup):
+    """Maps every ``SpotoptError`` to one red line on stderr and its exit code (no traceback)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SpotoptError as exc:
+            _err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from exc
+        finally:
+            if isinstance(ctx.obj, State):
+                ctx.obj.close()
+
+
+app = typer.Typer(
+    cls=SpotoptGroup,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Make GPU training cheaper on AWS, GCP and Azure without missing deadlines.",
+)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    db_url: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="Database URL (sqlite:///PATH or postgresql://…); default $SPOTOPT_DB_URL, "
+            "else a SQLite file in your data directory.",
+        ),
+    ] = None,
+) -> None:
+    ctx.obj = State(db_url)
+
+
+app.add_typer(db.app, name="db")
+app.add_typer(catalog.app, name="catalog")
+app.add_typer(prices.app, name="prices")
+
+
+def main() -> None:
+    app()

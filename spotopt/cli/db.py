@@ -1,0 +1,37 @@
+"""``spotopt db``: schema operations for operators of a shared (PostgreSQL) database."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from spotopt.cli.common import state
+from spotopt.db import migrate
+from spotopt.db.engine import make_engine
+from spotopt.db.setup import upgrade_history
+from spotopt.settings import Settings
+
+app = typer.Typer(no_args_is_help=True, help="Database schema: upgrade and show the revision.")
+_out = Console()
+
+
+@app.command()
+def upgrade(ctx: typer.Context) -> None:
+    """Apply pending migrations (under a lock) and sync the bundled catalog."""
+    before, after = upgrade_history(state(ctx).db_url)
+    if before == after:
+        _out.print(f"schema already at {after}")
+    else:
+        _out.print(f"schema upgraded from {before or 'empty'} to {after}")
+
+
+@app.command()
+def current(ctx: typer.Context) -> None:
+    """Print the schema revision of the database and the one this spotopt needs."""
+    engine = make_engine(Settings().resolved_db_url(state(ctx).db_url))
+    try:
+        cur, head = migrate.current_revision(engine), migrate.head_revision(engine)
+    finally:
+        engine.dispose()
+    status = "up to date" if cur == head else "needs `spotopt db upgrade`"
+    _out.print(f"current: {cur or 'empty'}  head: {head}  ({status})")

@@ -1,0 +1,97 @@
+"""``spotopt prices``: the price history as stored, and the cheapest markets at a time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from spotopt.catalog import check_gpu_query
+from spotopt.cli.common import FormatOption, check_cloud, parse_time, state
+from spotopt.db.queries import MarketFilter, cheapest, price_history
+from spotopt.errors import InputError
+from spotopt.render import Format, render
+from spotopt.types import MarketKind
+
+app = typer.Typer(no_args_is_help=True, help="Prices in the history: as stored, or ranked at a time.")
+
+COLUMNS = [
+    "observed_at",
+    "cloud",
+    "region",
+    "zone",
+    "instance_type",
+    "market",
+    "gpu",
+    "gpu_count",
+    "usd_per_hour",
+    "usd_per_gpu_hour",
+    "source",
+]
+
+
+def _market_kind(market: str | None) -> list[str] | None:
+    if market is None:
+        return None
+    valid = [k.value for k in MarketKind]
+    if market not in valid:
+        raise InputError(f"--market {market!r} is not a market kind; use {' or '.join(valid)}")
+    return [market]
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    gpu: Annotated[str | None, typer.Option(help="GPU model (V100-32GB) or family (V100).")] = None,
+    cloud: Annotated[str | None, typer.Option(help="aws, gcp or azure.")] = None,
+    region: Annotated[str | None, typer.Option(help="Region, e.g. us-east-1.")] = None,
+    instance_type: Annotated[str | None, typer.Option(help="Instance type, e.g. p3.2xlarge.")] = None,
+    market: Annotated[str | None, typer.Option(help="spot or on-demand.")] = None,
+    since: Annotated[str | None, typer.Option(help="ISO 8601 time, 'now' or -7d.")] = None,
+    until: Annotated[str | None, typer.Option(help="ISO 8601 time, 'now' or -1d.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many rows.")] = None,
+    fmt: FormatOption = Format.TABLE,
+) -> None:
+    """Price points oldest first; with --since, the price in effect at that time comes first."""
+    flt = MarketFilter(
+        clouds=[check_cloud(cloud)] if cloud else None,
+        regions=[region] if region else None,
+        instance_types=[instance_type] if instance_type else None,
+        kinds=_market_kind(market),
+        gpu=check_gpu_query(gpu) if gpu else None,
+        include_unknown_gpu=True,
+    )
+    start, end = parse_time(since, "--since"), parse_time(until, "--until")
+    if start and end and start > end:
+        raise InputError("--since is after --until; swap them")
+    with state(ctx).db().session() as session:
+        quotes = price_history(session, flt, since=start, until=end, limit=limit)
+    render([q.as_dict() for q in quotes], fmt, title="Price history (USD)", columns=COLUMNS)
+
+
+@app.command("cheapest")
+def cheapest_cmd(
+    ctx: typer.Context,
+    gpu: Annotated[str, typer.Option(help="GPU model (V100-32GB) or family (V100).")],
+    at: Annotated[str | None, typer.Option(help="ISO 8601 time (default now).")] = None,
+    market: Annotated[str | None, typer.Option(help="spot or on-demand (default both).")] = None,
+    cloud: Annotated[str | None, typer.Option(help="aws, gcp or azure.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="How many markets.")] = 10,
+    fmt: FormatOption = Format.TABLE,
+) -> None:
+    """Markets ranked by price per GPU-hour at a time, cheapest first."""
+    when = parse_time(at, "--at") or datetime.now(UTC)
+    flt = MarketFilter(
+        clouds=[check_cloud(cloud)] if cloud else None,
+        kinds=_market_kind(market),
+        gpu=check_gpu_query(gpu),
+    )
+    with state(ctx).db().session() as session:
+        quotes = cheapest(session, when, flt, limit)
+    render(
+        [q.as_dict() for q in quotes],
+        fmt,
+        title=f"Cheapest {gpu} per GPU-hour at {when:%Y-%m-%d %H:%M} UTC",
+        columns=[c for c in COLUMNS if c != "source"] + ["source"],
+    )

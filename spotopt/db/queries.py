@@ -1,0 +1,204 @@
+"""Read queries over the history (written once in SQLAlchemy Core, identical on SQLite and PostgreSQL).
+
+Price semantics: a price point holds from its ``observed_at`` until the next point of the same
+market, so the price at t is the last point at or before t. A market with no point at or before
+t has no price at t (it is unavailable then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Select, and_, select
+from sqlalchemy.orm import Session
+
+from spotopt.catalog import gpu_matches
+from spotopt.db.models import InstanceType, Market, PricePoint
+
+
+@dataclass(frozen=True, slots=True)
+class MarketFilter:
+    """Which markets a query looks at; None or empty means "all"."""
+
+    clouds: Sequence[str] | None = None
+    regions: Sequence[str] | None = None
+    zones: Sequence[str] | None = None
+    instance_types: Sequence[str] | None = None
+    kinds: Sequence[str] | None = None
+    gpu: str | None = None
+    """A canonical GPU model (``V100-32GB``) or family (``V100``), matched by ``gpu_matches``."""
+    include_unknown_gpu: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """One market's price at one time. ``usd_per_gpu_hour`` is None when the GPU count is unknown."""
+
+    market_id: int
+    cloud: str
+    region: str
+    zone: str | None
+    instance_type: str
+    market: str
+    gpu: str | None
+    gpu_count: float | None
+    usd_per_hour: float
+    observed_at: datetime
+    source: str
+
+    @property
+    def usd_per_gpu_hour(self) -> float | None:
+        if not self.gpu_count:
+            return None
+        return self.usd_per_hour / self.gpu_count
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "cloud": self.cloud,
+            "region": self.region,
+            "zone": self.zone,
+            "instance_type": self.instance_type,
+            "market": self.market,
+            "gpu": self.gpu,
+            "gpu_count": self.gpu_count,
+            "usd_per_hour": self.usd_per_hour,
+            "usd_per_gpu_hour": self.usd_per_gpu_hour,
+            "observed_at": self.observed_at,
+            "source": self.source,
+        }
+
+
+_QUOTE_COLUMNS = (
+    Market.id,
+    InstanceType.cloud,
+    Market.region,
+    Market.zone,
+    InstanceType.name,
+    Market.kind,
+    InstanceType.gpu_model,
+    InstanceType.gpu_count,
+    PricePoint.usd_per_hour,
+    PricePoint.observed_at,
+    PricePoint.source,
+)
+
+
+def _filtered(stmt: Select[tuple[object, ...]], flt: MarketFilter) -> Select[tuple[object, ...]]:
+    if flt.clouds:
+        stmt = stmt.where(InstanceType.cloud.in_(flt.clouds))
+    if flt.regions:
+        stmt = stmt.where(Market.region.in_(flt.regions))
+    if flt.zones:
+        stmt = stmt.where(Market.zone.in_(flt.zones))
+    if flt.instance_types:
+        stmt = stmt.where(InstanceType.name.in_(flt.instance_types))
+    if flt.kinds:
+        stmt = stmt.where(Market.kind.in_(flt.kinds))
+    if flt.gpu:
+        family = flt.gpu
+        stmt = stmt.where((InstanceType.gpu_model == family) | InstanceType.gpu_model.like(f"{family}-%"))
+    elif not flt.include_unknown_gpu:
+        stmt = stmt.where(InstanceType.gpu_model.is_not(None))
+    return stmt
+
+
+def _quotes(session: Session, stmt: Select[tuple[object, ...]], gpu: str | None) -> list[Quote]:
+    seen: set[tuple[int, datetime]] = set()
+    quotes = []
+    for row in session.execute(stmt):
+        key = (row[0], row[9])
+        if key in seen:  # two sources observed the same instant: keep the first by source name
+            continue
+        seen.add(key)
+        quote = Quote(
+            market_id=row[0],
+            cloud=row[1],
+            region=row[2],
+            zone=row[3] or None,
+            instance_type=row[4],
+            market=row[5],
+            gpu=row[6],
+            gpu_count=row[7],
+            usd_per_hour=row[8],
+            observed_at=row[9],
+            source=row[10],
+        )
+        # SQL LIKE is case-sensitive on PostgreSQL only; this keeps both databases identical.
+        if gpu is None or gpu_matches(gpu, quote.gpu):
+            quotes.append(quote)
+    return quotes
+
+
+def prices_at(
+    session: Session, at: datetime, flt: MarketFilter = MarketFilter(), max_age: timedelta | None = None
+) -> list[Quote]:
+    """Every market's price in effect at ``at`` (the last point at or before it).
+
+    One index seek per market on the (market_id, observed_at) primary key, so the cost grows
+    with the number of markets, not with the length of the history. ``max_age`` drops markets
+    whose last point is older than that (e.g. a retired market that stopped reporting).
+    """
+    latest = (
+        select(PricePoint.observed_at)
+        .where(PricePoint.market_id == Market.id, PricePoint.observed_at <= at)
+        .order_by(PricePoint.observed_at.desc())
+        .limit(1)
+        .correlate(Market)
+        .scalar_subquery()
+    )
+    stmt = (
+        select(*_QUOTE_COLUMNS)
+        .join(InstanceType, InstanceType.id == Market.instance_type_id)
+        .join(PricePoint, and_(PricePoint.market_id == Market.id, PricePoint.observed_at == latest))
+        .order_by(Market.id, PricePoint.source)
+    )
+    stmt = _filtered(stmt, flt)
+    if max_age is not None:
+        stmt = stmt.where(PricePoint.observed_at >= at - max_age)
+    return _quotes(session, stmt, flt.gpu)
+
+
+def price_history(
+    session: Session,
+    flt: MarketFilter = MarketFilter(),
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int | None = None,
+) -> list[Quote]:
+    """Price points in [since, until], oldest first per market, plus the point in effect at ``since``.
+
+    Including the point in effect at ``since`` makes the answer a complete step function over
+    the window: without it a window that starts between two changes would begin with a gap.
+    """
+    base = (
+        select(*_QUOTE_COLUMNS)
+        .join(InstanceType, InstanceType.id == Market.instance_type_id)
+        .join(PricePoint, PricePoint.market_id == Market.id)
+    )
+    base = _filtered(base, flt)
+    stmt = base
+    if until is not None:
+        stmt = stmt.where(PricePoint.observed_at <= until)
+    if since is not None:
+        stmt = stmt.where(PricePoint.observed_at >= since)
+    stmt = stmt.order_by(PricePoint.observed_at, InstanceType.cloud, Market.region, Market.zone, Market.id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    quotes = _quotes(session, stmt, flt.gpu)
+    if since is not None:
+        opening = [q for q in prices_at(session, since, flt) if q.observed_at < since]
+        quotes = opening + quotes
+        if limit is not None:
+            quotes = quotes[:limit]
+    return quotes
+
+
+def cheapest(session: Session, at: datetime, flt: MarketFilter, limit: int | None = None) -> list[Quote]:
+    """Markets ranked by price per GPU-hour at ``at``, cheapest first (ties broken by name)."""
+    quotes = [q for q in prices_at(session, at, flt) if q.usd_per_gpu_hour is not None]
+    quotes.sort(
+        key=lambda q: (q.usd_per_gpu_hour, q.cloud, q.region, q.zone or "", q.instance_type, q.market)
+    )
+    return quotes[:limit] if limit else quotes

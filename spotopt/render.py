@@ -1,0 +1,113 @@
+"""One place that turns results into output: a rich table, CSV or JSON.
+
+Listings are lists of flat dicts (or a pandas DataFrame). Datetimes print as ISO 8601 UTC
+with a ``Z``; floats keep full precision in CSV/JSON and are rounded for the eye in tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
+
+
+def iso(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def _plain(value: Any) -> Any:
+    """JSON/CSV-safe value: datetimes to ISO strings, NaN to None, numpy scalars to Python."""
+    if isinstance(value, datetime):
+        return iso(value)
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _cell(value: Any) -> str:
+    value = _plain(value)
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        if value == 0 or abs(value) >= 1000:
+            return f"{value:,.2f}"
+        return f"{value:.4g}" if abs(value) < 0.01 else f"{value:.4f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def to_json(data: Any) -> str:
+    def default(obj: Any) -> Any:
+        plain = _plain(obj)
+        if plain is obj:
+            raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+        return plain
+
+    return json.dumps(_deep_plain(data), indent=2, default=default)
+
+
+def _deep_plain(data: Any) -> Any:
+    if isinstance(data, Mapping):
+        return {str(k): _deep_plain(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_deep_plain(v) for v in data]
+    return _plain(data)
+
+
+def records(data: Any) -> list[dict[str, Any]]:
+    """Accept a list of dicts or a DataFrame; return a list of dicts."""
+    if hasattr(data, "to_dict") and hasattr(data, "columns"):
+        return list(data.to_dict(orient="records"))
+    return list(data)
+
+
+def render(
+    data: Any,
+    fmt: Format | str = Format.TABLE,
+    *,
+    title: str | None = None,
+    columns: Sequence[str] | None = None,
+    caption: str | None = None,
+    out: TextIO | None = None,
+) -> None:
+    """Print ``data`` (rows) as ``fmt``. ``columns`` picks and orders the columns of table and CSV."""
+    out = out or sys.stdout
+    rows = records(data)
+    cols = list(columns) if columns else (list(rows[0]) if rows else [])
+    fmt = Format(fmt)
+    if fmt is Format.JSON:
+        out.write(to_json(rows) + "\n")
+    elif fmt is Format.CSV:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: _plain(row.get(c)) for c in cols})
+        out.write(buf.getvalue())
+    else:
+        table = Table(title=title, caption=caption)
+        for col in cols:
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(_cell(row.get(c)) for c in cols))
+        console = Console(file=out, width=max(120, Console().width))
+        if rows:
+            console.print(table)
+        else:
+            console.print(f"[dim]{title + ': ' if title else ''}no rows[/dim]")

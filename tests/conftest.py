@@ -1,0 +1,96 @@
+"""Database fixtures: every database test runs on SQLite and on a real PostgreSQL server.
+
+Schemas are built through the Alembic migrations (never ``create_all``), once per session into a
+template (a SQLite file, a PostgreSQL template database) that each test copies, so every test
+starts from a fresh, migrated database with the bundled catalog synced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from spotopt.db.engine import Database
+from spotopt.db.setup import open_history, upgrade_history
+from tests.pg import PostgresServer, find_bindir
+
+BACKENDS = ("sqlite", "postgresql")
+_counter = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test reads the user's real database or settings."""
+    for key in list(os.environ):
+        if key.startswith("SPOTOPT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("SPOTOPT_DB_URL", f"sqlite:///{tmp_path / 'default.sqlite'}")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    bindir = find_bindir()
+    if bindir is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("CI=true but no PostgreSQL binaries: .ci/run must install postgresql")
+        pytest.skip("no PostgreSQL binaries (pg_ctl) on this machine; install postgresql to run these")
+    server = PostgresServer(bindir)
+    server.start()
+    with create_engine(server.url(), isolation_level="AUTOCOMMIT").connect() as conn:
+        conn.execute(text("CREATE DATABASE spotopt_template"))
+    upgrade_history(server.url("spotopt_template"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "template.sqlite"
+    upgrade_history(f"sqlite:///{path}")
+    return path
+
+
+def _pg_database(server: PostgresServer) -> str:
+    name = f"t{os.getpid()}_{next(_counter)}"
+    with create_engine(server.url(), isolation_level="AUTOCOMMIT").connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name} TEMPLATE spotopt_template"))
+    return server.url(name)
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """URL of a fresh migrated database, once per backend."""
+    if request.param == "sqlite":
+        path = tmp_path / "history.sqlite"
+        shutil.copy(request.getfixturevalue("sqlite_template"), path)
+        return f"sqlite:///{path}"
+    return _pg_database(request.getfixturevalue("pg_server"))
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = open_history(db_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def sqlite_db(sqlite_template: Path, tmp_path: Path) -> Iterator[Database]:
+    """SQLite only, for tests about SQLite-specific behaviour."""
+    path = tmp_path / "only.sqlite"
+    shutil.copy(sqlite_template, path)
+    database = open_history(f"sqlite:///{path}")
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer) -> str:
+    """A fresh migrated PostgreSQL database, for tests that compare the two backends."""
+    return _pg_database(pg_server)
