@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,3 +95,21 @@ def sqlite_db(sqlite_template: Path, tmp_path: Path) -> Iterator[Database]:
 def pg_url(pg_server: PostgresServer) -> str:
     """A fresh migrated PostgreSQL database, for tests that compare the two backends."""
     return _pg_database(pg_server)
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block every connection that leaves the machine; loopback and Unix sockets stay allowed.
+
+    A stray real cloud call then fails loudly instead of passing on a developer's laptop.
+    """
+    real_connect = socket.socket.connect
+
+    def guarded(self: socket.socket, address: object) -> object:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = str(address[0]) if isinstance(address, tuple) else str(address)
+            if host not in ("localhost", "::1") and not host.startswith("127."):
+                raise OSError(f"network access blocked in tests: {address!r}")
+        return real_connect(self, address)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
@@ -19,7 +18,7 @@ _err = Console(stderr=True)
 class SpotoptGroup(TyperGroup):
     """Maps every ``SpotoptError`` to one red line on stderr and its exit code (no traceback)."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SpotoptError as exc:

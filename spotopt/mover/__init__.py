@@ -1,0 +1,1 @@
+"""Moving jobs: the planner (pure), and later the journaled executor and daemon."""

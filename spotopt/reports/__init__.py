@@ -1,0 +1,1 @@
+"""SQL reports on the price history, registered by name."""

@@ -1,0 +1,1 @@
+"""What-if cost analysis: replay the price history through the planner."""
