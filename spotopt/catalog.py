@@ -81,6 +81,9 @@ def _norm(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
+_BRAND_PREFIXES = ("nvidia", "tesla", "amd", "radeon", "instinct", "pro")
+
+
 def canonical_gpu(raw_name: str, memory_gib: float | None = None) -> str | None:
     """Map a cloud's GPU name (``Tesla V100-SXM2-16GB``, ``nvidia-tesla-v100``, ``V100``) to ours.
 
@@ -88,8 +91,17 @@ def canonical_gpu(raw_name: str, memory_gib: float | None = None) -> str | None:
     (clouds report e.g. ``A100`` with 40 or 80 GiB); None when nothing matches.
     """
     key = _norm(raw_name)
-    for prefix in ("nvidia", "tesla", "amd", "radeon"):
-        key = key.removeprefix(prefix)
+    if not key:
+        return None
+    stripped = True
+    while stripped:  # "AMD Radeon Instinct MI25", "NVIDIA Tesla T4", "Radeon Pro V520"
+        stripped = False
+        for prefix in _BRAND_PREFIXES:
+            if key.startswith(prefix) and len(key) > len(prefix):
+                key = key.removeprefix(prefix)
+                stripped = True
+    if key.endswith("gpu") and len(key) > 3:  # "NVIDIA T4 GPU"
+        key = key.removesuffix("gpu")
     index = _alias_index()
     hit = index.get(key) or index.get(_norm(raw_name))
     if hit is not None:
