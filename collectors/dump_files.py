@@ -1,0 +1,301 @@
+"""Reading dump files in constant memory: plain or gzip, JSON documents or JSON Lines, CSV.
+
+Cloud dumps can be gigabytes, so nothing here reads a whole file: JSON documents are parsed as an
+event stream (``ijson``), JSON Lines and CSV line by line. Every item comes with its location
+(``Items[17]``, ``line 18``, ``page 2: Items[3]``) so errors can point at it, and every read
+reports the number of *file* bytes consumed (compressed bytes for ``.gz``) to drive a progress bar.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import ijson
+
+from spotopt.errors import InputError
+
+ProgressCallback = Callable[[int], None]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+# A first line up to this size that is a complete JSON value marks the file as JSON Lines.
+_PEEK_BYTES = 1 << 20
+# A JSON Lines line is parsed whole, so its size is bounded; documents have no bound.
+_MAX_LINE_BYTES = 64 << 20
+# An object that lacks the expected array is read whole as one item; items are small.
+_MAX_ITEM_EVENTS = 100_000
+# Errors a damaged file raises while being read or decompressed.
+_READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError)
+
+
+class _CountingReader(io.RawIOBase):
+    """Passes reads through and reports how many bytes of the underlying file were consumed."""
+
+    def __init__(self, raw: BinaryIO, on_bytes: ProgressCallback | None) -> None:
+        self._raw = raw
+        self._on_bytes = on_bytes
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._raw.read(len(buffer))
+        buffer[: len(data)] = data
+        if self._on_bytes is not None and data:
+            self._on_bytes(len(data))
+        return len(data)
+
+
+def file_size(path: Path) -> int:
+    """Bytes on disk (the progress bar's total); raises ``InputError`` for a missing file."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+
+
+@contextmanager
+def open_binary(path: Path, on_bytes: ProgressCallback | None = None) -> Iterator[BinaryIO]:
+    """Open ``path`` for reading, transparently decompressing gzip (recognised by its magic bytes)."""
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a dump file")
+    try:
+        raw = path.open("rb")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open it ({exc.strerror})") from None
+    with raw:
+        gzipped = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        counted = io.BufferedReader(_CountingReader(raw, on_bytes), buffer_size=1 << 16)
+        if gzipped:
+            with gzip.GzipFile(fileobj=counted, mode="rb") as unpacked:
+                yield unpacked  # type: ignore[misc]
+        else:
+            yield counted  # type: ignore[misc]
+
+
+class _Prefixed:
+    """A stream that first returns ``head`` (bytes already peeked at), then the rest of ``tail``."""
+
+    def __init__(self, head: bytes, tail: BinaryIO) -> None:
+        self._head = head
+        self._tail = tail
+
+    def read(self, size: int = -1) -> bytes:
+        if self._head:
+            if size < 0 or size >= len(self._head):
+                head, self._head = self._head, b""
+                return head + (self._tail.read(size - len(head)) if size > 0 else b"")
+            head, self._head = self._head[:size], self._head[size:]
+            return head
+        return self._tail.read(size)
+
+
+def iter_json_items(
+    path: Path,
+    array_key: str,
+    on_bytes: ProgressCallback | None = None,
+    value_label: str = "document",
+) -> Iterator[tuple[str, Any]]:
+    """Yield ``(where, item)`` for every item of a JSON dump, in file order, in constant memory.
+
+    Accepted shapes, each plain or gzip: a document ``{array_key: [items], ...}`` (as the cloud
+    APIs return a page), several such documents concatenated, a bare array of items, JSON Lines
+    whose lines are items, documents or arrays. ``where`` is prefixed with the file name. A file
+    that is not JSON raises ``InputError`` naming the file and the line or the last good item.
+    """
+    name = path.name
+    with open_binary(path, on_bytes) as stream:
+        try:
+            head, first = _first_line(stream)
+            if first is not None:
+                yield from _json_lines(name, head, first, stream, array_key)
+            else:
+                yield from _json_stream(name, _Prefixed(head, stream), array_key, value_label)
+        except _READ_ERRORS as exc:
+            raise InputError(f"{name}: cannot read it: {exc} (a damaged or truncated file?)") from None
+
+
+def _first_line(stream: BinaryIO) -> tuple[bytes, tuple[int, Any] | None]:
+    """Peek at the first non-blank line: its bytes, and (line number, value) if it is a whole JSON value."""
+    line_no = 0
+    consumed = b""
+    while True:
+        line = stream.readline(_PEEK_BYTES)
+        line_no += 1
+        if line_no == 1 and line.startswith(_BOM):
+            line = line[len(_BOM) :]
+        consumed += line
+        if not line or line.strip():
+            break
+    complete = line.endswith(b"\n") or len(line) < _PEEK_BYTES
+    if not line.strip() or not complete:
+        return consumed, None
+    try:
+        return consumed, (line_no, json.loads(line))
+    except (ValueError, RecursionError):
+        return consumed, None
+
+
+def _json_lines(
+    name: str, head: bytes, first: tuple[int, Any], stream: BinaryIO, array_key: str
+) -> Iterator[tuple[str, Any]]:
+    line_no, value = first
+    yield from _items_of_value(f"{name}: line {line_no}", value, array_key)
+    while True:
+        line = stream.readline(_MAX_LINE_BYTES)
+        if not line:
+            return
+        line_no += 1
+        if not line.strip():
+            continue
+        if len(line) >= _MAX_LINE_BYTES and not line.endswith(b"\n"):
+            raise InputError(f"{name}: line {line_no}: longer than {_MAX_LINE_BYTES >> 20} MiB")
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"{name}: line {line_no}: not valid JSON ({exc})") from None
+        yield from _items_of_value(f"{name}: line {line_no}", value, array_key)
+
+
+def _items_of_value(where: str, value: Any, array_key: str) -> Iterator[tuple[str, Any]]:
+    """Items held by one JSON value: itself (an item), its array (a document), or its elements."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            yield f"{where}: [{i}]", item
+    elif isinstance(value, dict) and array_key in value:
+        items = value[array_key]
+        if not isinstance(items, list):
+            raise InputError(f"{where}: {array_key}: expected an array, found {type(items).__name__}")
+        for i, item in enumerate(items):
+            yield f"{where}: {array_key}[{i}]", item
+    else:
+        yield where, value
+
+
+def _json_stream(name: str, stream: Any, array_key: str, value_label: str) -> Iterator[tuple[str, Any]]:
+    """Stream items out of one or more JSON documents with ijson's event parser."""
+    events = _Events(name, stream)
+    for number, (event, value) in enumerate(events, start=1):
+        where = name if number == 1 else f"{name}: {value_label} {number}"
+        if event == "start_map":
+            yield from _document(where, events, array_key)
+        elif event == "start_array":
+            yield from _array(f"{where}: ", events)
+        else:
+            raise InputError(f"{where}: expected a JSON object or array, found {value!r}")
+
+
+class _Events:
+    """ijson events with parse errors turned into ``InputError``s that name the last good item."""
+
+    def __init__(self, name: str, stream: Any) -> None:
+        self._name = name
+        self._parser = ijson.basic_parse(stream, multiple_values=True, use_float=True)
+        self.last_item = ""
+
+    def __iter__(self) -> _Events:
+        return self
+
+    def __next__(self) -> tuple[str, Any]:
+        try:
+            return next(self._parser)  # type: ignore[no-any-return]
+        except ijson.JSONError as exc:
+            after = f" after {self.last_item}" if self.last_item else " before the first item"
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{self._name}: not valid JSON{after} ({detail})") from None
+
+
+def _document(where: str, events: _Events, array_key: str) -> Iterator[tuple[str, Any]]:
+    """A top-level object: stream ``array_key``'s elements; with no such key, the object is an item."""
+    others: dict[str, Any] = {}
+    found = False
+    prefix = f"{where}: "
+    for event, key in events:
+        if event == "end_map":
+            break
+        event, value = next(events)
+        if key == array_key:
+            if event != "start_array":
+                raise InputError(f"{prefix}{array_key}: expected an array, found {event.split('_')[-1]}")
+            found = True
+            yield from _array(f"{prefix}{array_key}", events)
+        else:
+            others[key] = _build(event, value, events, f"{prefix}{key}")
+    if not found:
+        yield where, others
+
+
+def _array(prefix: str, events: _Events) -> Iterator[tuple[str, Any]]:
+    for i, (event, value) in enumerate(events):
+        if event == "end_array":
+            return
+        where = f"{prefix}[{i}]"
+        item = _build(event, value, events, where)
+        events.last_item = where
+        yield where, item
+
+
+def _build(event: str, value: Any, events: _Events, where: str) -> Any:
+    """Assemble one complete JSON value whose first event was (``event``, ``value``)."""
+    builder = ijson.ObjectBuilder()
+    builder.event(event, value)
+    if event not in ("start_map", "start_array"):
+        return builder.value
+    depth = 1
+    for count, (event, value) in enumerate(events):
+        if count > _MAX_ITEM_EVENTS:
+            raise InputError(f"{where}: too large for one item; is this the right kind of dump?")
+        builder.event(event, value)
+        if event in ("start_map", "start_array"):
+            depth += 1
+        elif event in ("end_map", "end_array"):
+            depth -= 1
+            if depth == 0:
+                return builder.value
+    raise InputError(f"{where}: the file ends inside this value (truncated?)")
+
+
+@contextmanager
+def open_text(path: Path, on_bytes: ProgressCallback | None = None) -> Iterator[io.TextIOWrapper]:
+    """A UTF-8 text stream (BOM tolerated) of a plain or gzip file, with newlines left for ``csv``."""
+    with open_binary(path, on_bytes) as stream:
+        yield io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+
+
+def iter_csv_rows(
+    path: Path, columns: tuple[str, ...], on_bytes: ProgressCallback | None = None
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """Yield ``(line number, row)`` of a CSV file whose header has ``columns`` (extra ones are ignored).
+
+    A header lacking a column, or a damaged file, raises ``InputError`` naming the file and line.
+    """
+    name = path.name
+    with open_text(path, on_bytes) as stream:
+        reader = csv.DictReader(stream)
+        try:
+            header = reader.fieldnames or []
+            missing = [c for c in columns if c not in header]
+            if missing:
+                raise InputError(
+                    f"{name}: line 1: the header lacks {', '.join(missing)}; "
+                    f"expected the columns {','.join(columns)}"
+                )
+            for row in reader:
+                yield reader.line_num, row
+        except csv.Error as exc:
+            raise InputError(f"{name}: line {reader.line_num}: not valid CSV ({exc})") from None
+        except _READ_ERRORS as exc:
+            raise InputError(f"{name}: cannot read it: {exc} (a damaged file, or not UTF-8 text?)") from None
