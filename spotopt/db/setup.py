@@ -7,11 +7,18 @@ schema there and tells the operator to run ``spotopt db upgrade`` (unless auto-m
 
 from __future__ import annotations
 
-from spotopt.catalog import sync_catalog
+from spotopt.catalog import catalog_hash, sync_catalog
 from spotopt.db import migrate
 from spotopt.db.engine import Database, make_engine
 from spotopt.errors import ConfigError
+from spotopt.db.models import Meta
 from spotopt.settings import Settings
+
+
+def catalog_is_current(db: Database) -> bool:
+    with db.session() as session:
+        stored = session.get(Meta, "catalog_hash")
+        return stored is not None and stored.value == catalog_hash()
 
 
 def open_history(url: str | None = None, settings: Settings | None = None) -> Database:
@@ -21,16 +28,16 @@ def open_history(url: str | None = None, settings: Settings | None = None) -> Da
     db = Database(engine)
     try:
         if not migrate.is_current(engine):
-            if engine.dialect.name == "sqlite" and settings.auto_migrate:
-                migrate.upgrade(engine)
-            else:
+            if engine.dialect.name != "sqlite" or not settings.auto_migrate:
                 current = migrate.current_revision(engine) or "empty"
                 raise ConfigError(
                     f"database schema is at {current}, spotopt needs {migrate.head_revision(engine)}: "
                     f"run `spotopt db upgrade` (with --db {engine.url.render_as_string()})"
                 )
-        with db.session() as session:
-            sync_catalog(session)
+            migrate.upgrade(engine)
+        if not catalog_is_current(db):
+            with migrate.migration_lock(engine), db.session() as session:
+                sync_catalog(session)  # re-checks the hash: a concurrent opener may have synced
     except Exception:
         engine.dispose()
         raise
@@ -46,7 +53,7 @@ def upgrade_history(
     try:
         before = migrate.current_revision(engine)
         migrate.upgrade(engine)
-        with Database(engine).session() as session:
+        with migrate.migration_lock(engine), Database(engine).session() as session:
             sync_catalog(session)
         return before, migrate.current_revision(engine)
     finally:
