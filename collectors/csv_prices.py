@@ -1,0 +1,76 @@
+"""Price CSV files: the format for prices from anywhere else (exports, other tools, spreadsheets).
+
+Columns (a header row is required; extra columns are ignored)::
+
+    timestamp,cloud,region,zone,instance_type,market,usd_per_hour
+    2024-05-01T12:00:00Z,aws,us-east-1,us-east-1a,p3.2xlarge,spot,0.918
+
+``timestamp`` is ISO 8601 (no offset means UTC), ``cloud`` is aws|gcp|azure, ``zone`` may be empty
+(a region-wide price), ``market`` is spot|on-demand, ``usd_per_hour`` a non-negative number (Linux,
+per instance). Every row is a price; a malformed row is an error, a zero price a rejection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from spotopt.collectors import fields
+from spotopt.collectors.dump_files import iter_csv_rows
+
+from spotopt.errors import InputError
+from spotopt.types import CLOUDS, MarketKey, MarketKind, PriceObservation, Rejection
+
+COLUMNS = ("timestamp", "cloud", "region", "zone", "instance_type", "market", "usd_per_hour")
+_KINDS = {kind.value: kind for kind in MarketKind}
+
+
+class _Markets:
+    """Validates each distinct (cloud, region, zone, type, market) once: a file repeats a few markets."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str, str, str, str], MarketKey] = {}
+
+    def get(self, row: dict[str, str], where: str) -> MarketKey:
+        key = (row["cloud"], row["region"], row["zone"], row["instance_type"], row["market"])
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = _market(key, where)
+        return found
+
+
+def _market(key: tuple[str, str, str, str, str], where: str) -> MarketKey:
+    cloud, region, zone, name, market = (value.strip() for value in key)
+    if cloud not in CLOUDS:
+        raise InputError(f"{fields.at(where, 'cloud')}: {cloud!r} is not a cloud; use {', '.join(CLOUDS)}")
+    kind = _KINDS.get(market)
+    if kind is None:
+        raise InputError(f"{fields.at(where, 'market')}: {market!r} is not a market; use spot or on-demand")
+    return MarketKey(
+        cloud=cloud,
+        region=fields.place(region, where, "region"),
+        zone=fields.place(zone, where, "zone") if zone else None,
+        instance_type=fields.instance_type(name, where, "instance_type"),
+        kind=kind,
+    )
+
+
+def read_price_csv(
+    path: Path, on_bytes: Callable[[int], None] | None = None
+) -> Iterator[PriceObservation | Rejection]:
+    """Stream the prices of a CSV file (plain or ``.gz``); errors name the file, line and column."""
+    markets = _Markets()
+    name = path.name
+    for line, row in iter_csv_rows(path, COLUMNS, on_bytes):
+        where = f"{name}: line {line}"
+        if None in row.values():  # csv fills the columns of a short row with None
+            missing = [c for c in COLUMNS if row.get(c) is None]
+            if missing:
+                raise InputError(f"{where}: too few fields (no {', '.join(missing)})")
+        market = markets.get(row, where)
+        observed_at = fields.timestamp(row["timestamp"], where, "timestamp")
+        usd_per_hour = fields.price(row["usd_per_hour"].strip(), where, "usd_per_hour")
+        if usd_per_hour == 0:
+            yield Rejection(where, "price is zero")
+        else:
+            yield PriceObservation(market=market, observed_at=observed_at, usd_per_hour=usd_per_hour)
