@@ -38,7 +38,9 @@ def test_downgrade_to_base_and_back(db_url: str) -> None:
 def test_catalog_synced_once(db: Database) -> None:
     with db.session() as session:
         n_types = session.scalar(select(func.count()).select_from(InstanceType))
-        n_prices = session.scalar(select(func.count()).select_from(PricePoint).where(PricePoint.source == "catalog"))
+        n_prices = session.scalar(
+            select(func.count()).select_from(PricePoint).where(PricePoint.source == "catalog")
+        )
     assert n_types == len(instance_types())
     assert n_prices == len(list_prices())
     before = counts(db)
@@ -82,6 +84,7 @@ def test_urls_are_normalised_and_checked() -> None:
 def test_price_at_t_is_last_point_at_or_before_t(db: Database) -> None:
     ingest(db, [price("p3.2xlarge", "2024-01-01 00:00", 1.0), price("p3.2xlarge", "2024-01-01 06:00", 2.0)])
     with db.session() as session:
+
         def at(when: str) -> list[float]:
             flt = MarketFilter(instance_types=["p3.2xlarge"], kinds=["spot"])
             return [q.usd_per_hour for q in prices_at(session, t(when), flt)]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from sqlalchemy.exc import OperationalError
 
 from spotopt.cli.common import state
 from spotopt.db import migrate
 from spotopt.db.engine import make_engine
-from spotopt.db.setup import upgrade_history
+from spotopt.db.setup import connect_error, upgrade_history
 from spotopt.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, help="Database schema: upgrade and show the revision.")
@@ -31,6 +32,8 @@ def current(ctx: typer.Context) -> None:
     engine = make_engine(Settings().resolved_db_url(state(ctx).db_url))
     try:
         cur, head = migrate.current_revision(engine), migrate.head_revision(engine)
+    except OperationalError as exc:
+        raise connect_error(engine, exc) from exc
     finally:
         engine.dispose()
     status = "up to date" if cur == head else "needs `spotopt db upgrade`"

@@ -7,12 +7,23 @@ schema there and tells the operator to run ``spotopt db upgrade`` (unless auto-m
 
 from __future__ import annotations
 
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+
 from spotopt.catalog import catalog_hash, sync_catalog
 from spotopt.db import migrate
 from spotopt.db.engine import Database, make_engine
-from spotopt.errors import ConfigError
 from spotopt.db.models import Meta
+from spotopt.errors import ConfigError
 from spotopt.settings import Settings
+
+
+def connect_error(engine: Engine, exc: OperationalError) -> ConfigError:
+    """The message a user sees when the database cannot be reached or opened."""
+    return ConfigError(
+        f"cannot connect to the database {engine.url.render_as_string()}: {exc.orig}; "
+        "check --db / SPOTOPT_DB_URL and that the server is running"
+    )
 
 
 def catalog_is_current(db: Database) -> bool:
@@ -38,6 +49,9 @@ def open_history(url: str | None = None, settings: Settings | None = None) -> Da
         if not catalog_is_current(db):
             with migrate.migration_lock(engine), db.session() as session:
                 sync_catalog(session)  # re-checks the hash: a concurrent opener may have synced
+    except OperationalError as exc:
+        engine.dispose()
+        raise connect_error(engine, exc) from exc
     except Exception:
         engine.dispose()
         raise
@@ -56,5 +70,7 @@ def upgrade_history(
         with migrate.migration_lock(engine), Database(engine).session() as session:
             sync_catalog(session)
         return before, migrate.current_revision(engine)
+    except OperationalError as exc:
+        raise connect_error(engine, exc) from exc
     finally:
         engine.dispose()
