@@ -1,0 +1,43 @@
+"""``min-cost``: the fewest dollars that finish every job within the planning horizon.
+
+Exact, not Gavel's proxy. Gavel's cost policy maximises ``sum_m T_m·X_m / c_m·X_m`` (or its
+surrogate ``sum T/c·X``), which rewards filling capacity; here the objective is the dollars
+themselves, ``sum_e c[e] h[e]`` over job-hours (see ``policies.base`` for why that is the
+Charnes–Cooper form of the per-job linear-fractional program and where it relaxes reality).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from spotopt.policies.base import (
+    Allocation,
+    PolicyInput,
+    allocation_from_hours,
+    check_runnable,
+    explain_infeasible,
+    register,
+    solve_lp,
+    work_hours_constraints,
+)
+
+NAME = "min-cost"
+
+
+def solve_min_cost(inp: PolicyInput, policy: str, wall_limit: np.ndarray) -> Allocation:  # type: ignore[type-arg]
+    """Minimise total dollars with each job's wall time bounded by ``wall_limit`` (hours)."""
+    import cvxpy as cp
+
+    check_runnable(inp, policy)
+    h = cp.Variable(inp.n_options, nonneg=True)
+    problem = cp.Problem(
+        cp.Minimize(inp.usd_per_hour @ h), work_hours_constraints(inp, h, wall_limit, inp.horizon_hours)
+    )
+    if solve_lp(problem, policy) == "infeasible":
+        raise explain_infeasible(inp, policy, wall_limit)
+    return allocation_from_hours(inp, policy, h.value, problem.value)
+
+
+@register(NAME)
+def min_cost(inp: PolicyInput) -> Allocation:
+    """Deadlines are ignored; every job must still finish within the horizon."""
+    return solve_min_cost(inp, NAME, np.full(inp.n_jobs, inp.horizon_hours))
