@@ -1,0 +1,289 @@
+"""Job specs: the YAML file that says what to train, how fast it runs where, and by when.
+
+```yaml
+jobs:
+  - name: resnet50
+    throughput: {K80: 0.25, P100: 0.93, V100: 2.4}   # steps/s on ONE GPU of that model
+    work: {gpu_days: 4, gpu: V100}                   # or {steps: 985000}
+    gpus: 1                                          # or {min: 1, max: 8}
+    deadline: 72h                                    # or an ISO 8601 time
+    checkpoint_gb: 0.1
+    restart_s: 300
+```
+
+Validation errors name the job and the field (``jobs[0] (resnet50).work.gpu_days: must be > 0``)
+and are raised as ``InputError``; nothing is half-loaded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from spotopt.catalog import gpu_matches, gpu_models
+from spotopt.errors import InputError
+
+CHECKPOINT_GB_PER_S = 0.25
+"""Assumed write speed to durable object storage when a spec gives ``checkpoint_gb`` but no
+``checkpoint_s`` (a single-stream upload to S3/GCS/Blob runs at roughly 100-500 MB/s)."""
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def gpu_key(value: str) -> str:
+    """Canonical spelling of a GPU model or family (``v100`` → ``V100``); ``ValueError`` if unknown."""
+    for name in sorted(gpu_models()):
+        if gpu_matches(value, name):
+            return name if len(name) == len(value) else name[: len(value)]
+    names = sorted({n.split("-")[0] for n in gpu_models()} | set(gpu_models()))
+    close = difflib.get_close_matches(value.upper(), names, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise ValueError(f"unknown GPU {value!r}; {hint}use a model (V100-32GB) or family (V100)")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Work(_Strict):
+    """How much training is left: steps, or GPU-days on a reference GPU (converted with its throughput)."""
+
+    steps: Annotated[float, Field(gt=0)] | None = None
+    gpu_days: Annotated[float, Field(gt=0)] | None = None
+    gpu: str | None = None
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, value: str | None) -> str | None:
+        return None if value is None else gpu_key(value)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Work:
+        if (self.steps is None) == (self.gpu_days is None):
+            raise ValueError("give exactly one of steps or gpu_days")
+        if self.gpu_days is not None and self.gpu is None:
+            raise ValueError("gpu_days needs gpu: the GPU model the days are counted on (e.g. gpu: V100)")
+        return self
+
+
+class GpuRange(_Strict):
+    min: Annotated[int, Field(ge=1)] = 1
+    max: Annotated[int, Field(ge=1)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GpuRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        return self
+
+
+class Dataset(_Strict):
+    """Where the training data lives; running elsewhere costs one egress transfer of ``gb``."""
+
+    gb: Annotated[float, Field(ge=0)]
+    cloud: Literal["aws", "gcp", "azure"]
+    region: str
+
+
+class Allow(_Strict):
+    """Filters on the markets a job may use; an empty or missing list means "any"."""
+
+    clouds: list[Literal["aws", "gcp", "azure"]] = []
+    markets: list[Literal["spot", "on-demand"]] = []
+    regions: list[str] = []
+    gpus: list[str] = []
+    instance_types: list[str] = []
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: list[str]) -> list[str]:
+        return [gpu_key(v) for v in value]
+
+
+class Scaling(_Strict):
+    """Data-parallel efficiency model: ``eff(d) = 1 / (1 + 2·comm_ratio·(d-1))`` (ring all-reduce)."""
+
+    comm_ratio: Annotated[float, Field(ge=0)]
+
+
+Throughputs = dict[str, Annotated[float, Field(gt=0)] | dict[int, Annotated[float, Field(gt=0)]]]
+
+
+class Job(_Strict):
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    workload: str | None = None
+    """Name under which the throughput store holds this job's figures (default: ``name``)."""
+    throughput: Throughputs = {}
+    """GPU → steps/s on one GPU, or GPU → {GPU count: steps/s} for measured multi-GPU points."""
+    work: Work
+    gpus: Annotated[int, Field(ge=1)] | GpuRange = 1
+    deadline: str | datetime | None = None
+    checkpoint_gb: Annotated[float, Field(ge=0)] = 0.0
+    checkpoint_s: Annotated[float, Field(ge=0)] | None = None
+    restart_s: Annotated[float, Field(ge=0)] = 300.0
+    dataset: Dataset | None = None
+    allow: Allow = Allow()
+    scaling: Scaling | None = None
+
+    @field_validator("throughput")
+    @classmethod
+    def _throughput_keys(cls, value: Throughputs) -> Throughputs:
+        return {gpu_key(k): v for k, v in value.items()}
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, value: str | datetime | None) -> str | datetime | None:
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        if value is None or _DURATION.match(value.strip()):
+            return value
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is neither a duration (72h, 3d, 90m) nor an ISO 8601 time (2025-06-01T12:00Z)"
+            ) from None
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+    @property
+    def store_name(self) -> str:
+        return self.workload or self.name
+
+    @property
+    def gpu_range(self) -> tuple[int, int]:
+        if isinstance(self.gpus, int):
+            return self.gpus, self.gpus
+        return self.gpus.min, self.gpus.max
+
+    @property
+    def checkpoint_seconds(self) -> float:
+        """Time to write one checkpoint: given, or ``checkpoint_gb`` at ``CHECKPOINT_GB_PER_S``."""
+        if self.checkpoint_s is not None:
+            return self.checkpoint_s
+        return self.checkpoint_gb / CHECKPOINT_GB_PER_S
+
+    def deadline_hours(self, start: datetime) -> float | None:
+        """Hours from ``start`` to the deadline (None: no deadline; may be <= 0 if already past)."""
+        if self.deadline is None:
+            return None
+        if isinstance(self.deadline, datetime):
+            return (self.deadline - start).total_seconds() / 3600
+        match = _DURATION.match(self.deadline.strip())
+        assert match is not None  # validated above
+        return timedelta(seconds=float(match.group(1)) * _UNIT_S[match.group(2)]).total_seconds() / 3600
+
+
+class JobSpec(_Strict):
+    jobs: Annotated[list[Job], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique(self) -> JobSpec:
+        seen: set[str] = set()
+        for job in self.jobs:
+            if job.name in seen:
+                raise ValueError(f"job name {job.name!r} appears twice; names must be unique")
+            seen.add(job.name)
+        return self
+
+
+_MESSAGES = {
+    "greater_than": "must be > {gt:g}",
+    "greater_than_equal": "must be >= {ge:g}",
+    "missing": "is required",
+    "too_short": "must not be empty",
+}
+
+
+def _path(loc: tuple[int | str, ...], data: Any) -> list[str]:
+    """The parts of ``loc`` that exist in the user's data (pydantic adds union-branch labels)."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(node, list) and isinstance(item, int) and item < len(node):
+            node = node[item]
+            label = f"[{item}]"
+            if isinstance(node, dict) and isinstance(node.get("name"), str) and parts == ["jobs"]:
+                label += f" ({node['name']})"
+            parts[-1] += label
+        elif isinstance(node, dict) and item in node:
+            node = node[item]
+            parts.append(str(item))
+        elif not parts or (isinstance(node, dict) and item not in node and _is_field(item)):
+            parts.append(str(item))  # a missing or unknown field: still the user's word
+            node = None
+    return parts
+
+
+def _is_field(item: int | str) -> bool:
+    return isinstance(item, str) and item.isidentifier() and item.islower()
+
+
+def _message(err: Any, where: list[str]) -> str:
+    kind = err["type"]
+    if kind in _MESSAGES:
+        return _MESSAGES[kind].format(**err.get("ctx", {}))
+    if kind == "extra_forbidden":
+        owner = _FIELDS.get(where[-2].split("[")[0] if len(where) > 1 else "", [])
+        close = difflib.get_close_matches(where[-1], owner, n=1)
+        return (
+            "unknown field"
+            + (f"; did you mean {close[0]!r}?" if close else "")
+            + (f" (valid: {', '.join(owner)})" if owner else "")
+        )
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+_FIELDS = {
+    "jobs": list(Job.model_fields),
+    "work": list(Work.model_fields),
+    "gpus": list(GpuRange.model_fields),
+    "dataset": list(Dataset.model_fields),
+    "allow": list(Allow.model_fields),
+    "scaling": list(Scaling.model_fields),
+    "": list(JobSpec.model_fields),
+}
+
+
+def parse_jobs(data: Any, source: str = "jobs") -> JobSpec:
+    """Validate parsed YAML/JSON; every problem is reported, each as ``<where>: <what>``.
+
+    Where a field accepts several forms (``gpus: 2`` or ``gpus: {min, max}``), pydantic reports
+    a failure per form; the "wrong type" ones are dropped when a more specific error exists.
+    """
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a mapping with a 'jobs' list at the top level")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        found = [(_path(err["loc"], data), err) for err in exc.errors()]
+        specific = {".".join(w) for w, err in found if not err["type"].endswith("_type")}
+        lines: list[str] = []
+        for where, err in found:
+            key = ".".join(where)
+            if err["type"].endswith("_type") and any(s == key or s.startswith(key + ".") for s in specific):
+                continue
+            line = f"{key or source}: {_message(err, where)}"
+            if line not in lines:
+                lines.append(line)
+        raise InputError(f"{source}: invalid job spec:\n  " + "\n  ".join(lines)) from None
+
+
+def load_jobs(path: str | Path) -> JobSpec:
+    """Read and validate a YAML job spec file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the job spec ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML: {exc}") from None
+    return parse_jobs(data, str(path))
