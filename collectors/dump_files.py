@@ -213,8 +213,10 @@ class _Events:
         try:
             return next(self._parser)  # type: ignore[no-any-return]
         except ijson.JSONError as exc:
-            after = f" after {self.last_item}" if self.last_item else " before the first item"
+            after = f" after {self.last_item}" if self.last_item else " before the first complete item"
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if "premature EOF" in detail:
+                raise InputError(f"{self._name}: the JSON ends early{after} (truncated?)") from None
             raise InputError(f"{self._name}: not valid JSON{after} ({detail})") from None
 
 
