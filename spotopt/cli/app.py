@@ -18,7 +18,7 @@ _err = Console(stderr=True)
 class SpotoptGroup(TyperGroup):
     """Maps every ``SpotoptError`` to one red line on stderr and its exit code (no traceback)."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # click.Context, vendored by typer
         try:
             return super().invoke(ctx)
         except SpotoptError as exc:

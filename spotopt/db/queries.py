@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, Unpack
 
 from sqlalchemy import Select, and_, select
 from sqlalchemy.orm import Session
@@ -70,6 +71,8 @@ class Quote:
         }
 
 
+AnySelect = Select[Unpack[tuple[Any, ...]]]
+
 _QUOTE_COLUMNS = (
     Market.id,
     InstanceType.cloud,
@@ -85,7 +88,7 @@ _QUOTE_COLUMNS = (
 )
 
 
-def _filtered(stmt: Select[tuple[object, ...]], flt: MarketFilter) -> Select[tuple[object, ...]]:
+def _filtered(stmt: AnySelect, flt: MarketFilter) -> AnySelect:
     if flt.clouds:
         stmt = stmt.where(InstanceType.cloud.in_(flt.clouds))
     if flt.regions:
@@ -104,7 +107,7 @@ def _filtered(stmt: Select[tuple[object, ...]], flt: MarketFilter) -> Select[tup
     return stmt
 
 
-def _quotes(session: Session, stmt: Select[tuple[object, ...]], gpu: str | None) -> list[Quote]:
+def _quotes(session: Session, stmt: AnySelect, gpu: str | None) -> list[Quote]:
     seen: set[tuple[int, datetime]] = set()
     quotes = []
     for row in session.execute(stmt):
@@ -148,7 +151,7 @@ def prices_at(
         .correlate(Market)
         .scalar_subquery()
     )
-    stmt = (
+    stmt: AnySelect = (
         select(*_QUOTE_COLUMNS)
         .join(InstanceType, InstanceType.id == Market.instance_type_id)
         .join(PricePoint, and_(PricePoint.market_id == Market.id, PricePoint.observed_at == latest))
@@ -172,7 +175,7 @@ def price_history(
     Including the point in effect at ``since`` makes the answer a complete step function over
     the window: without it a window that starts between two changes would begin with a gap.
     """
-    base = (
+    base: AnySelect = (
         select(*_QUOTE_COLUMNS)
         .join(InstanceType, InstanceType.id == Market.instance_type_id)
         .join(PricePoint, PricePoint.market_id == Market.id)
