@@ -1,0 +1,213 @@
+"""``coverage``: what the history holds and where it has holes.
+
+Sections: ``markets`` (per market: points, first and last point, gaps longer than
+``gap_hours`` and the longest gap, hours since the last point at ``until``), ``gaps`` (each such
+gap) and ``runs`` (the last run of every source: when, what it wrote and its status, so a
+collector that stopped or failed shows up here). A gap is the time between two consecutive
+points of a market; a long one means nobody looked (AWS writes a point only when the price
+changes, so "no point for 24 h" is normal there; pick ``gap_hours`` accordingly).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Float, Select, func, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+from spotopt.db.models import InstanceType, Market, PricePoint, Run
+from spotopt.errors import InputError
+from spotopt.reports import frames, params
+from spotopt.reports.base import Args, Param, Report, ReportResult
+from spotopt.reports.sql import MARKET_COLUMNS, filter_markets, raw
+
+MARKETS_COLUMNS = [
+    *MARKET_COLUMNS,
+    "points",
+    "first_observed",
+    "last_observed",
+    "gaps",
+    "longest_gap_hours",
+    "hours_since_last",
+]
+GAP_COLUMNS = [*MARKET_COLUMNS, "gap_from", "gap_to", "gap_hours"]
+RUN_COLUMNS = [
+    "source",
+    "scope",
+    "status",
+    "started_at",
+    "finished_at",
+    "inserted",
+    "duplicate",
+    "rejected",
+    "error",
+]
+# Gaps are pre-selected in SQL with this much slack, then cut exactly in pandas: SQLite's
+# julianday arithmetic is only precise to ~50 µs, and both databases must agree at the edge.
+_SLACK_S = 1.0
+
+
+class epoch_seconds(FunctionElement[float]):
+    """Seconds since 1970 of a UTC timestamp column, as a float, on either database."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(epoch_seconds, "sqlite")
+def _epoch_sqlite(element: epoch_seconds, compiler: Any, **kw: Any) -> str:
+    return f"((julianday({compiler.process(element.clauses, **kw)}) - 2440587.5) * 86400.0)"
+
+
+@compiles(epoch_seconds, "postgresql")
+def _epoch_pg(element: epoch_seconds, compiler: Any, **kw: Any) -> str:
+    return f"EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)})"
+
+
+def _window(stmt: Select[Any], args: Args) -> Select[Any]:
+    stmt = stmt.where(PricePoint.observed_at < args["until"])
+    if args.get("since") is not None:
+        stmt = stmt.where(PricePoint.observed_at >= args["since"])
+    return stmt
+
+
+def _joined(*columns: Any) -> Select[Any]:
+    return (
+        select(*columns)
+        .join(Market, Market.id == PricePoint.market_id)
+        .join(InstanceType, InstanceType.id == Market.instance_type_id)
+    )
+
+
+def statements(args: Args) -> dict[str, Select[Any]]:
+    counts = _window(
+        _joined(
+            PricePoint.market_id,
+            func.count().label("points"),
+            raw(func.min(PricePoint.observed_at)).label("first_observed"),
+            raw(func.max(PricePoint.observed_at)).label("last_observed"),
+        ),
+        args,
+    ).group_by(PricePoint.market_id)
+    stepped = _window(
+        _joined(
+            PricePoint.market_id,
+            PricePoint.observed_at,
+            func.lag(PricePoint.observed_at)
+            .over(partition_by=PricePoint.market_id, order_by=PricePoint.observed_at)
+            .label("prev"),
+        ),
+        args,
+    )
+    stepped = filter_markets(stepped, args).subquery("stepped")
+    gaps = select(
+        stepped.c.market_id, raw(stepped.c.prev).label("gap_from"), raw(stepped.c.observed_at).label("gap_to")
+    ).where(
+        epoch_seconds(stepped.c.observed_at) - epoch_seconds(stepped.c.prev)
+        > args["gap_hours"] * 3600.0 - _SLACK_S
+    )
+    markets = filter_markets(
+        select(
+            Market.id.label("market_id"),
+            InstanceType.cloud,
+            Market.region,
+            Market.zone,
+            InstanceType.name.label("instance_type"),
+            Market.kind.label("market"),
+            InstanceType.gpu_model,
+            InstanceType.gpu_count,
+        ).join(InstanceType, InstanceType.id == Market.instance_type_id),
+        args,
+    )
+    last_start = select(Run.source, func.max(Run.started_at).label("started")).group_by(Run.source).subquery()
+    runs = select(
+        Run.id,
+        Run.source,
+        Run.scope,
+        Run.status,
+        raw(Run.started_at).label("started_at"),
+        raw(Run.finished_at).label("finished_at"),
+        Run.inserted,
+        Run.duplicate,
+        Run.rejected,
+        Run.error,
+    ).join(last_start, (last_start.c.source == Run.source) & (last_start.c.started == Run.started_at))
+    return {
+        "markets": markets,
+        "counts": filter_markets(counts, args),
+        "gaps": gaps,
+        "runs": runs,
+    }
+
+
+def _times(column: pd.Series) -> pd.Series:
+    """Driver times (None allowed) -> tz-aware UTC timestamps at µs resolution."""
+    return pd.to_datetime(column, utc=True, format="ISO8601").dt.as_unit("us")
+
+
+def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
+    until_us = frames.dt_us(args["until"])
+    min_gap_us = round(args["gap_hours"] * frames.US_PER_HOUR)
+    markets = results["markets"].assign(zone=lambda f: f["zone"].fillna("")).set_index("market_id")
+    gaps = results["gaps"].copy()
+    gaps["from_us"] = frames.to_us(gaps["gap_from"])
+    gaps["to_us"] = frames.to_us(gaps["gap_to"])
+    gaps = gaps[(gaps["to_us"] - gaps["from_us"]) > min_gap_us]
+    gaps = gaps.assign(gap_hours=(gaps["to_us"] - gaps["from_us"]) / frames.US_PER_HOUR)
+    gaps = gaps.merge(markets.reset_index(), on="market_id", how="inner").sort_values(
+        ["market_id", "from_us"], kind="stable"
+    )
+    gaps["gap_from"] = _times(gaps["gap_from"])
+    gaps["gap_to"] = _times(gaps["gap_to"])
+
+    counts = results["counts"].set_index("market_id")
+    table = markets.join(counts, how="inner")
+    last_us = frames.to_us(table["last_observed"])
+    table["hours_since_last"] = (until_us - last_us) / frames.US_PER_HOUR
+    table["first_observed"] = _times(table["first_observed"])
+    table["last_observed"] = _times(table["last_observed"])
+    per_market = gaps.groupby("market_id")["gap_hours"]
+    table["gaps"] = per_market.size().reindex(table.index).fillna(0).astype(np.int64)
+    table["longest_gap_hours"] = per_market.max().reindex(table.index)
+    table = table.reset_index().sort_values("market_id", kind="stable")
+
+    runs = results["runs"].sort_values(["source", "id"], kind="stable").drop_duplicates("source", keep="last")
+    runs = runs.assign(started_at=_times(runs["started_at"]), finished_at=_times(runs["finished_at"]))
+    sections = {
+        "markets": table[MARKETS_COLUMNS].reset_index(drop=True),
+        "gaps": gaps[GAP_COLUMNS].reset_index(drop=True),
+        "runs": runs[RUN_COLUMNS].reset_index(drop=True),
+    }
+    return ReportResult(
+        sections, args.get("since"), args["until"], sorted(runs["source"]), "Coverage of the history"
+    )
+
+
+def _resolve(args: dict[str, Any]) -> None:
+    if args["since"] is not None and args["since"] >= args["until"]:
+        raise InputError("parameter since is not before until; swap them or widen the window")
+
+
+REPORT = Report(
+    name="coverage",
+    summary="markets, time range, gaps longer than gap_hours per market, last run per source and status",
+    params=(
+        params.gpu(),
+        params.cloud(),
+        params.region(),
+        params.market("all"),
+        Param(
+            "since",
+            "window start: ISO 8601, 'now' or an offset like -30d; default the first point",
+            params.time,
+        ),
+        params.until(),
+        params.positive_float("gap_hours", "report gaps between consecutive points longer than this", "24"),
+    ),
+    statements=statements,
+    compute=compute,
+    resolve=_resolve,
+)

@@ -1,0 +1,39 @@
+"""Shared figure set-up for report plots: Agg (no display needed), fixed size, titled with the data span.
+
+Figures are built with ``matplotlib.figure.Figure`` on an explicit ``FigureCanvasAgg`` instead
+of pyplot, so plotting keeps no global state, never switches the process's backend and never
+needs a display (servers, CI, cron).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from spotopt.reports.base import ReportResult
+
+WIDTH_PX, HEIGHT_PX, DPI = 1200, 700, 100
+MAX_SERIES = 12
+COLORS = list(matplotlib.colormaps["tab20"].colors)
+
+
+def figure() -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def finish(fig: Figure, ax: Axes, result: ReportResult, what: str, path: Path) -> None:
+    """Title with the report's subject and data span, grid, legend, then write the PNG."""
+    ax.set_title(f"{what}\n{result.describe_span()}", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    handles, _labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(loc="best", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no data in this window", transform=ax.transAxes, ha="center", va="center")
+    fig.savefig(path, format="png", dpi=DPI)

@@ -1,0 +1,84 @@
+"""``price-board``: every market's price at one time for a GPU model, cheapest per GPU-hour first.
+
+The price at T is the last point at or before T (one index seek per market). Markets with no
+point at or before T had no price yet and are not listed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Select, select
+
+from spotopt.db.models import InstanceType, Market, PricePoint
+from spotopt.reports import frames, params
+from spotopt.reports.base import Args, Report, ReportResult
+from spotopt.reports.sql import MARKET_COLUMNS, filter_markets, raw
+
+COLUMNS = [*MARKET_COLUMNS, "usd_per_hour", "usd_per_gpu_hour", "since", "source"]
+
+
+def statements(args: Args) -> dict[str, Select[Any]]:
+    latest = (
+        select(PricePoint.observed_at)
+        .where(PricePoint.market_id == Market.id, PricePoint.observed_at <= args["at"])
+        .order_by(PricePoint.observed_at.desc())
+        .limit(1)
+        .correlate(Market)
+        .scalar_subquery()
+    )
+    stmt = (
+        select(
+            Market.id.label("market_id"),
+            InstanceType.cloud,
+            Market.region,
+            Market.zone,
+            InstanceType.name.label("instance_type"),
+            Market.kind.label("market"),
+            InstanceType.gpu_model,
+            InstanceType.gpu_count,
+            PricePoint.usd_per_hour,
+            raw(PricePoint.observed_at).label("observed_at"),
+            PricePoint.source,
+        )
+        .select_from(Market)
+        .join(InstanceType, InstanceType.id == Market.instance_type_id)
+        .join(PricePoint, PricePoint.market_id == Market.id)
+        .where(PricePoint.observed_at == latest)
+    )
+    return {"board": filter_markets(stmt, args)}
+
+
+def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
+    board = results["board"].copy()
+    board["t"] = frames.to_us(board["observed_at"])
+    # Two sources at the same instant: the alphabetically first wins (as in db.queries).
+    board = board.sort_values(["market_id", "source"], kind="stable").drop_duplicates("market_id")
+    count = board["gpu_count"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        board["usd_per_gpu_hour"] = np.where(
+            count > 0, board["usd_per_hour"].to_numpy(dtype=float) / count, np.nan
+        )
+    board["since"] = frames.from_us(board["t"].to_numpy(dtype=np.int64), board.index)
+    board["zone"] = board["zone"].fillna("")
+    board = board.sort_values(
+        ["usd_per_gpu_hour", "cloud", "region", "zone", "instance_type", "market"], kind="stable"
+    ).reset_index(drop=True)
+    return ReportResult(
+        {"price-board": board[COLUMNS]},
+        args["at"],
+        args["at"],
+        sorted(set(board["source"])),
+        f"Prices at {args['at']:%Y-%m-%d %H:%M} UTC",
+    )
+
+
+REPORT = Report(
+    name="price-board",
+    summary="every market's price at time T for a GPU model, cheapest per GPU-hour first",
+    params=(params.gpu(required=True), params.at(), params.cloud(), params.region(), params.market("all")),
+    statements=statements,
+    compute=compute,
+)
