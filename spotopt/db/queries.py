@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Unpack
+from typing import Any
 
 from sqlalchemy import Select, and_, select
 from sqlalchemy.orm import Session
@@ -71,7 +71,7 @@ class Quote:
         }
 
 
-AnySelect = Select[Unpack[tuple[Any, ...]]]
+AnySelect = Select[*tuple[Any, ...]]
 
 _QUOTE_COLUMNS = (
     Market.id,
