@@ -1,0 +1,5 @@
+"""``python -m spotopt`` is the ``spotopt`` command."""
+
+from spotopt.cli.app import main
+
+main()
