@@ -347,7 +347,7 @@ def explain_infeasible(inp: PolicyInput, policy: str, wall_limit: Array) -> Infe
     on_full = np.zeros(inp.n_jobs, dtype=bool)
     on_full[inp.job[full[inp.market] & (hours > 1e-9)]] = True
     lines = []
-    for j in np.flatnonzero(on_full | (extra > 1e-6)):
+    for j in (int(i) for i in np.flatnonzero(on_full | (extra > 1e-6))):
         markets = sorted(
             {inp.market_name(int(m)) for m in inp.market[(inp.job == j) & full[inp.market] & (hours > 1e-9)]}
         )

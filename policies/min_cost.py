@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from spotopt.policies.base import (
     Allocation,
+    Array,
     PolicyInput,
     allocation_from_hours,
     check_runnable,
@@ -23,7 +24,7 @@ from spotopt.policies.base import (
 NAME = "min-cost"
 
 
-def solve_min_cost(inp: PolicyInput, policy: str, wall_limit: np.ndarray) -> Allocation:  # type: ignore[type-arg]
+def solve_min_cost(inp: PolicyInput, policy: str, wall_limit: Array) -> Allocation:
     """Minimise total dollars with each job's wall time bounded by ``wall_limit`` (hours)."""
     import cvxpy as cp
 

@@ -1,0 +1,140 @@
+"""Market snapshot at t: price, availability and preemption rate of every market.
+
+``snapshot(session, at, flt)`` is a pure read of the history (no clock): the what-if engine calls
+it with many simulated times. A market is *available* at t when it has a price at t (see
+``spotopt.db.queries.prices_at``); its preemption rate is 0 for on-demand and, for spot, the
+latest interruption observation at or before t for its instance type and region (a zone's own
+row wins over the region's), converted to preemptions per hour:
+
+- AWS Spot Advisor bucket (``advisor-bucket``, stored as the bucket's upper bound in % per
+  month: 5, 10, 15, 20, or 100 for ">20%"): "the rate at which Spot has reclaimed capacity
+  during the trailing month". We take the bucket's midpoint (2.5, 7.5, 12.5, 17.5 %; 25 % for
+  the open ">20%" bucket) as the probability ``p`` that an instance is reclaimed within a month
+  (730 h) and assume exponential lifetimes: ``rate = -ln(1 - p) / 730`` per hour.
+- Azure eviction rate (``eviction-rate``, upper bound of the 0-5, 5-10, 10-15, 15-20, 20+ %
+  bucket): Microsoft documents these as the chance of eviction within the next hour, so
+  ``rate = -ln(1 - p)`` per hour with the same midpoints.
+- No observation: a per-cloud default from the thesis' availability study (§6.3, Fig. 6.2):
+  GCP preemptible VMs are preempted at least once per 24 h (rate 1/24); AWS spot instances were
+  reliably available for longer than GCP's and preempted "on the order of hours" (we assume a
+  48 h MTBF); the thesis has no Azure availability data, so Azure gets GCP's 24 h. Labelled
+  ``default`` in every output.
+
+Capacity (instances one can hold at once) is not in the history; callers pass it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import and_, func, select
+from sqlalchemy.orm import Session
+
+from spotopt.db.models import InstanceType, Interruption
+from spotopt.db.queries import MarketFilter, Quote, prices_at
+
+HOURS_PER_MONTH = 730.0
+BUCKET_MIDPOINT_PERCENT = ((5.0, 2.5), (10.0, 7.5), (15.0, 12.5), (20.0, 17.5))
+OPEN_BUCKET_PERCENT = 25.0
+DEFAULT_RATE_PER_HOUR = {"gcp": 1 / 24, "aws": 1 / 48, "azure": 1 / 24}
+RATE_KINDS = ("advisor-bucket", "eviction-rate")
+
+
+@dataclass(frozen=True, slots=True)
+class MarketState:
+    """One market at one time. ``preemptions_per_hour`` is 0 for on-demand."""
+
+    quote: Quote
+    preemptions_per_hour: float
+    rate_source: str  # on-demand | advisor-bucket | eviction-rate | default
+    rate_observed_at: datetime | None
+
+    @property
+    def label(self) -> str:
+        q = self.quote
+        return f"{q.cloud}/{q.zone or q.region}/{q.instance_type}/{q.market}"
+
+
+def bucket_midpoint(upper_percent: float) -> float:
+    for upper, mid in BUCKET_MIDPOINT_PERCENT:
+        if upper_percent <= upper:
+            return mid
+    return OPEN_BUCKET_PERCENT
+
+
+def rate_per_hour(kind: str, value: float) -> float:
+    """Convert an interruption observation to preemptions per hour (see the module docstring)."""
+    p = bucket_midpoint(value) / 100.0
+    if kind == "advisor-bucket":
+        return -math.log1p(-p) / HOURS_PER_MONTH
+    if kind == "eviction-rate":
+        return -math.log1p(-p)
+    raise ValueError(f"no rate conversion for interruption kind {kind!r}")
+
+
+def _latest_interruptions(
+    session: Session, at: datetime, clouds: Sequence[str] | None
+) -> dict[tuple[str, str, str, str], tuple[str, float, datetime]]:
+    """(cloud, instance type, region, zone) → (kind, value, observed_at) of the latest rate row <= at."""
+    key = (Interruption.instance_type_id, Interruption.region, Interruption.zone, Interruption.kind)
+    latest = (
+        select(*key, func.max(Interruption.observed_at).label("at"))
+        .where(Interruption.observed_at <= at, Interruption.kind.in_(RATE_KINDS))
+        .where(Interruption.value.is_not(None))
+        .group_by(*key)
+        .subquery()
+    )
+    stmt = (
+        select(
+            InstanceType.cloud,
+            InstanceType.name,
+            Interruption.region,
+            Interruption.zone,
+            Interruption.kind,
+            Interruption.value,
+            Interruption.observed_at,
+        )
+        .join(InstanceType, InstanceType.id == Interruption.instance_type_id)
+        .join(
+            latest,
+            and_(
+                latest.c.instance_type_id == Interruption.instance_type_id,
+                latest.c.region == Interruption.region,
+                latest.c.zone == Interruption.zone,
+                latest.c.kind == Interruption.kind,
+                latest.c.at == Interruption.observed_at,
+            ),
+        )
+        .order_by(Interruption.observed_at, Interruption.source)
+    )
+    if clouds:
+        stmt = stmt.where(InstanceType.cloud.in_(clouds))
+    found: dict[tuple[str, str, str, str], tuple[str, float, datetime]] = {}
+    for cloud, name, region, zone, kind, value, observed in session.execute(stmt):
+        if value is not None:
+            found[(cloud, name, region, zone or "")] = (kind, float(value), observed)
+    return found
+
+
+def snapshot(session: Session, at: datetime, flt: MarketFilter | None = None) -> list[MarketState]:
+    """Every market with a price at ``at`` (matching ``flt``), with its preemption rate at ``at``."""
+    flt = flt or MarketFilter()
+    quotes = prices_at(session, at, flt)
+    rates = _latest_interruptions(session, at, flt.clouds)
+    states = []
+    for q in quotes:
+        if q.market != "spot":
+            states.append(MarketState(q, 0.0, "on-demand", None))
+            continue
+        hit = rates.get((q.cloud, q.instance_type, q.region, q.zone or "")) or rates.get(
+            (q.cloud, q.instance_type, q.region, "")
+        )
+        if hit is None:
+            states.append(MarketState(q, DEFAULT_RATE_PER_HOUR[q.cloud], "default", None))
+        else:
+            kind, value, observed = hit
+            states.append(MarketState(q, rate_per_hour(kind, value), kind, observed))
+    return states

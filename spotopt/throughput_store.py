@@ -1,0 +1,126 @@
+"""The ``throughputs`` table: measured, imported and estimated steps/s per workload × GPU model × count.
+
+Import files are CSV (header ``workload,gpu_model,gpu_count,steps_per_s[,source][,note]``) or JSON
+(a list of objects with the same keys). ``source`` defaults to ``imported``. Re-importing the
+same file changes nothing; a new value for an existing (workload, GPU, count, source) replaces
+the old one. A bad row aborts the whole import with its row number and field.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from spotopt.db.models import Throughput
+from spotopt.errors import InputError
+from spotopt.jobspec import gpu_key
+from spotopt.throughput import StoredFigure
+
+SOURCES = ("measured", "imported", "estimated")
+REQUIRED = ("workload", "gpu_model", "gpu_count", "steps_per_s")
+
+
+def read_file(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a CSV or JSON throughput file, validated; errors name the row and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if path.suffix.lower() == ".json":
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: not valid JSON: {exc}") from None
+        if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+            raise InputError(f"{path}: expected a JSON list of objects with keys {', '.join(REQUIRED)}")
+    else:
+        raw = list(csv.DictReader(io.StringIO(text)))
+    return [_row(path, i + 1, r) for i, r in enumerate(raw)]
+
+
+def _row(path: Path, number: int, raw: dict[str, Any]) -> dict[str, Any]:
+    where = f"{path}: row {number}"
+    for key in REQUIRED:
+        if raw.get(key) in (None, ""):
+            raise InputError(f"{where}: {key} is required (columns: {', '.join(REQUIRED)}[, source, note])")
+    try:
+        gpu = gpu_key(str(raw["gpu_model"]).strip())
+    except ValueError as exc:
+        raise InputError(f"{where}: gpu_model: {exc}") from None
+    try:
+        count = int(raw["gpu_count"])
+        tput = float(raw["steps_per_s"])
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: gpu_count must be an integer and steps_per_s a number") from None
+    if count < 1:
+        raise InputError(f"{where}: gpu_count must be >= 1")
+    if not tput > 0:
+        raise InputError(f"{where}: steps_per_s must be > 0")
+    source = str(raw.get("source") or "imported").strip()
+    if source not in SOURCES:
+        raise InputError(f"{where}: source {source!r} is not one of {', '.join(SOURCES)}")
+    note = raw.get("note")
+    return {
+        "workload": str(raw["workload"]).strip(),
+        "gpu_model": gpu,
+        "gpu_count": count,
+        "steps_per_s": tput,
+        "source": source,
+        "note": str(note) if note not in (None, "") else None,
+    }
+
+
+def import_rows(session: Session, rows: list[dict[str, Any]], now: datetime | None = None) -> tuple[int, int]:
+    """Upsert rows inside the caller's transaction; returns (inserted, updated)."""
+    now = now or datetime.now(UTC)
+    existing = {
+        (t.workload, t.gpu_model, t.gpu_count, t.source): t for t in session.scalars(select(Throughput))
+    }
+    inserted = updated = 0
+    for row in rows:
+        key = (row["workload"], row["gpu_model"], row["gpu_count"], row["source"])
+        found = existing.get(key)
+        if found is None:
+            found = Throughput(**row, recorded_at=now)
+            session.add(found)
+            existing[key] = found
+            inserted += 1
+        elif found.steps_per_s != row["steps_per_s"] or found.note != row["note"]:
+            found.steps_per_s, found.note, found.recorded_at = row["steps_per_s"], row["note"], now
+            updated += 1
+    session.flush()
+    return inserted, updated
+
+
+def list_rows(session: Session, workload: str | None = None) -> list[dict[str, Any]]:
+    stmt = select(Throughput).order_by(Throughput.workload, Throughput.gpu_model, Throughput.gpu_count)
+    if workload:
+        stmt = stmt.where(Throughput.workload == workload)
+    return [
+        {
+            "workload": t.workload,
+            "gpu_model": t.gpu_model,
+            "gpu_count": t.gpu_count,
+            "steps_per_s": t.steps_per_s,
+            "source": t.source,
+            "recorded_at": t.recorded_at,
+            "note": t.note,
+        }
+        for t in session.scalars(stmt)
+    ]
+
+
+def stored_figures(session: Session) -> list[StoredFigure]:
+    """Every stored figure, for ``JobThroughput`` (the reference workloads are all of them)."""
+    return [
+        StoredFigure(t.workload, t.gpu_model, t.gpu_count, t.steps_per_s, t.source)
+        for t in session.scalars(select(Throughput))
+    ]
