@@ -1,0 +1,83 @@
+"""azure-mgmt-compute / azure-mgmt-resourcegraph clients and the public Retail Prices API.
+
+Credentials come from ``DefaultAzureCredential`` (environment, workload or managed identity,
+Azure CLI login …) and the subscription from ``AZURE_SUBSCRIPTION_ID``. The Retail Prices API
+needs neither. SDK retries are off (``retry_total=0``): the collectors' bounded retry decides.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from spotopt.adaptors.http import HttpJson
+from spotopt.collectors.base import MissingCredentials
+
+CREDENTIALS_HINT = (
+    "configure Azure credentials (az login, AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET or a "
+    "managed identity) and set AZURE_SUBSCRIPTION_ID"
+)
+RETAIL_PRICES_URL = "https://prices.azure.com/api/retail/prices"
+RETAIL_API_VERSION = "2023-01-01-preview"
+
+
+class AzureClients:
+    """``credential``/``subscription_id`` are for tests; by default both come from the environment."""
+
+    def __init__(
+        self,
+        credential: Any | None = None,
+        subscription_id: str | None = None,
+        http: HttpJson | None = None,
+    ) -> None:
+        self._credential = credential
+        self._subscription = subscription_id
+        self._clients: dict[str, Any] = {}
+        self.http = http or HttpJson()
+
+    def _auth(self) -> tuple[Any, str]:
+        subscription = self._subscription or os.environ.get("AZURE_SUBSCRIPTION_ID")
+        if not subscription:
+            raise MissingCredentials("azure", CREDENTIALS_HINT)
+        if self._credential is None:
+            from azure.identity import DefaultAzureCredential
+
+            self._credential = DefaultAzureCredential()
+        return self._credential, subscription
+
+    def compute(self) -> Any:
+        if "compute" not in self._clients:
+            from azure.mgmt.compute import ComputeManagementClient
+
+            credential, subscription = self._auth()
+            self._clients["compute"] = ComputeManagementClient(credential, subscription, retry_total=0)
+        return self._clients["compute"]
+
+    def resource_skus_page(self, location: str | None, token: str | None) -> tuple[list[Any], str | None]:
+        """One page of ``resourceSkus.list`` (optionally for one location) and the next-page token."""
+        flt = f"location eq '{location}'" if location else None
+        pages = self.compute().resource_skus.list(filter=flt).by_page(continuation_token=token)
+        items = list(next(pages))
+        return items, pages.continuation_token
+
+    def resource_graph(self, query: str, skip_token: str | None) -> Any:
+        """One page of an Azure Resource Graph query over the caller's subscriptions."""
+        from azure.mgmt.resourcegraph.models import QueryRequest, QueryRequestOptions
+
+        if "graph" not in self._clients:
+            from azure.mgmt.resourcegraph import ResourceGraphClient
+
+            credential, _ = self._auth()
+            self._clients["graph"] = ResourceGraphClient(credential, retry_total=0)
+        options = QueryRequestOptions(result_format="objectArray", top=1000, skip_token=skip_token)
+        return self._clients["graph"].resources(QueryRequest(query=query, options=options))
+
+    def retail_page(self, url: str | None, flt: str) -> dict[str, Any]:
+        """One page of the Retail Prices API: the first for ``flt``, or the ``NextPageLink`` ``url``."""
+        if url is None:
+            body, _ = self.http.get(RETAIL_PRICES_URL, {"api-version": RETAIL_API_VERSION, "$filter": flt})
+        else:
+            body, _ = self.http.get(url)
+        if not isinstance(body, dict):
+            raise ValueError("Retail Prices response is not a JSON object")
+        return body
