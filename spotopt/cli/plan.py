@@ -1,0 +1,119 @@
+"""``spotopt plan JOBS.yaml --policy NAME``: where each job should run, for what share, at what cost."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from spotopt.cli.common import parse_time, state
+from spotopt.db.queries import MarketFilter
+from spotopt.errors import InputError
+from spotopt.jobspec import load_jobs
+from spotopt.market import snapshot
+from spotopt.plan import build_problem, plan_report, solve
+from spotopt.policies.base import get_policy
+from spotopt.render import Format, render, to_json
+from spotopt.throughput_store import stored_figures
+
+COLUMNS = [
+    "job",
+    "cloud",
+    "region",
+    "zone",
+    "instance_type",
+    "market",
+    "gpus",
+    "share",
+    "cost_usd",
+    "finish_hours",
+    "slack_hours",
+    "usd_per_step",
+    "runner_up_usd_per_step",
+    "throughput_source",
+    "rate_source",
+    "checkpoint_interval_s",
+]
+
+
+def plan(
+    ctx: typer.Context,
+    jobs_file: Annotated[Path, typer.Argument(metavar="JOBS.yaml", help="Job spec (see README).")],
+    policy: Annotated[
+        str, typer.Option(help="min-cost, min-cost-slo, min-makespan-budget or max-throughput.")
+    ] = "min-cost-slo",
+    at: Annotated[
+        str | None, typer.Option(help="Plan with prices at this time (ISO 8601, default now).")
+    ] = None,
+    budget: Annotated[
+        float | None, typer.Option(min=0, help="Total budget in USD (min-makespan-budget).")
+    ] = None,
+    capacity: Annotated[
+        float | None,
+        typer.Option(min=0, help="Instances per market you may hold at once (default unlimited)."),
+    ] = None,
+    horizon: Annotated[
+        float | None,
+        typer.Option(min=1, help="Planning horizon in hours (default max(720, latest deadline))."),
+    ] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json.")] = Format.TABLE,
+) -> None:
+    """Plan jobs on the markets priced at --at with a policy; shows shares, cost, finish and slack."""
+    get_policy(policy)  # an unknown name fails before any work, with a did-you-mean
+    spec = load_jobs(jobs_file)
+    when = parse_time(at, "--at") or datetime.now(UTC)
+    with state(ctx).db().session() as session:
+        markets = snapshot(session, when, MarketFilter())
+        figures = stored_figures(session)
+    if not markets:
+        raise InputError(
+            f"--at {when.isoformat()}: no market has a price then; import prices or pick another time"
+        )
+    problem = build_problem(
+        spec,
+        markets,
+        when,
+        figures,
+        horizon_hours=horizon,
+        budget_usd=budget,
+        capacity=math.inf if capacity is None else capacity,
+    )
+    report = plan_report(problem, solve(policy, problem.input))
+    if fmt is Format.JSON:
+        typer.echo(to_json(report))
+        return
+    render(_rows(report), fmt, title=_title(report), columns=COLUMNS)
+
+
+def _title(report: dict[str, Any]) -> str:
+    return (
+        f"{report['policy']}: {report['status']}, total ${report['total_cost_usd']:,.2f}, "
+        f"makespan {report['makespan_hours'] or math.inf:.1f} h (prices at {report['at']:%Y-%m-%d %H:%M} UTC)"
+    )
+
+
+def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for job in report["jobs"]:
+        runner = job["runner_up"]
+        for k, item in enumerate(job["allocation"]):
+            first = k == 0
+            rows.append(
+                {
+                    "job": job["name"] if first else "",
+                    **{c: item[c] for c in ("cloud", "region", "zone", "instance_type", "market", "gpus")},
+                    "share": item["share"],
+                    "cost_usd": job["cost_usd"] if first else None,
+                    "finish_hours": job["finish_hours"] if first else None,
+                    "slack_hours": job["slack_hours"] if first else None,
+                    "usd_per_step": item["usd_per_step"],
+                    "runner_up_usd_per_step": runner["usd_per_step"] if first and runner else None,
+                    "throughput_source": item["throughput_source"],
+                    "rate_source": item["rate_source"],
+                    "checkpoint_interval_s": item["checkpoint_interval_s"],
+                }
+            )
+    return rows
