@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy import Select, and_, select
 from sqlalchemy.orm import Session
 
-from spotopt.catalog import gpu_matches
 from spotopt.db.models import InstanceType, Market, PricePoint
 
 
@@ -101,13 +100,13 @@ def _filtered(stmt: AnySelect, flt: MarketFilter) -> AnySelect:
         stmt = stmt.where(Market.kind.in_(flt.kinds))
     if flt.gpu:
         family = flt.gpu
-        stmt = stmt.where((InstanceType.gpu_model == family) | InstanceType.gpu_model.like(f"{family}-%"))
+        stmt = stmt.where(InstanceType.gpu_model.ilike(family) | InstanceType.gpu_model.ilike(f"{family}-%"))
     elif not flt.include_unknown_gpu:
         stmt = stmt.where(InstanceType.gpu_model.is_not(None))
     return stmt
 
 
-def _quotes(session: Session, stmt: AnySelect, gpu: str | None) -> list[Quote]:
+def _quotes(session: Session, stmt: AnySelect) -> list[Quote]:
     seen: set[tuple[int, datetime]] = set()
     quotes = []
     for row in session.execute(stmt):
@@ -128,9 +127,7 @@ def _quotes(session: Session, stmt: AnySelect, gpu: str | None) -> list[Quote]:
             observed_at=row[9],
             source=row[10],
         )
-        # SQL LIKE is case-sensitive on PostgreSQL only; this keeps both databases identical.
-        if gpu is None or gpu_matches(gpu, quote.gpu):
-            quotes.append(quote)
+        quotes.append(quote)
     return quotes
 
 
@@ -160,7 +157,7 @@ def prices_at(
     stmt = _filtered(stmt, flt)
     if max_age is not None:
         stmt = stmt.where(PricePoint.observed_at >= at - max_age)
-    return _quotes(session, stmt, flt.gpu)
+    return _quotes(session, stmt)
 
 
 def price_history(
@@ -189,7 +186,7 @@ def price_history(
     stmt = stmt.order_by(PricePoint.observed_at, InstanceType.cloud, Market.region, Market.zone, Market.id)
     if limit is not None:
         stmt = stmt.limit(limit)
-    quotes = _quotes(session, stmt, flt.gpu)
+    quotes = _quotes(session, stmt)
     if since is not None:
         opening = [q for q in prices_at(session, since, flt) if q.observed_at < since]
         quotes = opening + quotes
