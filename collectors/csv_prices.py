@@ -63,13 +63,14 @@ def read_price_csv(
     name = path.name
     for line, row in iter_csv_rows(path, COLUMNS, on_bytes):
         where = f"{name}: line {line}"
-        if None in row.values():  # csv fills the columns of a short row with None
+        if None in row.values():  # a short row
             missing = [c for c in COLUMNS if row.get(c) is None]
             if missing:
                 raise InputError(f"{where}: too few fields (no {', '.join(missing)})")
-        market = markets.get(row, where)
-        observed_at = fields.timestamp(row["timestamp"], where, "timestamp")
-        usd_per_hour = fields.price(row["usd_per_hour"].strip(), where, "usd_per_hour")
+        values: dict[str, str] = row  # type: ignore[assignment]  # no None left in COLUMNS
+        market = markets.get(values, where)
+        observed_at = fields.timestamp(values["timestamp"], where, "timestamp")
+        usd_per_hour = fields.price(values["usd_per_hour"].strip(), where, "usd_per_hour")
         if usd_per_hour == 0:
             yield Rejection(where, "price is zero")
         else:

@@ -279,24 +279,32 @@ def open_text(path: Path, on_bytes: ProgressCallback | None = None) -> Iterator[
 
 def iter_csv_rows(
     path: Path, columns: tuple[str, ...], on_bytes: ProgressCallback | None = None
-) -> Iterator[tuple[int, dict[str, str]]]:
-    """Yield ``(line number, row)`` of a CSV file whose header has ``columns`` (extra ones are ignored).
+) -> Iterator[tuple[int, dict[str, str | None]]]:
+    """Yield ``(first line of the record, row)`` of a CSV file whose header has ``columns``.
 
+    Extra columns are ignored; the columns a short row lacks are None; blank lines are skipped.
     A header lacking a column, or a damaged file, raises ``InputError`` naming the file and line.
     """
     name = path.name
     with open_text(path, on_bytes) as stream:
-        reader = csv.DictReader(stream)
+        reader = csv.reader(stream)
         try:
-            header = reader.fieldnames or []
+            header = next(reader, [])
             missing = [c for c in columns if c not in header]
             if missing:
                 raise InputError(
                     f"{name}: line 1: the header lacks {', '.join(missing)}; "
                     f"expected the columns {','.join(columns)}"
                 )
-            for row in reader:
-                yield reader.line_num, row
+            width = len(header)
+            last = reader.line_num
+            for cells in reader:
+                first, last = last + 1, reader.line_num
+                if not cells:
+                    continue
+                if len(cells) < width:
+                    cells = cells + [None] * (width - len(cells))  # type: ignore[list-item]
+                yield first, dict(zip(header, cells, strict=False))
         except csv.Error as exc:
             raise InputError(f"{name}: line {reader.line_num}: not valid CSV ({exc})") from None
         except _READ_ERRORS as exc:
