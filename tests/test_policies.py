@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 from scipy.optimize import linprog
+from spotopt.policies.base import PolicyInput, get_policy, policy_names
 
 from spotopt.errors import InfeasibleError, InputError
 from spotopt.plan import prune_dominated, select_options
-from spotopt.policies.base import PolicyInput, get_policy, policy_names
 
 POLICIES = ["min-cost", "min-cost-slo", "min-makespan-budget", "max-throughput"]
 
@@ -94,7 +94,9 @@ def test_infeasible_capacity_names_jobs_and_shortfall() -> None:
 
 
 def test_no_market_for_a_job_is_named() -> None:
-    inp = PolicyInput.from_dense([[10.0, 0.0], [0.0, 0.0]], [1.0, 1.0], work_steps=[1, 1], job_names=("x", "y"))
+    inp = PolicyInput.from_dense(
+        [[10.0, 0.0], [0.0, 0.0]], [1.0, 1.0], work_steps=[1, 1], job_names=("x", "y")
+    )
     with pytest.raises(InfeasibleError, match="no market can run y"):
         get_policy("min-cost")(inp)
 
@@ -164,7 +166,8 @@ def scipy_hours_lp(inp: PolicyInput, wall: np.ndarray) -> float | None:
 def test_random_instances_match_scipy_and_keep_invariants(seed: int) -> None:
     rng = np.random.default_rng(seed)
     inp = random_input(rng, int(rng.integers(2, 7)), int(rng.integers(2, 6)))
-    for name, wall in (("min-cost", np.full(inp.n_jobs, inp.horizon_hours)), ("min-cost-slo", inp.wall_limit())):
+    limits = (("min-cost", np.full(inp.n_jobs, inp.horizon_hours)), ("min-cost-slo", inp.wall_limit()))
+    for name, wall in limits:
         expected = scipy_hours_lp(inp, wall)
         if expected is None:
             with pytest.raises(InfeasibleError):

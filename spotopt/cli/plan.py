@@ -21,22 +21,19 @@ from spotopt.throughput_store import stored_figures
 
 COLUMNS = [
     "job",
-    "cloud",
-    "region",
-    "zone",
+    "where",
     "instance_type",
     "market",
     "gpus",
     "share",
     "cost_usd",
-    "finish_hours",
-    "slack_hours",
+    "finish_h",
+    "slack_h",
     "usd_per_step",
-    "runner_up_usd_per_step",
-    "throughput_source",
-    "rate_source",
-    "checkpoint_interval_s",
+    "runner_up",
+    "throughput",
 ]
+"""Table columns; ``runner_up`` is the best $/step among options the job did not get (JSON has all fields)."""
 
 
 def plan(
@@ -104,16 +101,17 @@ def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "job": job["name"] if first else "",
-                    **{c: item[c] for c in ("cloud", "region", "zone", "instance_type", "market", "gpus")},
+                    "where": f"{item['cloud']}/{item['zone'] or item['region']}",
+                    "instance_type": item["instance_type"],
+                    "market": item["market"],
+                    "gpus": item["gpus"],
                     "share": item["share"],
                     "cost_usd": job["cost_usd"] if first else None,
-                    "finish_hours": job["finish_hours"] if first else None,
-                    "slack_hours": job["slack_hours"] if first else None,
+                    "finish_h": job["finish_hours"] if first else None,
+                    "slack_h": job["slack_hours"] if first else None,
                     "usd_per_step": item["usd_per_step"],
-                    "runner_up_usd_per_step": runner["usd_per_step"] if first and runner else None,
-                    "throughput_source": item["throughput_source"],
-                    "rate_source": item["rate_source"],
-                    "checkpoint_interval_s": item["checkpoint_interval_s"],
+                    "runner_up": runner["usd_per_step"] if first and runner else None,
+                    "throughput": item["throughput_source"],
                 }
             )
     return rows

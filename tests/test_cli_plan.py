@@ -1,0 +1,141 @@
+"""``spotopt plan`` and ``spotopt throughput`` end to end, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spotopt.cli.app import app
+from spotopt.db.setup import open_history
+from spotopt.ingest import run_ingest
+from spotopt.types import InstanceTypeSpec, InterruptionObservation, MarketKey, MarketKind, PriceObservation
+
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+EXAMPLES = Path(__file__).parents[1] / "data" / "examples"
+runner = CliRunner()
+
+
+def seed(url: str) -> None:
+    """Two test instance types (1x and 8x V100) with spot and on-demand prices and an advisor bucket."""
+    one = InstanceTypeSpec("aws", "test.v100x1", "V100-16GB", 1)
+    eight = InstanceTypeSpec("aws", "test.v100x8", "V100-16GB", 8)
+    spot = MarketKey("aws", "us-east-1", "us-east-1a", "test.v100x1", MarketKind.SPOT)
+    od = MarketKey("aws", "us-east-1", None, "test.v100x1", MarketKind.ON_DEMAND)
+    big = MarketKey("aws", "us-east-1", None, "test.v100x8", MarketKind.ON_DEMAND)
+    records = [
+        one,
+        eight,
+        PriceObservation(spot, T0, 0.9),
+        PriceObservation(od, T0, 3.0),
+        PriceObservation(big, T0, 16.0),
+        InterruptionObservation("aws", "us-east-1", None, "test.v100x1", T0, "advisor-bucket", 10, "5-10%"),
+    ]
+    db = open_history(url)
+    try:
+        run_ingest(db, "test", "seed", records)
+    finally:
+        db.dispose()
+
+
+def write_jobs(tmp_path: Path, deadline: str) -> Path:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        f"""
+jobs:
+  - name: resnet50
+    throughput: {{V100: 2.4}}
+    work: {{steps: 864000}}          # 100 h on one V100
+    deadline: {deadline}
+    checkpoint_gb: 0.1
+    allow: {{instance_types: [test.v100x1, test.v100x8]}}
+"""
+    )
+    return path
+
+
+def plan_json(db_url: str, *args: str) -> dict:  # type: ignore[type-arg]
+    result = runner.invoke(
+        app, ["--db", db_url, "plan", *args, "--at", "2025-03-02T00:00Z", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_plan_json_schema_and_choice(db_url: str, tmp_path: Path) -> None:
+    seed(db_url)
+    doc = plan_json(db_url, str(write_jobs(tmp_path, "200h")), "--policy", "min-cost-slo")
+    assert doc["status"] == "optimal"
+    assert isinstance(doc["total_cost_usd"], float)
+    (job,) = doc["jobs"]
+    assert {"name", "cost_usd", "finish_hours", "allocation"} <= set(job)
+    (item,) = job["allocation"]
+    assert {"cloud", "region", "zone", "instance_type", "market", "share"} <= set(item)
+    # spot at 0.9/h loses a little to preemptions; 8x V100 packed costs 2/h per job: spot wins
+    assert (item["instance_type"], item["market"], item["zone"]) == ("test.v100x1", "spot", "us-east-1a")
+    assert item["share"] == pytest.approx(1.0)
+    assert item["rate_source"] == "advisor-bucket" and item["checkpoint_interval_s"] > 0
+    assert job["cost_usd"] == pytest.approx(0.9 * job["finish_hours"])
+    assert job["runner_up"]["usd_per_step"] > item["usd_per_step"]
+    assert doc["total_cost_usd"] == pytest.approx(job["cost_usd"])
+
+
+def test_tight_deadline_mixes_markets_or_fails_clearly(db_url: str, tmp_path: Path) -> None:
+    seed(db_url)
+    result = runner.invoke(
+        app,
+        [
+            "--db",
+            db_url,
+            "plan",
+            str(write_jobs(tmp_path, "50h")),
+            "--policy",
+            "min-cost-slo",
+            "--at",
+            "2025-03-02",
+        ],
+    )
+    assert result.exit_code == 4
+    assert "resnet50: needs 100.0 h" in result.output and "misses by 50.0 h" in result.output
+
+
+def test_table_output_and_unknown_policy(db_url: str, tmp_path: Path) -> None:
+    seed(db_url)
+    jobs = str(write_jobs(tmp_path, "200h"))
+    ok = runner.invoke(app, ["--db", db_url, "plan", jobs, "--policy", "min-cost", "--at", "2025-03-02"])
+    assert ok.exit_code == 0, ok.output
+    assert "min-cost: optimal" in ok.output
+    csv = runner.invoke(
+        app, ["--db", db_url, "plan", jobs, "--policy", "min-cost", "--at", "2025-03-02", "-f", "csv"]
+    )
+    assert csv.output.splitlines()[1].startswith("resnet50,aws/us-east-1a,test.v100x1,spot,1,1.0,")
+    bad = runner.invoke(app, ["--db", db_url, "plan", jobs, "--policy", "min-cots"])
+    assert bad.exit_code == 2 and "did you mean 'min-cost'" in bad.output
+
+
+def test_budget_policy_and_bad_spec(db_url: str, tmp_path: Path) -> None:
+    seed(db_url)
+    doc = plan_json(
+        db_url, str(write_jobs(tmp_path, "200h")), "--policy", "min-makespan-budget", "--budget", "500"
+    )
+    assert doc["total_cost_usd"] <= 500 + 1e-6
+    assert doc["makespan_hours"] < 110
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("jobs:\n  - name: x\n    work: {gpu_days: -1, gpu: V100}\n")
+    result = runner.invoke(app, ["--db", db_url, "plan", str(bad)])
+    assert result.exit_code == 2 and "jobs[0] (x).work.gpu_days: must be > 0" in result.output
+
+
+def test_throughput_import_and_list(db_url: str) -> None:
+    path = str(EXAMPLES / "throughputs.csv")
+    first = runner.invoke(app, ["--db", db_url, "throughput", "import", path])
+    assert first.exit_code == 0 and "15 new" in first.output
+    again = runner.invoke(app, ["--db", db_url, "throughput", "import", path])
+    assert "0 new, 0 updated" in again.output
+    listed = runner.invoke(
+        app, ["--db", db_url, "throughput", "list", "--workload", "cyclegan", "-f", "json"]
+    )
+    assert [r["gpu_model"] for r in json.loads(listed.output)] == ["K80", "P100", "V100"]

@@ -1,0 +1,104 @@
+"""Effective throughput: figures, estimates, data-parallel scaling, preemption loss, the store."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from spotopt.db.engine import Database
+from spotopt.errors import InputError
+from spotopt.jobspec import parse_jobs
+from spotopt.market import DEFAULT_RATE_PER_HOUR, bucket_midpoint, rate_per_hour
+from spotopt.throughput import (
+    DEFAULT_COMM_RATIO,
+    JobThroughput,
+    StoredFigure,
+    checkpoint_interval_s,
+    fit_comm_ratio,
+    preemption_efficiency,
+    scaling_efficiency,
+)
+from spotopt.throughput_store import import_rows, list_rows, read_file, stored_figures
+
+EXAMPLES = Path(__file__).parents[1] / "data" / "examples"
+
+
+def one_job(**fields: object):  # type: ignore[no-untyped-def]
+    return parse_jobs({"jobs": [{"name": "j", "work": {"steps": 10}, **fields}]}).jobs[0]
+
+
+def test_spec_figures_match_family_and_model() -> None:
+    book = JobThroughput(one_job(throughput={"V100": 2.4, "V100-32GB": 2.6}))
+    assert book.at("V100-16GB", 1).steps_per_s == 2.4  # type: ignore[union-attr]
+    assert book.at("V100-32GB", 1).steps_per_s == 2.6  # type: ignore[union-attr]  (model beats family)
+    assert book.at("A100-80GB", 1) is None  # nothing to estimate from
+
+
+def test_data_parallel_model_and_fit() -> None:
+    # T(d) = T1 d / (1 + 2 r (d-1)); with r = 0.05: T(4) = 4/1.3
+    book = JobThroughput(one_job(throughput={"A100": {1: 1.0, 4: 4 / 1.3}}))
+    assert book.comm_ratio == pytest.approx(0.05)
+    assert book.comm_source == "measured"
+    fig = book.at("A100-80GB", 8)
+    assert fig is not None and fig.steps_per_s == pytest.approx(8 / (1 + 2 * 0.05 * 7))
+    assert fig.source == "spec"
+    assert book.at("A100-40GB", 4).steps_per_s == pytest.approx(4 / 1.3)  # type: ignore[union-attr]
+    default = JobThroughput(one_job(throughput={"A100": 1.0})).at("A100-40GB", 2)
+    assert default is not None and default.estimated
+    assert default.steps_per_s == pytest.approx(2 * scaling_efficiency(2, DEFAULT_COMM_RATIO))
+    assert fit_comm_ratio({}) is None
+
+
+def test_missing_gpu_estimated_from_nearest_reference() -> None:
+    refs = [
+        StoredFigure("cnn", g, 1, v, "imported") for g, v in (("K80", 1.0), ("P100", 3.7), ("V100", 9.6))
+    ] + [StoredFigure("rl", g, 1, v, "imported") for g, v in (("K80", 1.0), ("P100", 1.2), ("V100", 2.2))]
+    book = JobThroughput(one_job(throughput={"K80": 0.5, "P100": 1.85}), refs)
+    fig = book.at("V100-16GB", 1)
+    assert fig is not None and fig.estimated and "cnn" in fig.note
+    assert fig.steps_per_s == pytest.approx(4.8)  # the CNN's ratios fit exactly: 0.5 x 9.6
+
+
+def test_young_daly_and_preemption_efficiency() -> None:
+    assert checkpoint_interval_s(60, 0.0) is None
+    assert preemption_efficiency(0.0, 60, 300) == 1.0
+    rate = 1 / 24  # per hour
+    tau = checkpoint_interval_s(60, rate)
+    assert tau == pytest.approx(math.sqrt(2 * 60 * 24 * 3600))
+    expected = 1 - 60 / tau - (rate / 3600) * (tau / 2 + 300)  # type: ignore[operator]
+    assert preemption_efficiency(rate, 60, 300) == pytest.approx(expected)
+    assert preemption_efficiency(100.0, 600, 3600) == 0.0
+
+
+def test_interruption_conversions() -> None:
+    assert [bucket_midpoint(v) for v in (5, 10, 15, 20, 100)] == [2.5, 7.5, 12.5, 17.5, 25.0]
+    assert rate_per_hour("advisor-bucket", 5) == pytest.approx(-math.log(1 - 0.025) / 730)
+    assert rate_per_hour("eviction-rate", 10) == pytest.approx(-math.log(1 - 0.075))
+    assert DEFAULT_RATE_PER_HOUR["gcp"] == pytest.approx(1 / 24)
+    with pytest.raises(ValueError):
+        rate_per_hour("placement-score", 3)
+
+
+def test_store_import_is_idempotent_and_listed(db: Database) -> None:
+    rows = read_file(EXAMPLES / "throughputs.csv")
+    with db.session() as s:
+        assert import_rows(s, rows) == (len(rows), 0)
+    with db.session() as s:
+        assert import_rows(s, rows) == (0, 0)
+        assert len(list_rows(s, "cyclegan")) == 3
+        assert {f.workload for f in stored_figures(s)} >= {"transformer", "resnet18"}
+
+
+def test_store_json_and_errors(tmp_path: Path) -> None:
+    good = tmp_path / "t.json"
+    good.write_text('[{"workload": "w", "gpu_model": "h100-80gb", "gpu_count": 8, "steps_per_s": 3}]')
+    assert read_file(good)[0]["gpu_model"] == "H100-80GB"
+    bad = tmp_path / "t.csv"
+    bad.write_text("workload,gpu_model,gpu_count,steps_per_s\nw,V100,1,0\n")
+    with pytest.raises(InputError, match="row 1: steps_per_s must be > 0"):
+        read_file(bad)
+    bad.write_text("workload,gpu_model,gpu_count,steps_per_s\nw,Z9,1,1\n")
+    with pytest.raises(InputError, match="row 1: gpu_model: unknown GPU"):
+        read_file(bad)
