@@ -70,12 +70,13 @@ class AwsCollector(Collector):
                 return found
 
     def wanted_type_names(self) -> list[str]:
-        names = [str(t.get("InstanceType")) for t in self.gpu_types() if t.get("InstanceType")]
-        if not self.ctx.gpus:
-            return names
-        specs = {s.name: s for s in (spec_of(t) for t in self.gpu_types()) if isinstance(s, InstanceTypeSpec)}
-        merged = {**specs, **self.ctx.catalog}
-        return [n for n in names if n in merged and self.ctx.wants_gpu(merged[n].gpu_model)]
+        """The region's well-formed GPU types within ``--gpu`` (bundled catalog facts first)."""
+        specs = [s for s in map(spec_of, self.gpu_types()) if isinstance(s, InstanceTypeSpec)]
+        return [
+            s.name
+            for s in specs
+            if not self.ctx.gpus or self.ctx.wants_gpu(self.ctx.catalog.get(s.name, s).gpu_model)
+        ]
 
 
 def spec_of(item: Mapping[str, Any]) -> InstanceTypeSpec | Rejection:

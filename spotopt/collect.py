@@ -293,7 +293,8 @@ def _write(session: Session, collector: Collector, records: Iterable[Record], re
                 last[market_id] = (record.observed_at, record.usd_per_hour)
         ingestor.add(record)
     stats = ingestor.flush()
-    result.inserted, result.duplicate = stats.inserted, stats.duplicate
+    # New instance types count as inserted rows: for a catalog collector they are its output.
+    result.inserted, result.duplicate = stats.inserted + len(stats.new_types), stats.duplicate
     if stats.unknown_types:
         names = ", ".join(sorted(n for _, n in stats.unknown_types))
         result.note = "; ".join(filter(None, [result.note, f"instance types not in the catalog: {names}"]))
