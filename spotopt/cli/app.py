@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from spotopt.cli import catalog, db, imports, plan, prices, throughput
+from spotopt.cli import catalog, collect, db, imports, plan, prices, report, throughput
 from spotopt.cli.common import State
 from spotopt.errors import SpotoptError
 
@@ -56,8 +56,10 @@ app.add_typer(db.app, name="db")
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(prices.app, name="prices")
 app.add_typer(imports.app, name="import")
+app.add_typer(report.app, name="report")
 app.command("plan")(plan.plan)
 app.add_typer(throughput.app, name="throughput")
+app.command("collect")(collect.collect)
 
 
 def main() -> None:

@@ -1,15 +1,17 @@
 """``coverage``: what the history holds and where it has holes.
 
-Sections: ``markets`` (per market: points, first and last point, gaps longer than
-``gap_hours`` and the longest gap, hours since the last point at ``until``), ``gaps`` (each such
-gap) and ``runs`` (the last run of every source: when, what it wrote and its status, so a
-collector that stopped or failed shows up here). A gap is the time between two consecutive
-points of a market; a long one means nobody looked (AWS writes a point only when the price
-changes, so "no point for 24 h" is normal there; pick ``gap_hours`` accordingly).
+Sections: ``markets`` (per market: first and last point before ``until`` in the whole history,
+hours since the last point at ``until``; and inside the window [since, until), default the last
+30 days: points, gaps longer than ``gap_hours``, the longest gap), ``gaps`` (each such gap)
+and ``runs`` (the last run of every source: when, what it wrote and its status, so a collector
+that stopped or failed shows up here). A gap is the time between two consecutive points of a
+market; a long one means nobody looked (AWS writes a point only when the price changes, so
+"no point for 24 h" is normal there; pick ``gap_hours`` accordingly).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -19,7 +21,6 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from spotopt.db.models import InstanceType, Market, PricePoint, Run
-from spotopt.errors import InputError
 from spotopt.reports import frames, params
 from spotopt.reports.base import Args, Param, Report, ReportResult
 from spotopt.reports.sql import MARKET_COLUMNS, filter_markets, raw
@@ -45,6 +46,7 @@ RUN_COLUMNS = [
     "rejected",
     "error",
 ]
+COUNT_WINDOW = timedelta(days=30)
 # Gaps are pre-selected in SQL with this much slack, then cut exactly in pandas: SQLite's
 # julianday arithmetic is only precise to ~50 µs, and both databases must agree at the edge.
 _SLACK_S = 1.0
@@ -67,13 +69,6 @@ def _epoch_pg(element: epoch_seconds, compiler: Any, **kw: Any) -> str:
     return f"EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)})"
 
 
-def _window(stmt: Select[Any], args: Args) -> Select[Any]:
-    stmt = stmt.where(PricePoint.observed_at < args["until"])
-    if args.get("since") is not None:
-        stmt = stmt.where(PricePoint.observed_at >= args["since"])
-    return stmt
-
-
 def _joined(*columns: Any) -> Select[Any]:
     return (
         select(*columns)
@@ -82,17 +77,38 @@ def _joined(*columns: Any) -> Select[Any]:
     )
 
 
+def _in_window(stmt: Select[Any], args: Args) -> Select[Any]:
+    return stmt.where(PricePoint.observed_at >= args["since"], PricePoint.observed_at < args["until"])
+
+
+def _first_or_last(agg: Any, until: Any) -> Any:
+    """The market's first/last point before ``until``: one primary-key seek per market."""
+    return raw(
+        select(agg(PricePoint.observed_at))
+        .where(PricePoint.market_id == Market.id, PricePoint.observed_at < until)
+        .correlate(Market)
+        .scalar_subquery()
+    )
+
+
 def statements(args: Args) -> dict[str, Select[Any]]:
-    counts = _window(
-        _joined(
-            PricePoint.market_id,
-            func.count().label("points"),
-            raw(func.min(PricePoint.observed_at)).label("first_observed"),
-            raw(func.max(PricePoint.observed_at)).label("last_observed"),
-        ),
+    markets = filter_markets(
+        select(
+            Market.id.label("market_id"),
+            InstanceType.cloud,
+            Market.region,
+            Market.zone,
+            InstanceType.name.label("instance_type"),
+            Market.kind.label("market"),
+            InstanceType.gpu_model,
+            InstanceType.gpu_count,
+            _first_or_last(func.min, args["until"]).label("first_observed"),
+            _first_or_last(func.max, args["until"]).label("last_observed"),
+        ).join(InstanceType, InstanceType.id == Market.instance_type_id),
         args,
-    ).group_by(PricePoint.market_id)
-    stepped = _window(
+    )
+    counts = _in_window(_joined(PricePoint.market_id, func.count().label("points")), args)
+    stepped = _in_window(
         _joined(
             PricePoint.market_id,
             PricePoint.observed_at,
@@ -109,19 +125,6 @@ def statements(args: Args) -> dict[str, Select[Any]]:
         epoch_seconds(stepped.c.observed_at) - epoch_seconds(stepped.c.prev)
         > args["gap_hours"] * 3600.0 - _SLACK_S
     )
-    markets = filter_markets(
-        select(
-            Market.id.label("market_id"),
-            InstanceType.cloud,
-            Market.region,
-            Market.zone,
-            InstanceType.name.label("instance_type"),
-            Market.kind.label("market"),
-            InstanceType.gpu_model,
-            InstanceType.gpu_count,
-        ).join(InstanceType, InstanceType.id == Market.instance_type_id),
-        args,
-    )
     last_start = select(Run.source, func.max(Run.started_at).label("started")).group_by(Run.source).subquery()
     runs = select(
         Run.id,
@@ -137,7 +140,7 @@ def statements(args: Args) -> dict[str, Select[Any]]:
     ).join(last_start, (last_start.c.source == Run.source) & (last_start.c.started == Run.started_at))
     return {
         "markets": markets,
-        "counts": filter_markets(counts, args),
+        "counts": filter_markets(counts, args).group_by(PricePoint.market_id),
         "gaps": gaps,
         "runs": runs,
     }
@@ -163,10 +166,10 @@ def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
     gaps["gap_from"] = _times(gaps["gap_from"])
     gaps["gap_to"] = _times(gaps["gap_to"])
 
-    counts = results["counts"].set_index("market_id")
-    table = markets.join(counts, how="inner")
-    last_us = frames.to_us(table["last_observed"])
-    table["hours_since_last"] = (until_us - last_us) / frames.US_PER_HOUR
+    table = markets[markets["first_observed"].notna()].copy()
+    table["points"] = results["counts"].set_index("market_id")["points"].reindex(table.index).fillna(0)
+    table["points"] = table["points"].astype(np.int64)
+    table["hours_since_last"] = (until_us - frames.to_us(table["last_observed"])) / frames.US_PER_HOUR
     table["first_observed"] = _times(table["first_observed"])
     table["last_observed"] = _times(table["last_observed"])
     per_market = gaps.groupby("market_id")["gap_hours"]
@@ -187,8 +190,9 @@ def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
 
 
 def _resolve(args: dict[str, Any]) -> None:
-    if args["since"] is not None and args["since"] >= args["until"]:
-        raise InputError("parameter since is not before until; swap them or widen the window")
+    if args["since"] is None:
+        args["since"] = args["until"] - COUNT_WINDOW
+    params.window(args)
 
 
 REPORT = Report(

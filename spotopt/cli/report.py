@@ -1,0 +1,132 @@
+"""``spotopt report``: list the reports, run one (table/CSV/JSON, optional PNG plot), print its SQL.
+
+Parameters are parsed and the plot path checked before the database is opened, so a bad
+parameter exits non-zero having touched nothing (not even creating a default SQLite file).
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect, make_url
+
+from spotopt.cli.common import FormatOption, state
+from spotopt.errors import InputError
+from spotopt.render import Format, render, to_json
+from spotopt.reports.base import Report, ReportResult, parse_pairs
+from spotopt.reports.registry import REPORTS, get
+from spotopt.settings import Settings
+
+app = typer.Typer(no_args_is_help=True, help="Reports on the price history: tables, CSV/JSON, plots, SQL.")
+_out = Console()
+
+ParamOption = Annotated[
+    list[str] | None,
+    typer.Option("--param", "-p", help="name=value, repeatable; `spotopt report list` shows each report's."),
+]
+
+
+class SqlDialect(StrEnum):
+    SQLITE = "sqlite"
+    POSTGRESQL = "postgresql"
+
+
+def _dialect(name: str) -> Dialect:
+    # "named" paramstyle: literal SQL for psql must not double the % of LIKE patterns.
+    if name == SqlDialect.POSTGRESQL:
+        return postgresql.dialect(paramstyle="named")  # type: ignore[no-any-return]
+    return sqlite.dialect()  # type: ignore[no-any-return]
+
+
+@app.command("list")
+def list_reports(fmt: FormatOption = Format.TABLE) -> None:
+    """Every report with what it answers and its parameters."""
+    rows = [
+        {
+            "report": r.name,
+            "answers": r.summary,
+            "parameters": "; ".join(f"{p.name}: {p.help}" for p in r.params),
+            "plot": "yes" if r.plot else "no",
+        }
+        for r in REPORTS.values()
+    ]
+    render(rows, fmt, title="Reports")
+
+
+def _check_plot(report: Report, plot: Path | None) -> None:
+    if plot is None:
+        return
+    if report.plot is None:
+        with_plots = ", ".join(r.name for r in REPORTS.values() if r.plot)
+        raise InputError(f"--plot: report {report.name} has no plot; reports with plots: {with_plots}")
+    if plot.suffix.lower() != ".png":
+        raise InputError(f"--plot {plot}: write a .png file (e.g. --plot {plot.with_suffix('.png').name})")
+    if not plot.parent.is_dir():
+        raise InputError(f"--plot {plot}: directory {plot.parent} does not exist")
+
+
+def _render(result: ReportResult, fmt: Format) -> None:
+    sections = result.sections
+    if fmt is Format.JSON and len(sections) > 1:
+        sys.stdout.write(
+            to_json({name: frame.to_dict(orient="records") for name, frame in sections.items()}) + "\n"
+        )
+        return
+    for i, (name, frame) in enumerate(sections.items()):
+        if fmt is Format.CSV and len(sections) > 1:
+            sys.stdout.write(("\n" if i else "") + f"# section: {name}\n")
+        title = result.title if len(sections) == 1 else f"{result.title}: {name}"
+        render(frame, fmt, title=title, caption=result.describe_span(), columns=list(frame.columns))
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Report name (see `spotopt report list`).")],
+    param: ParamOption = None,
+    fmt: FormatOption = Format.TABLE,
+    plot: Annotated[Path | None, typer.Option(help="Also draw the report into this PNG file.")] = None,
+) -> None:
+    """Run a report on the history and print it; --plot FILE.png also draws it."""
+    report = get(name)
+    args = report.parse(parse_pairs(param or []))
+    _check_plot(report, plot)
+    with state(ctx).db().session() as session:
+        result = report.run(session, args)
+    _render(result, fmt)
+    if plot is not None and report.plot is not None:
+        report.plot(result, args, plot)
+        Console(stderr=True).print(f"plot written to {plot}")
+
+
+@app.command()
+def sql(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Report name (see `spotopt report list`).")],
+    param: ParamOption = None,
+    dialect: Annotated[
+        SqlDialect | None,
+        typer.Option(help="SQL dialect; default the one of the configured database."),
+    ] = None,
+) -> None:
+    """Print the report's SQL with the parameters filled in, to run in psql, sqlite3 or Grafana.
+
+    The reports post-process these results in pandas (intervals, time buckets, time-weighted
+    statistics); the SQL is what they read.
+    """
+    report = get(name)
+    args = report.parse(parse_pairs(param or []))
+    if dialect is None:
+        backend = make_url(Settings().resolved_db_url(state(ctx).db_url)).get_backend_name()
+        dialect = SqlDialect(backend)
+    compiled: list[Any] = []
+    for stmt_name, stmt in report.statements(args).items():
+        text = stmt.compile(dialect=_dialect(dialect), compile_kwargs={"literal_binds": True})
+        compiled.append(f"-- {report.name}: {stmt_name}\n{text};\n")
+    sys.stdout.write("\n".join(compiled))
