@@ -214,3 +214,11 @@ class Throughput(Base):
     source: Mapped[str] = mapped_column(String(16))
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime)
     note: Mapped[str | None] = mapped_column(Text)
+
+
+# Report indexes (revision 0002; the reports also read the views price_intervals and latest_prices
+# that the same revision creates: views are not tables, so they are not declared here).
+# Index: interruptions report, observations inside [since, until) across all instance types.
+Index("ix_interruptions_observed_at", Interruption.observed_at)
+# Index: interruptions report (survival section), lifetimes started inside [since, until).
+Index("ix_instance_lifetimes_started_at", InstanceLifetime.started_at)
