@@ -1,0 +1,215 @@
+"""The simulator: a simulated clock over a ``Timeline``, a simulated provider, one tick at a time.
+
+Every strategy is a *decider* (which option each job should be on during tick ``t``) run by the
+same ``simulate`` loop, and the oracle's DP uses the same tick rule (``tick_outcome``), so all
+strategies pay the same overheads for the same events:
+
+- A job entering an option (first start, a move, or a restart after a preemption) spends
+  ``restart_h`` of the tick provisioning and loading its checkpoint: paid, no progress. Entering
+  another region or cloud pays egress for the checkpoint and, where the region has no copy, the
+  dataset (``spotopt.mover.egress``). ``free_moves`` (the seeds' ``dynamic``) waives both for a
+  move between two running instances.
+- While running, a job advances at ``steps_per_hour × checkpoint_eff`` (writing a checkpoint
+  every ``tau_h`` costs its write time) and bills the slot's price per second.
+- A preemption at position ``u`` of the tick ends the instance then: the job keeps the work up
+  to its last checkpoint (checkpoints every ``tau_h`` from the end of the restart), bills ``u``
+  of the tick, and is placed again at the next tick.
+- A job that finishes mid-tick bills only the time it used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spotopt.whatif.jobs import SimJobs
+from spotopt.whatif.timeline import Timeline
+
+Array = np.ndarray[Any, Any]
+
+
+@dataclass
+class SimState:
+    """What a decider may look at before tick ``t`` (per job, length ``J``)."""
+
+    option: Array
+    alive: Array
+    started: Array
+    location: Array
+    progress: Array
+    dwell_h: Array
+    cost_usd: Array
+    done: Array
+    preempted_last: Array
+
+    @classmethod
+    def initial(cls, n_jobs: int) -> SimState:
+        return cls(
+            option=np.full(n_jobs, -1, dtype=np.int64),
+            alive=np.zeros(n_jobs, dtype=bool),
+            started=np.zeros(n_jobs, dtype=bool),
+            location=np.full(n_jobs, -1, dtype=np.int64),
+            progress=np.zeros(n_jobs),
+            dwell_h=np.zeros(n_jobs),
+            cost_usd=np.zeros(n_jobs),
+            done=np.zeros(n_jobs, dtype=bool),
+            preempted_last=np.zeros(n_jobs, dtype=bool),
+        )
+
+
+Decider = Callable[[int, SimState], Array]
+"""``decide(t, state) -> option per job for tick t`` (-1: no instance this tick)."""
+
+
+@dataclass
+class RunResult:
+    """One strategy over one start. ``trace[j, k]`` is job ``j``'s option in tick ``start + k``."""
+
+    cost_usd: Array
+    egress_usd: Array
+    finish_h: Array
+    moves: Array
+    preemptions: Array
+    trace: Array
+    start_tick: int
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TickTerms:
+    """The tick rule's ingredients for some (job, option) pairs, before knowing the remaining work."""
+
+    price: Array
+    restart_h: Array
+    run_h: Array
+    prod_h: Array
+    rate: Array
+    tau_h: Array
+    preempted: Array
+
+    @property
+    def capacity(self) -> Array:
+        """The most work these pairs can finish within the tick."""
+        return self.rate * self.prod_h
+
+    @property
+    def saved(self) -> Array:
+        """Work kept if the tick ends without finishing (preempted: up to the last checkpoint)."""
+        kept_h = np.where(self.preempted, np.floor(self.prod_h / self.tau_h + 1e-9) * self.tau_h, self.prod_h)
+        return self.rate * kept_h
+
+
+@dataclass(frozen=True)
+class TickOutcome:
+    cost_usd: Array
+    gained: Array
+    used_h: Array
+    finished: Array
+    preempted: Array
+
+
+def tick_terms(
+    tl: Timeline,
+    sim: SimJobs,
+    events: Array,
+    t: int,
+    jobs: Array,
+    opts: Array,
+    entering: Array,
+    free_entry: Array | None = None,
+) -> TickTerms:
+    """Price, restart, run and productive hours of ``opts`` in tick ``t`` (see the module docstring)."""
+    m = sim.market[opts]
+    u = events[m, t]
+    pre = np.isfinite(u)
+    restart = np.where(entering, sim.restart_h[jobs], 0.0)
+    if free_entry is not None:
+        restart = np.where(free_entry, 0.0, restart)
+    run_h = np.where(pre, np.nan_to_num(u) * tl.tick_h, tl.tick_h)
+    return TickTerms(
+        price=tl.price[m, t] / sim.slots[opts],
+        restart_h=restart,
+        run_h=run_h,
+        prod_h=np.maximum(run_h - restart, 0.0),
+        rate=sim.steps_per_hour[opts] * sim.checkpoint_eff[opts],
+        tau_h=sim.tau_h[opts],
+        preempted=pre,
+    )
+
+
+def tick_outcome(terms: TickTerms, remaining: Array) -> TickOutcome:
+    """What running for the tick costs and yields given the work still to do (egress excluded)."""
+    done = terms.capacity >= remaining - 1e-9 * np.maximum(remaining, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        finish_in = terms.restart_h + remaining / terms.rate
+    used_h = np.where(done, np.minimum(finish_in, terms.run_h), terms.run_h)
+    gained = np.where(done, remaining, terms.saved)
+    return TickOutcome(terms.price * used_h, gained, used_h, done, terms.preempted & ~done)
+
+
+def entry_egress(sim: SimJobs, transfer: Array, jobs: Array, opts: Array, here: Array) -> Array:
+    """Dollars of egress to enter ``opts`` from location ``here`` (-1: nowhere yet)."""
+    dest = sim.location[opts]
+    ckpt = sim.checkpoint_gb[jobs] * transfer[here, dest]
+    home = sim.dataset_location[jobs]
+    needs = (home >= 0) & (dest != home) & (dest != here)
+    data = np.where(needs, sim.dataset_gb[jobs] * transfer[np.maximum(home, 0), dest], 0.0)
+    return ckpt + data
+
+
+def simulate(
+    tl: Timeline,
+    sim: SimJobs,
+    events: Array,
+    transfer: Array,
+    decide: Decider,
+    start_tick: int = 0,
+    free_moves: bool = False,
+) -> RunResult:
+    """Run ``decide`` from ``start_tick`` until every job finishes or the timeline ends."""
+    n = sim.n_jobs
+    st = SimState.initial(n)
+    egress = np.zeros(n)
+    finish = np.full(n, np.nan)
+    moves = np.zeros(n, dtype=np.int64)
+    preempts = np.zeros(n, dtype=np.int64)
+    trace = np.full((n, max(tl.n_ticks - start_tick, 0)), -1, dtype=np.int64)
+    for t in range(start_tick, tl.n_ticks):
+        if st.done.all():
+            break
+        target = np.asarray(decide(t, st), dtype=np.int64)
+        run = (target >= 0) & ~st.done
+        if run.any():
+            safe_target = np.maximum(target, 0)
+            run &= np.isfinite(tl.price[sim.market[safe_target], t])
+        jobs = np.flatnonzero(run)
+        opts = target[jobs]
+        switching = st.started[jobs] & (opts != st.option[jobs])
+        entering = ~st.alive[jobs] | switching
+        free = switching & st.alive[jobs] if free_moves else None
+        terms = tick_terms(tl, sim, events, t, jobs, opts, entering, free)
+        out = tick_outcome(terms, sim.work[jobs] - st.progress[jobs])
+        paid_egress = np.where(entering, entry_egress(sim, transfer, jobs, opts, st.location[jobs]), 0.0)
+        if free is not None:
+            paid_egress = np.where(free, 0.0, paid_egress)
+        st.cost_usd[jobs] += out.cost_usd + paid_egress
+        egress[jobs] += paid_egress
+        st.progress[jobs] += out.gained
+        moves[jobs] += switching
+        preempts[jobs] += out.preempted
+        finished = jobs[out.finished]
+        finish[finished] = (t - start_tick) * tl.tick_h + out.used_h[out.finished]
+        st.done[finished] = True
+        st.dwell_h[jobs] = np.where(entering, tl.tick_h, st.dwell_h[jobs] + tl.tick_h)
+        st.alive[:] = False
+        st.alive[jobs] = ~out.preempted & ~out.finished
+        st.preempted_last[:] = False
+        st.preempted_last[jobs] = out.preempted
+        st.option[jobs] = opts
+        st.location[jobs] = sim.location[opts]
+        st.started[jobs] = True
+        trace[jobs, t - start_tick] = opts
+    return RunResult(st.cost_usd, egress, finish, moves, preempts, trace, start_tick)

@@ -1,0 +1,151 @@
+"""Job specs → flat arrays of options on a timeline's markets (built once per replay).
+
+An *option* is (job, market, GPUs per job, jobs per instance), exactly as ``spotopt.plan``
+builds them for ``spotopt plan`` (same throughput figures, same filters, same packing), so the
+what-if engine and the planner see the same choices. Per option the engine also needs the
+checkpoint interval it simulates: Young/Daly for the market's rate (``spotopt.throughput``),
+capped at one tick and shortened to divide the tick, so that a checkpoint exists at every tick
+boundary, where the planner may move the job without losing work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spotopt.catalog import gpu_matches
+from spotopt.jobspec import Job, JobSpec
+from spotopt.plan import build_problem
+from spotopt.throughput import StoredFigure, checkpoint_interval_s
+from spotopt.whatif.timeline import Timeline
+
+Array = np.ndarray[Any, Any]
+
+
+@dataclass
+class SimJobs:
+    """Per job (``J``) and per option (``E``) arrays; option arrays are sorted by job."""
+
+    jobs: list[Job]
+    names: list[str]
+    work: Array
+    deadline_h: Array
+    restart_h: Array
+    save_h: Array
+    checkpoint_gb: Array
+    dataset_gb: Array
+    dataset_location: Array
+    dataset_cloud: list[str | None]
+    ref_gpu: list[str]
+    gpus_min: Array
+    # options
+    job: Array
+    market: Array
+    gpus: Array
+    slots: Array
+    steps_per_hour: Array
+    """Undiscounted steps per hour of running (the simulator applies preemptions itself)."""
+    expected_eff: Array
+    """Expected fraction of paid time that advances training (the policy's discount)."""
+    tau_h: Array
+    checkpoint_eff: Array
+    location: Array
+    on_demand: Array
+    cloud: Array
+    gpu: list[str]
+    figure_source: list[str]
+
+    @property
+    def n_jobs(self) -> int:
+        return len(self.names)
+
+    @property
+    def n_options(self) -> int:
+        return len(self.job)
+
+    @property
+    def expected_steps_per_hour(self) -> Array:
+        return self.steps_per_hour * self.expected_eff
+
+    def bounds(self) -> Array:
+        """``bounds[j]:bounds[j+1]`` are job ``j``'s options."""
+        return np.searchsorted(self.job, np.arange(self.n_jobs + 1))
+
+
+def reference_gpu(job: Job) -> str:
+    """The GPU the job's work is counted on, else its fastest one-GPU figure (the seeds' "1×V100")."""
+    if job.work.gpu is not None:
+        return job.work.gpu
+    singles = {g: v for g, v in job.throughput.items() if not isinstance(v, dict)}
+    if not singles:
+        return next(iter(job.throughput), "")
+    return max(singles, key=lambda g: singles[g])
+
+
+def aligned_interval_h(checkpoint_s: float, rate_per_hour: float, tick_h: float) -> float:
+    """Young/Daly interval, at most one tick, shortened to divide the tick evenly."""
+    tau_s = checkpoint_interval_s(checkpoint_s, rate_per_hour)
+    tau_h = tick_h if tau_s is None else min(tick_h, tau_s / 3600.0)
+    if tau_h <= 0:
+        return tick_h
+    return tick_h / math.ceil(tick_h / tau_h - 1e-9)
+
+
+def build_jobs(spec: JobSpec, tl: Timeline, figures: Sequence[StoredFigure] = ()) -> SimJobs:
+    """All options of all jobs on the timeline's markets (see the module docstring)."""
+    problem = build_problem(spec, tl.markets, tl.start, figures, horizon_hours=1e9, prune=False)
+    inp = problem.input
+    order = np.argsort(inp.job, kind="stable")
+    infos = [problem.options[e] for e in order]
+    market = inp.market[order]
+    ckpt_s = np.array([job.checkpoint_seconds for job in spec.jobs])
+    job_idx = inp.job[order]
+    tau = np.array(
+        [aligned_interval_h(ckpt_s[j], tl.rate[m], tl.tick_h) for j, m in zip(job_idx, market, strict=True)]
+    )
+    ckpt_eff = 1.0 - (ckpt_s[job_idx] / 3600.0) / tau if len(tau) else np.zeros(0)
+    keep = ckpt_eff > 0
+    data_loc = []
+    for job in spec.jobs:
+        data = job.dataset
+        data_loc.append(-1 if data is None or data.gb == 0 else tl.location_index(data.cloud, data.region))
+    return SimJobs(
+        jobs=list(spec.jobs),
+        names=[job.name for job in spec.jobs],
+        work=np.asarray(inp.work_steps, dtype=float),
+        deadline_h=np.asarray(inp.deadline_hours, dtype=float),
+        restart_h=np.array([job.restart_s / 3600.0 for job in spec.jobs]),
+        save_h=ckpt_s / 3600.0,
+        checkpoint_gb=np.array([job.checkpoint_gb for job in spec.jobs]),
+        dataset_gb=np.array([job.dataset.gb if job.dataset else 0.0 for job in spec.jobs]),
+        dataset_location=np.asarray(data_loc, dtype=np.int64),
+        dataset_cloud=[job.dataset.cloud if job.dataset else None for job in spec.jobs],
+        ref_gpu=[reference_gpu(job) for job in spec.jobs],
+        gpus_min=np.array([job.gpu_range[0] for job in spec.jobs]),
+        job=job_idx[keep],
+        market=market[keep],
+        gpus=np.array([o.gpus for o in infos])[keep] if infos else np.zeros(0, dtype=np.int64),
+        slots=np.array([o.slots for o in infos])[keep] if infos else np.zeros(0, dtype=np.int64),
+        steps_per_hour=np.array([o.figure.steps_per_s * 3600.0 for o in infos])[keep]
+        if infos
+        else np.zeros(0),
+        expected_eff=np.array([o.efficiency for o in infos])[keep] if infos else np.zeros(0),
+        tau_h=tau[keep],
+        checkpoint_eff=ckpt_eff[keep],
+        location=tl.location[market][keep],
+        on_demand=tl.on_demand[market][keep],
+        cloud=np.array([tl.markets[m].quote.cloud for m in market], dtype=object)[keep],
+        gpu=[o.market.quote.gpu or "" for o, k in zip(infos, keep, strict=True) if k],
+        figure_source=[o.figure.source for o, k in zip(infos, keep, strict=True) if k],
+    )
+
+
+def matches_ref(sim: SimJobs) -> Array:
+    """Per option: is its GPU the job's reference GPU (model or family match)?"""
+    return np.array(
+        [gpu_matches(sim.ref_gpu[j], g) for j, g in zip(sim.job, sim.gpu, strict=True)], dtype=bool
+    )

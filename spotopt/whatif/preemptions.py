@@ -1,0 +1,96 @@
+"""The preemptions of one replay: ``when[m, t]`` = position in tick ``t`` (0..1) at which spot
+market ``m`` reclaims its instances, NaN for none.
+
+One table per run, shared by every strategy and by the oracle (common random numbers): two
+strategies that sit on the same market in the same hour see the same preemption, so their
+difference is the strategy's, not the dice's. On-demand markets are never preempted.
+
+- ``none``: no preemptions (the seeds' setting).
+- ``model``: per spot market and tick a preemption with probability ``1 - exp(-rate · tick)``
+  (exponential lifetimes with the market's rate from ``spotopt.market``), at a uniform position
+  in the tick; numpy's PCG64 seeded with ``seed``, so equal seeds give equal tables.
+- ``replay``: the recorded ends of preempted instances (``instance_lifetimes`` with
+  ``end_reason = 'preempted'``) of each market, placed at their tick and position.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from spotopt.db.models import InstanceLifetime
+from spotopt.errors import InputError
+from spotopt.whatif.timeline import Timeline
+
+Array = np.ndarray[Any, Any]
+
+
+class PreemptionMode(StrEnum):
+    NONE = "none"
+    MODEL = "model"
+    REPLAY = "replay"
+
+
+def no_preemptions(tl: Timeline) -> Array:
+    return np.full(tl.price.shape, np.nan)
+
+
+def model_preemptions(tl: Timeline, seed: int) -> Array:
+    """Draw the table from each market's rate (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 - np.exp(-np.asarray(tl.rate, dtype=float) * tl.tick_h)
+    hit = rng.random(tl.price.shape) < p[:, None]
+    pos = rng.random(tl.price.shape)
+    out = np.where(hit, pos, np.nan)
+    out[tl.on_demand] = np.nan
+    return out
+
+
+def replayed_preemptions(session: Session, tl: Timeline) -> tuple[Array, int]:
+    """The table from recorded preemptions; also how many markets had any record in the window."""
+    ids = {m.quote.market_id: i for i, m in enumerate(tl.markets)}
+    end = tl.time(tl.n_ticks)
+    rows = session.execute(
+        select(InstanceLifetime.market_id, InstanceLifetime.ended_at)
+        .where(InstanceLifetime.end_reason == "preempted")
+        .where(InstanceLifetime.ended_at >= tl.start, InstanceLifetime.ended_at < end)
+        .order_by(InstanceLifetime.market_id, InstanceLifetime.ended_at)
+    ).all()
+    out = no_preemptions(tl)
+    seen: set[int] = set()
+    for market_id, ended in rows:
+        m = ids.get(market_id)
+        if m is None or ended is None or tl.on_demand[m]:
+            continue
+        tick = _tick_of(tl, ended)
+        t = int(tick)
+        if 0 <= t < tl.n_ticks and np.isnan(out[m, t]):
+            out[m, t] = tick - t
+            seen.add(m)
+    return out, len(seen)
+
+
+def _tick_of(tl: Timeline, at: datetime) -> float:
+    return (at - tl.start).total_seconds() / 3600.0 / tl.tick_h
+
+
+def preemption_table(session: Session | None, tl: Timeline, mode: PreemptionMode, seed: int) -> Array:
+    """The table for ``mode``; ``replay`` without any recorded preemption in the window is an error."""
+    if mode is PreemptionMode.NONE:
+        return no_preemptions(tl)
+    if mode is PreemptionMode.MODEL:
+        return model_preemptions(tl, seed)
+    if session is None:
+        raise InputError("--preemptions replay needs the history database")
+    table, markets = replayed_preemptions(session, tl)
+    if markets == 0:
+        raise InputError(
+            "--preemptions replay: the history has no recorded preemptions (instance_lifetimes) in this "
+            "window; use --preemptions model to draw them from the interruption rates"
+        )
+    return table

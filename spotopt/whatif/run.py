@@ -1,0 +1,205 @@
+"""Run strategies over start times and summarise: the what-if library entry point.
+
+``run_whatif`` replays every requested strategy (plus ``spot``, the baseline of every ratio) from
+every start tick on one timeline and one preemption table; ``summarise`` turns the runs into the
+``results`` rows the CLI prints (means over starts), ``placements`` into where each job ran.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from spotopt.jobspec import JobSpec
+from spotopt.mover.guardrails import Guardrails
+from spotopt.plan import work_steps
+from spotopt.throughput import JobThroughput
+from spotopt.whatif.engine import RunResult, simulate
+from spotopt.whatif.jobs import SimJobs
+from spotopt.whatif.oracle import solve_job
+from spotopt.whatif.spotopt_decider import SpotoptDecider
+from spotopt.whatif.strategies import FIXED, STRATEGIES, ScheduleDecider, rule_decider
+from spotopt.whatif.timeline import Timeline
+
+Array = np.ndarray[Any, Any]
+BASELINE = "spot"
+
+
+@dataclass
+class StrategyRun:
+    strategy: str
+    result: RunResult
+    lower_bound_usd: Array | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def start_tick(self) -> int:
+        return self.result.start_tick
+
+
+def window_hours(spec: JobSpec, start: datetime, starts: int, every_h: float) -> float:
+    """Hours of history a replay needs: the last start plus the longest job's horizon.
+
+    A job's horizon is its deadline, else three times its run on its slowest GPU figure (room
+    for preemptions and slow-but-cheap choices), plus a day.
+    """
+    longest = 0.0
+    for job in spec.jobs:
+        book = JobThroughput(job)
+        steps = work_steps(job, book)
+        rates = [f.steps_per_s for g in job.throughput if (f := book.single(g)) is not None]
+        slowest = 3.0 * steps / (min(rates) * 3600.0) if rates else 24.0 * 30
+        deadline = job.deadline_hours(start + timedelta(hours=(starts - 1) * every_h))
+        longest = max(longest, (deadline if deadline is not None and deadline > 0 else slowest) + 24.0)
+    return (starts - 1) * every_h + longest
+
+
+def run_whatif(
+    tl: Timeline,
+    sim: SimJobs,
+    events: Array,
+    transfer: Array,
+    strategies: Sequence[str],
+    start_ticks: Sequence[int],
+    guard: Guardrails | None = None,
+    policy: str | None = None,
+    on_step: Callable[[str, int], None] | None = None,
+) -> list[StrategyRun]:
+    """Every strategy from every start; ``spot`` is always run (it is every ratio's baseline)."""
+    guard = guard or Guardrails()
+    wanted = list(dict.fromkeys([*strategies, BASELINE]))
+    runs = []
+    for start in start_ticks:
+        for name in wanted:
+            runs.append(run_strategy(name, tl, sim, events, transfer, start, guard, policy))
+            if on_step is not None:
+                on_step(name, start)
+    return runs
+
+
+def run_strategy(
+    name: str,
+    tl: Timeline,
+    sim: SimJobs,
+    events: Array,
+    transfer: Array,
+    start: int,
+    guard: Guardrails | None = None,
+    policy: str | None = None,
+) -> StrategyRun:
+    if name in FIXED or name == "dynamic":
+        decider = rule_decider(name, tl, sim, start)
+        return StrategyRun(
+            name, simulate(tl, sim, events, transfer, decider, start, free_moves=name == "dynamic")
+        )
+    if name == "spotopt":
+        spot = SpotoptDecider(tl, sim, transfer, guard or Guardrails(), policy)
+        result = simulate(tl, sim, events, transfer, spot, start)
+        return StrategyRun(name, result, notes=[*spot.notes, f"policy solves: {spot.solves}"])
+    if name == "oracle":
+        n_ticks = tl.n_ticks - start
+        plan = np.full((sim.n_jobs, n_ticks), -1, dtype=np.int64)
+        bound = np.full(sim.n_jobs, np.inf)
+        notes = []
+        for j in range(sim.n_jobs):
+            bound[j] = solve_job(tl, sim, events, transfer, j, start).cost_usd
+            path = solve_job(tl, sim, events, transfer, j, start, optimistic=False)
+            plan[j, : len(path.plan)] = path.plan
+            plan[j, len(path.plan) :] = -2
+            if not path.feasible:
+                notes.append(
+                    f"{sim.names[j]}: no schedule meets the deadline; the oracle minimised cost without it"
+                )
+        result = simulate(tl, sim, events, transfer, ScheduleDecider(plan, start), start)
+        return StrategyRun(name, result, bound, notes)
+    raise ValueError(f"unknown strategy {name!r}; valid: {', '.join(STRATEGIES)}")
+
+
+def _mean(values: list[float]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(finite)) if finite else None
+
+
+def summarise(runs: Sequence[StrategyRun], sim: SimJobs, strategies: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per (job, strategy): means over starts (the ``results`` of the JSON output)."""
+    rows = []
+    for j, name in enumerate(sim.names):
+        per: dict[str, dict[str, list[Any]]] = {}
+        for run in runs:
+            d = per.setdefault(
+                run.strategy, {k: [] for k in ("cost", "schedule", "finish", "met", "moves", "pre")}
+            )
+            res = run.result
+            finished = math.isfinite(res.finish_h[j])
+            cost = res.cost_usd[j] if finished else math.inf
+            if run.lower_bound_usd is not None:
+                d["schedule"].append(cost)
+                cost = float(run.lower_bound_usd[j])
+            d["cost"].append(cost)
+            d["finish"].append(res.finish_h[j] if finished else math.inf)
+            deadline = sim.deadline_h[j]
+            d["met"].append(
+                None if not math.isfinite(deadline) else bool(finished and res.finish_h[j] <= deadline + 1e-6)
+            )
+            d["moves"].append(int(res.moves[j]))
+            d["pre"].append(int(res.preemptions[j]))
+        base = _mean(per.get(BASELINE, {}).get("cost", []))
+        for strategy in strategies:
+            d = per[strategy]
+            cost = _mean(d["cost"])
+            unfinished = sum(1 for f in d["finish"] if not math.isfinite(f))
+            met = [m for m in d["met"] if m is not None]
+            row: dict[str, Any] = {
+                "job": name,
+                "strategy": strategy,
+                "cost_usd": cost,
+                "ratio_vs_spot": cost / base if cost is not None and base else None,
+                "finish_hours": _mean(d["finish"]),
+                "deadline_met": None if not met else (sum(met) / len(met) if len(met) > 1 else met[0]),
+                "moves": float(np.mean(d["moves"])),
+                "preemptions": float(np.mean(d["pre"])),
+                "unfinished_starts": unfinished,
+            }
+            if d["schedule"]:
+                row["schedule_usd"] = _mean(d["schedule"])
+            rows.append(row)
+    return rows
+
+
+def placements(run: StrategyRun, tl: Timeline, sim: SimJobs) -> list[dict[str, Any]]:
+    """Where each job ran and when: one row per stretch on one option (idle stretches omitted)."""
+    rows = []
+    trace = run.result.trace
+    for j, name in enumerate(sim.names):
+        k = 0
+        row = trace[j]
+        while k < len(row):
+            e = int(row[k])
+            end = k
+            while end < len(row) and row[end] == e:
+                end += 1
+            if e >= 0:
+                q = tl.markets[int(sim.market[e])].quote
+                rows.append(
+                    {
+                        "job": name,
+                        "strategy": run.strategy,
+                        "from": tl.time(run.start_tick + k),
+                        "to": tl.time(run.start_tick + end),
+                        "cloud": q.cloud,
+                        "region": q.region,
+                        "zone": q.zone,
+                        "instance_type": q.instance_type,
+                        "market": q.market,
+                        "gpu": sim.gpu[e],
+                        "gpus": int(sim.gpus[e]),
+                        "jobs_per_instance": int(sim.slots[e]),
+                    }
+                )
+            k = end
+    return rows

@@ -1,0 +1,134 @@
+"""The strategies: each a decider for the same engine (``spotopt.whatif.engine``).
+
+The first six follow the seeds (thesis §6.3.2, Fig. 6.5/6.6), ranked by expected $/step
+(price per job slot ÷ the job's steps/h on it) at the time of choosing:
+
+- ``on-demand``: the cheapest on-demand instance with exactly the job's GPUs of its reference
+  GPU (``work.gpu``), fixed.
+- ``spot``: the cheapest spot instance of that kind in the job's *home cloud*, fixed at start
+  (the seeds' baseline, "the cheapest 1×V100 instance"). Home cloud: the dataset's cloud, else
+  the cloud of the cheapest such spot instance over the allowed clouds.
+- ``gpu-type``: the best $/step spot instance with exactly the job's GPUs, any GPU model, home
+  cloud, fixed.
+- ``multi-gpu``: also slots of multi-GPU instances at the per-slot price, home cloud, fixed.
+- ``multi-cloud``: as ``multi-gpu`` over every allowed cloud and region, fixed.
+- ``dynamic``: the ``multi-cloud`` choice remade every 24 h with free moves (the seeds' zero
+  move overhead; restarts after preemptions still cost).
+
+A fixed choice is kept through preemptions (the job restarts on the same market) and remade by
+the same rule only when its market has no price. A job whose strategy has no market waits.
+
+``spotopt`` is the policy + planner (``SpotoptDecider``); ``oracle`` is ``spotopt.whatif.oracle``.
+Jobs without a deadline never idle in any strategy; none of the strategies here pauses on
+purpose, only the oracle may (and only for jobs with a deadline).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from spotopt.whatif.engine import SimState
+from spotopt.whatif.jobs import SimJobs, matches_ref
+from spotopt.whatif.timeline import Timeline
+
+Array = np.ndarray[Any, Any]
+
+FIXED = ("on-demand", "spot", "gpu-type", "multi-gpu", "multi-cloud")
+STRATEGIES = (*FIXED, "dynamic", "spotopt", "oracle")
+DYNAMIC_PERIOD_H = 24.0
+
+
+def best_per_job(score: Array, sim: SimJobs) -> Array:
+    """Per job, the option with the lowest finite ``score`` (-1 if none); ties: lowest index."""
+    out = np.full(sim.n_jobs, -1, dtype=np.int64)
+    finite = np.isfinite(score)
+    if not finite.any():
+        return out
+    idx = np.flatnonzero(finite)
+    order = idx[np.lexsort((idx, score[idx], sim.job[idx]))]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sim.job[order][1:] != sim.job[order][:-1]
+    out[sim.job[order][first]] = order[first]
+    return out
+
+
+def usd_per_step(tl: Timeline, sim: SimJobs, t: int) -> Array:
+    """Seeds' ranking: slot price ÷ undiscounted throughput at tick ``t`` (NaN: unavailable)."""
+    return tl.price[sim.market, t] / sim.slots / sim.steps_per_hour
+
+
+def candidate_mask(name: str, tl: Timeline, sim: SimJobs, start_tick: int) -> Array:
+    """Which options strategy ``name`` may choose from (see the module docstring)."""
+    exact = sim.gpus == sim.gpus_min[sim.job]
+    whole = exact & (sim.slots == 1)
+    ref = matches_ref(sim)
+    has_spot = np.zeros(sim.n_jobs, dtype=bool)
+    has_spot[sim.job[~sim.on_demand]] = True
+    spot_kind = np.where(has_spot[sim.job], ~sim.on_demand, sim.on_demand)
+    if name == "on-demand":
+        return sim.on_demand & ref & whole
+    if name in ("multi-cloud", "dynamic"):
+        return spot_kind & exact
+    home = home_cloud(tl, sim, start_tick, spot_kind & ref & whole)
+    in_home = sim.cloud == home[sim.job]
+    if name == "spot":
+        return spot_kind & ref & whole & in_home
+    if name == "gpu-type":
+        return spot_kind & whole & in_home
+    if name == "multi-gpu":
+        return spot_kind & exact & in_home
+    raise ValueError(f"no candidate rule for strategy {name!r}")
+
+
+def home_cloud(tl: Timeline, sim: SimJobs, t: int, baseline: Array) -> Array:
+    """Per job: its dataset's cloud, else the cloud of its cheapest baseline option at ``t``."""
+    score = np.where(baseline, usd_per_step(tl, sim, t), np.nan)
+    best = best_per_job(score, sim)
+    home = np.empty(sim.n_jobs, dtype=object)
+    for j in range(sim.n_jobs):
+        home[j] = sim.dataset_cloud[j] or (sim.cloud[best[j]] if best[j] >= 0 else None)
+    return home
+
+
+class RuleDecider:
+    """Choose by $/step among ``mask``; keep the choice, remake it every ``period_h`` (if set)
+    or when its market has no price."""
+
+    def __init__(self, tl: Timeline, sim: SimJobs, mask: Array, period_h: float | None = None) -> None:
+        self.tl, self.sim, self.mask = tl, sim, mask
+        self.period = None if period_h is None else max(1, round(period_h / tl.tick_h))
+        self.choice = np.full(sim.n_jobs, -1, dtype=np.int64)
+        self.start: int | None = None
+
+    def __call__(self, t: int, state: SimState) -> Array:
+        if self.start is None:
+            self.start = t
+        tl, sim = self.tl, self.sim
+        have = self.choice >= 0
+        lost = ~have | ~np.isfinite(tl.price[sim.market[np.maximum(self.choice, 0)], t])
+        if self.period is not None and (t - self.start) % self.period == 0:
+            lost[:] = True
+        if lost.any():
+            fresh = best_per_job(np.where(self.mask, usd_per_step(tl, sim, t), np.nan), sim)
+            self.choice = np.where(lost, fresh, self.choice)
+        return np.where(state.done, -1, self.choice)
+
+
+def rule_decider(name: str, tl: Timeline, sim: SimJobs, start_tick: int) -> RuleDecider:
+    mask = candidate_mask(name, tl, sim, start_tick)
+    return RuleDecider(tl, sim, mask, DYNAMIC_PERIOD_H if name == "dynamic" else None)
+
+
+class ScheduleDecider:
+    """Follow a fixed plan ``plan[j, t - start]``; past its end, stay where the job is."""
+
+    def __init__(self, plan: Array, start_tick: int) -> None:
+        self.plan, self.start = plan, start_tick
+
+    def __call__(self, t: int, state: SimState) -> Array:
+        k = t - self.start
+        want = self.plan[:, k] if k < self.plan.shape[1] else np.full(len(state.option), -2)
+        keep = want == -2
+        return np.where(state.done, -1, np.where(keep, state.option, want))

@@ -1,0 +1,145 @@
+"""The price history of a window as numpy step functions: markets × ticks.
+
+``price[m, t]`` is market ``m``'s price (USD per instance-hour) in effect at tick ``t``'s start,
+the history's own rule (last point at or before the time); NaN means the market has no price
+then and is unavailable. Prices are sampled at tick starts: a change inside a tick takes effect
+at the next tick, which is when the planner would see it anyway.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from spotopt.db.queries import MarketFilter, Quote, price_history
+from spotopt.errors import InputError
+from spotopt.market import DEFAULT_RATE_PER_HOUR, MarketState, snapshot
+
+Array = np.ndarray[Any, Any]
+SYNTHETIC_SOURCE = "synthetic-example"
+
+
+@dataclass
+class Timeline:
+    """Markets × ticks. ``markets[m]`` carries labels and the rate at the window start."""
+
+    start: datetime
+    tick_h: float
+    price: Array
+    markets: list[MarketState]
+    rate: Array
+    location: Array
+    locations: list[tuple[str, str]]
+    sources: set[str] = field(default_factory=set)
+    last_observed: datetime | None = None
+
+    @property
+    def n_ticks(self) -> int:
+        return int(self.price.shape[1])
+
+    @property
+    def n_markets(self) -> int:
+        return int(self.price.shape[0])
+
+    @property
+    def synthetic(self) -> bool:
+        return SYNTHETIC_SOURCE in self.sources
+
+    @property
+    def on_demand(self) -> Array:
+        return np.array([m.quote.market == "on-demand" for m in self.markets], dtype=bool)
+
+    def time(self, tick: float) -> datetime:
+        return self.start + timedelta(hours=tick * self.tick_h)
+
+    def location_index(self, cloud: str, region: str) -> int:
+        """Index of ``(cloud, region)``, added to ``locations`` if new (e.g. a dataset's home)."""
+        key = (cloud, region)
+        if key not in self.locations:
+            self.locations.append(key)
+        return self.locations.index(key)
+
+
+def step_prices(times: Array, values: Array, ticks: Array) -> Array:
+    """Sample one market's step function (sorted ``times``) at ``ticks``; NaN before the first point."""
+    idx = np.searchsorted(times, ticks, side="right") - 1
+    out = np.where(idx >= 0, values[np.maximum(idx, 0)], np.nan)
+    return out
+
+
+def build_timeline(
+    quotes: list[Quote],
+    start: datetime,
+    hours: float,
+    tick_h: float,
+    rates: dict[int, MarketState] | None = None,
+) -> Timeline:
+    """Step functions from price points (``quotes`` may include the point in effect at ``start``)."""
+    if tick_h <= 0 or hours <= 0:
+        raise InputError("what-if: the tick and the window must be positive")
+    n_ticks = int(np.ceil(hours / tick_h - 1e-9))
+    tick_s = np.arange(n_ticks) * tick_h * 3600.0
+    per_market: dict[int, list[Quote]] = defaultdict(list)
+    for q in quotes:
+        per_market[q.market_id].append(q)
+    ids = sorted(per_market, key=lambda i: _label(per_market[i][0]))
+    price = np.full((len(ids), n_ticks), np.nan)
+    markets: list[MarketState] = []
+    locations: list[tuple[str, str]] = []
+    location = np.zeros(len(ids), dtype=np.int64)
+    rate = np.zeros(len(ids))
+    sources: set[str] = set()
+    last: datetime | None = None
+    for m, mid in enumerate(ids):
+        rows = sorted(per_market[mid], key=lambda q: q.observed_at)
+        sources.update(q.source for q in rows)
+        last = max(last, rows[-1].observed_at) if last else rows[-1].observed_at
+        times = np.array([(q.observed_at - start).total_seconds() for q in rows])
+        values = np.array([q.usd_per_hour for q in rows])
+        price[m] = step_prices(times, values, tick_s)
+        state = (rates or {}).get(mid)
+        if state is None:
+            default = (
+                0.0 if rows[0].market == "on-demand" else DEFAULT_RATE_PER_HOUR.get(rows[0].cloud, 1 / 24)
+            )
+            state = MarketState(rows[0], default, "on-demand" if default == 0 else "default", None)
+        else:
+            state = MarketState(
+                rows[0], state.preemptions_per_hour, state.rate_source, state.rate_observed_at
+            )
+        markets.append(state)
+        rate[m] = state.preemptions_per_hour
+        key = (rows[0].cloud, rows[0].region)
+        if key not in locations:
+            locations.append(key)
+        location[m] = locations.index(key)
+    return Timeline(start, tick_h, price, markets, rate, location, locations, sources, last)
+
+
+def _label(q: Quote) -> tuple[str, str, str, str, str]:
+    return (q.cloud, q.region, q.zone or "", q.instance_type, q.market)
+
+
+def load_timeline(
+    session: Session, start: datetime, hours: float, tick_h: float = 1.0, flt: MarketFilter | None = None
+) -> Timeline:
+    """The history between ``start`` and ``start + hours`` as a ``Timeline`` (GPU markets only).
+
+    Preemption rates are those known at ``start`` (``spotopt.market.snapshot``): a replay must
+    not use interruption data observed after the moment it pretends to be in.
+    """
+    flt = flt or MarketFilter()
+    end = start + timedelta(hours=hours)
+    quotes = price_history(session, flt, since=start, until=end)
+    if not quotes:
+        raise InputError(
+            f"what-if: no prices in the history between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC; "
+            "import or collect prices first (spotopt import …), or try `spotopt whatif --example`"
+        )
+    rates = {s.quote.market_id: s for s in snapshot(session, start, flt)}
+    return build_timeline(quotes, start, hours, tick_h, rates)
