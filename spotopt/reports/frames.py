@@ -186,7 +186,9 @@ def spot_vs_on_demand(iv: pd.DataFrame, markets: pd.DataFrame, until_us: int) ->
     merged = merged.sort_values(["market_id", "start"], kind="stable").reset_index(drop=True)
     nxt = merged.groupby("market_id")["start"].shift(-1).fillna(until_us).to_numpy(dtype=np.int64)
     # A segment ends at the next event, or where either interval ends (window end).
-    end = np.minimum(nxt, np.minimum(merged["spot_end"].to_numpy(), merged["od_end"].fillna(0).to_numpy()))
-    merged["end"] = end.astype(np.int64)
+    # (A side without a price yet has no end: 0 makes the segment empty, and it is dropped.)
+    spot_end = merged["spot_end"].fillna(0).to_numpy(dtype=np.int64)
+    od_end = merged["od_end"].fillna(0).to_numpy(dtype=np.int64)
+    merged["end"] = np.minimum(nxt, np.minimum(spot_end, od_end))
     ok = merged["spot"].notna() & merged["on_demand"].notna() & (merged["end"] > merged["start"])
     return merged.loc[ok, ["market_id", "start", "end", "spot", "on_demand"]].reset_index(drop=True)
