@@ -18,14 +18,14 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Table, select
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from spotopt.db.engine import Database
-from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run
+from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run, UTCDateTime
 from spotopt.types import (
     InstanceTypeSpec,
     InterruptionObservation,
@@ -200,10 +200,55 @@ class Ingestor:
         if self._dialect == "postgresql":
             inserted = _pg_copy_insert(self.session, table, rows)
         else:
-            result = self.session.execute(sqlite_insert(table).on_conflict_do_nothing(), rows)
-            inserted = result.rowcount  # type: ignore[attr-defined]
+            inserted = _sqlite_insert_ignore(self.session, table, rows)
         self.stats.inserted += inserted
         self.stats.duplicate += len(rows) - inserted
+
+
+def sqlite_utc_text(value: datetime) -> str:
+    """A UTC datetime as SQLAlchemy stores it on SQLite (``2024-05-01 12:00:00.000000``), for raw inserts."""
+    if value.tzinfo is UTC:  # the common case, without two conversions per row
+        return value.isoformat(" ", "microseconds")[:-6]
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r} reached the database; use UTC")
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def _sqlite_insert_ignore(session: Session, table: Table, rows: list[dict[str, Any]]) -> int:
+    """``INSERT … ON CONFLICT DO NOTHING`` through the DBAPI cursor: the row count is exact, and
+    converting the batch here is several times faster than SQLAlchemy's per-row bind processing
+    (``sqlite_utc_text`` writes times exactly as ``UTCDateTime`` would, so queries compare alike).
+    Rows go in primary-key order (``benchmarks/ingest.py``: +60 % rows/s with 72 interleaved markets).
+    """
+    key = [c.name for c in table.primary_key.columns]
+    if len(key) > 1 and all(c in rows[0] for c in key):
+        # B-tree inserts in key order touch each page once; stable, so the first of equal keys wins.
+        rows = sorted(rows, key=itemgetter(*key))
+    times = [c for c in rows[0] if isinstance(table.c[c].type, UTCDateTime)]
+    plain = [c for c in rows[0] if c not in times]
+    pick = itemgetter(*plain)
+    if len(plain) == 1:
+        params: list[tuple[Any, ...]] = [(pick(row),) for row in rows]
+    else:
+        params = [pick(row) for row in rows]
+    if times:
+        params = [
+            values + tuple(sqlite_utc_text(row[c]) for c in times)
+            for values, row in zip(params, rows, strict=True)
+        ]
+    columns = plain + times
+    sql = (
+        f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+        "ON CONFLICT DO NOTHING"
+    )
+    raw = session.connection().connection.dbapi_connection
+    assert raw is not None
+    cursor = raw.cursor()
+    try:
+        cursor.executemany(sql, params)
+        return int(cursor.rowcount)
+    finally:
+        cursor.close()
 
 
 def _pg_copy_insert(session: Session, table: Table, rows: list[dict[str, Any]]) -> int:
