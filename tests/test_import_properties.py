@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy.dialects import sqlite
 
 from spotopt.db.engine import Database
+from spotopt.db.models import UTCDateTime
 from spotopt.errors import InputError
+from spotopt.ingest import sqlite_utc_text
 from tests.import_helpers import EXAMPLES, counts, import_json, quotes_at, run_cli
 
 SETTINGS = settings(
@@ -244,3 +247,17 @@ def test_postgresql_round_trip_and_garbage(
     garbage.write_bytes(data)
     for command in COMMANDS:
         _check_failure_or_success(pg_url, garbage, command)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.datetimes(timezones=st.just(UTC) | st.timezones()))
+def test_raw_sqlite_times_match_what_sqlalchemy_writes(value: datetime) -> None:
+    """The fast SQLite insert path must store times exactly as ``UTCDateTime`` does, or queries miss them."""
+    dialect = sqlite.dialect()
+    bind = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+    assert bind is not None
+    try:
+        expected = bind(value)
+    except OverflowError:
+        return  # not representable in UTC; neither path can store it
+    assert sqlite_utc_text(value) == expected
