@@ -40,8 +40,8 @@ class SqlDialect(StrEnum):
 def _dialect(name: str) -> Dialect:
     # "named" paramstyle: literal SQL for psql must not double the % of LIKE patterns.
     if name == SqlDialect.POSTGRESQL:
-        return postgresql.dialect(paramstyle="named")  # type: ignore[no-any-return]
-    return sqlite.dialect()  # type: ignore[no-any-return]
+        return postgresql.dialect(paramstyle="named")
+    return sqlite.dialect()
 
 
 @app.command("list")

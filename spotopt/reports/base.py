@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pandas as pd
 from sqlalchemy import Select
@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from spotopt.errors import InputError
 
 Args = Mapping[str, Any]
+AnySelect: TypeAlias = "Select[*tuple[Any, ...]]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class Report:
     name: str
     summary: str
     params: tuple[Param, ...]
-    statements: Callable[[Args], dict[str, Select[Any]]]
+    statements: Callable[[Args], dict[str, AnySelect]]
     """Parsed parameters -> the named Core statements this report runs."""
     compute: Callable[[dict[str, pd.DataFrame], Args], ReportResult]
     """Statement results (one DataFrame per statement name) -> the report's sections."""

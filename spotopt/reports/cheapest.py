@@ -9,14 +9,12 @@ such mean, i.e. where one would have paid least by staying put for the whole buc
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Select
 
 from spotopt.reports import frames, history, params, plots
-from spotopt.reports.base import Args, Report, ReportResult
+from spotopt.reports.base import AnySelect, Args, Report, ReportResult
 from spotopt.reports.sql import markets_stmt, points_stmt
 
 GROUP = ["bucket", "gpu_model", "market", "cloud"]
@@ -34,7 +32,7 @@ COLUMNS = [
 ]
 
 
-def statements(args: Args) -> dict[str, Select[Any]]:
+def statements(args: Args) -> dict[str, AnySelect]:
     return {"markets": markets_stmt(args), "points": points_stmt(args)}
 
 

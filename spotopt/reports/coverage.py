@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Float, Select, func, select
+from sqlalchemy import Float, func, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from spotopt.db.models import InstanceType, Market, PricePoint, Run
 from spotopt.reports import frames, params
-from spotopt.reports.base import Args, Param, Report, ReportResult
+from spotopt.reports.base import AnySelect, Args, Param, Report, ReportResult
 from spotopt.reports.sql import MARKET_COLUMNS, filter_markets, raw
 
 MARKETS_COLUMNS = [
@@ -69,7 +69,7 @@ def _epoch_pg(element: epoch_seconds, compiler: Any, **kw: Any) -> str:
     return f"EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)})"
 
 
-def _joined(*columns: Any) -> Select[Any]:
+def _joined(*columns: Any) -> AnySelect:
     return (
         select(*columns)
         .join(Market, Market.id == PricePoint.market_id)
@@ -77,7 +77,7 @@ def _joined(*columns: Any) -> Select[Any]:
     )
 
 
-def _in_window(stmt: Select[Any], args: Args) -> Select[Any]:
+def _in_window(stmt: AnySelect, args: Args) -> AnySelect:
     return stmt.where(PricePoint.observed_at >= args["since"], PricePoint.observed_at < args["until"])
 
 
@@ -91,7 +91,7 @@ def _first_or_last(agg: Any, until: Any) -> Any:
     )
 
 
-def statements(args: Args) -> dict[str, Select[Any]]:
+def statements(args: Args) -> dict[str, AnySelect]:
     markets = filter_markets(
         select(
             Market.id.label("market_id"),
@@ -108,7 +108,7 @@ def statements(args: Args) -> dict[str, Select[Any]]:
         args,
     )
     counts = _in_window(_joined(PricePoint.market_id, func.count().label("points")), args)
-    stepped = _in_window(
+    ordered = _in_window(
         _joined(
             PricePoint.market_id,
             PricePoint.observed_at,
@@ -118,7 +118,7 @@ def statements(args: Args) -> dict[str, Select[Any]]:
         ),
         args,
     )
-    stepped = filter_markets(stepped, args).subquery("stepped")
+    stepped = filter_markets(ordered, args).subquery("stepped")
     gaps = select(
         stepped.c.market_id, raw(stepped.c.prev).label("gap_from"), raw(stepped.c.observed_at).label("gap_to")
     ).where(

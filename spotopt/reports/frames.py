@@ -23,7 +23,7 @@ _MONDAY_US = 4 * US_PER_DAY
 
 def to_us(values: pd.Series | Sequence[object]) -> np.ndarray:
     """Driver times (naive-UTC text from SQLite, aware datetimes from PostgreSQL) -> int64 µs."""
-    series = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
+    series = values if isinstance(values, pd.Series) else pd.Series(list(values), dtype=object)
     if series.empty:
         return np.empty(0, dtype=np.int64)
     parsed = pd.to_datetime(series, utc=True, format="ISO8601")

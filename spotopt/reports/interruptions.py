@@ -12,15 +12,13 @@ running at ``until`` or terminated by their owner count as censored, not as pree
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
-from sqlalchemy import Select, select
+from sqlalchemy import select
 
 from spotopt.db.models import InstanceLifetime, InstanceType, Interruption, Market
 from spotopt.reports import frames, params, survival
-from spotopt.reports.base import Args, Param, Report, ReportResult
+from spotopt.reports.base import AnySelect, Args, Param, Report, ReportResult
 from spotopt.reports.sql import MARKET_COLUMNS, filter_markets, raw
 
 PARTS = ("all", "observations", "survival")
@@ -37,8 +35,8 @@ SURVIVAL_COLUMNS = [
 ]
 
 
-def statements(args: Args) -> dict[str, Select[Any]]:
-    out: dict[str, Select[Any]] = {}
+def statements(args: Args) -> dict[str, AnySelect]:
+    out: dict[str, AnySelect] = {}
     if args["part"] in ("all", "observations"):
         obs = (
             select(

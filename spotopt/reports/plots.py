@@ -18,7 +18,7 @@ from spotopt.reports.base import ReportResult
 
 WIDTH_PX, HEIGHT_PX, DPI = 1200, 700, 100
 MAX_SERIES = 12
-COLORS = list(matplotlib.colormaps["tab20"].colors)
+COLORS = [matplotlib.colormaps["tab20"](i) for i in range(20)]
 
 
 def figure() -> tuple[Figure, Axes]:

@@ -6,21 +6,19 @@ point at or before T had no price yet and are not listed.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
-from sqlalchemy import Select, select
+from sqlalchemy import select
 
 from spotopt.db.models import InstanceType, Market, PricePoint
 from spotopt.reports import frames, params
-from spotopt.reports.base import Args, Report, ReportResult
+from spotopt.reports.base import AnySelect, Args, Report, ReportResult
 from spotopt.reports.sql import MARKET_COLUMNS, filter_markets, raw
 
 COLUMNS = [*MARKET_COLUMNS, "usd_per_hour", "usd_per_gpu_hour", "since", "source"]
 
 
-def statements(args: Args) -> dict[str, Select[Any]]:
+def statements(args: Args) -> dict[str, AnySelect]:
     latest = (
         select(PricePoint.observed_at)
         .where(PricePoint.market_id == Market.id, PricePoint.observed_at <= args["at"])

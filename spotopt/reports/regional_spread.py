@@ -8,14 +8,12 @@ region and their ratio (thesis fig. 6.3: where to run matters, and the order cha
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Select
 
 from spotopt.reports import cheapest, frames, history, params, plots
-from spotopt.reports.base import Args, Report, ReportResult
+from spotopt.reports.base import AnySelect, Args, Report, ReportResult
 from spotopt.reports.sql import markets_stmt, points_stmt
 
 GROUP = ["bucket", "gpu_model", "market", "cloud"]
@@ -30,7 +28,7 @@ COLUMNS = [
 ]
 
 
-def statements(args: Args) -> dict[str, Select[Any]]:
+def statements(args: Args) -> dict[str, AnySelect]:
     return {"markets": markets_stmt(args), "points": points_stmt(args)}
 
 

@@ -9,14 +9,12 @@ pooled over the region's spot markets, i.e. the discount one got half of the tim
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Select
 
 from spotopt.reports import frames, history, params, plots
-from spotopt.reports.base import Args, Report, ReportResult
+from spotopt.reports.base import AnySelect, Args, Report, ReportResult
 from spotopt.reports.sql import markets_stmt, points_stmt
 
 GROUP = ["gpu_model", "cloud", "region"]
@@ -34,7 +32,7 @@ COLUMNS = [
 ]
 
 
-def statements(args: Args) -> dict[str, Select[Any]]:
+def statements(args: Args) -> dict[str, AnySelect]:
     both = {**args, "market": None}
     return {"markets": markets_stmt(both), "points": points_stmt(both)}
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, select, type_coerce, union_all
+from sqlalchemy import ColumnElement, select, type_coerce, union_all
+from sqlalchemy.orm import QueryableAttribute
 from sqlalchemy.sql.sqltypes import NullType
 
 from spotopt.db.models import InstanceType, Market, PricePoint
+from spotopt.reports.base import AnySelect
 
 MARKET_COLUMNS = ("cloud", "region", "zone", "instance_type", "market", "gpu_model", "gpu_count")
 
 
-def raw(column: ColumnElement[Any]) -> ColumnElement[Any]:
+def raw(column: ColumnElement[Any] | QueryableAttribute[Any]) -> ColumnElement[Any]:
     """The column as the driver returns it (text on SQLite, datetime on PostgreSQL).
 
     Skips SQLAlchemy's per-row datetime parsing, which costs more than the query itself on a
@@ -28,7 +30,7 @@ def raw(column: ColumnElement[Any]) -> ColumnElement[Any]:
     return type_coerce(column, NullType())
 
 
-def filter_markets(stmt: Select[Any], args: Mapping[str, Any]) -> Select[Any]:
+def filter_markets(stmt: AnySelect, args: Mapping[str, Any]) -> AnySelect:
     """Apply the shared market parameters (gpu, cloud, region, market) to a statement that joins
     ``markets`` and ``instance_types``. Markets of unknown GPU never appear in reports: they have
     no $/GPU-hour."""
@@ -46,7 +48,7 @@ def filter_markets(stmt: Select[Any], args: Mapping[str, Any]) -> Select[Any]:
     return stmt
 
 
-def markets_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> Select[Any]:
+def markets_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> AnySelect:
     """The filtered markets with their catalog facts (one row per market).
 
     ``with_on_demand`` keeps the on-demand markets of the same instance types and regions even
@@ -72,7 +74,7 @@ def markets_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> Se
     return filter_markets(stmt, args)
 
 
-def points_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> Select[Any]:
+def points_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> AnySelect:
     """Price points that describe the filtered markets over [since, until).
 
     That is every point strictly inside the window plus, per market, the point in effect at

@@ -10,14 +10,12 @@ the same region (AWS caps spot at on-demand; a share near 1 means "spot buys not
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Select
 
 from spotopt.reports import frames, history, params, plots
-from spotopt.reports.base import Args, Report, ReportResult
+from spotopt.reports.base import AnySelect, Args, Report, ReportResult
 from spotopt.reports.sql import MARKET_COLUMNS, markets_stmt, points_stmt
 
 COLUMNS = [
@@ -34,7 +32,7 @@ COLUMNS = [
 ]
 
 
-def statements(args: Args) -> dict[str, Select[Any]]:
+def statements(args: Args) -> dict[str, AnySelect]:
     return {
         "markets": markets_stmt(args, with_on_demand=True),
         "points": points_stmt(args, with_on_demand=True),
