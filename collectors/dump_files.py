@@ -83,7 +83,7 @@ def open_binary(path: Path, on_bytes: ProgressCallback | None = None) -> Iterato
             with gzip.GzipFile(fileobj=counted, mode="rb") as unpacked:
                 yield unpacked  # type: ignore[misc]
         else:
-            yield counted  # type: ignore[misc]
+            yield counted
 
 
 class _Prefixed:
@@ -211,7 +211,7 @@ class _Events:
 
     def __next__(self) -> tuple[str, Any]:
         try:
-            return next(self._parser)  # type: ignore[no-any-return]
+            return next(self._parser)
         except ijson.JSONError as exc:
             after = f" after {self.last_item}" if self.last_item else " before the first complete item"
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
