@@ -100,9 +100,15 @@ class Report:
 
     def run(self, session: Session, args: Args) -> ReportResult:
         frames = {}
+        connection = session.connection()
         for name, stmt in self.statements(args).items():
-            result = session.execute(stmt)
-            frames[name] = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+            result = connection.execute(stmt)
+            # The DBAPI rows as they are: report statements select only columns that need no
+            # SQLAlchemy result processing (times come through ``sql.raw``), and skipping the
+            # Row objects makes a 200 000-row fetch several times faster.
+            rows = result.cursor.fetchall()
+            frames[name] = pd.DataFrame.from_records(rows, columns=list(result.keys()), coerce_float=True)
+            result.close()
         return self.compute(frames, args)
 
 

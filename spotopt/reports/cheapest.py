@@ -36,18 +36,21 @@ def statements(args: Args) -> dict[str, AnySelect]:
     return {"markets": markets_stmt(args), "points": points_stmt(args)}
 
 
-def bucket_means(iv: pd.DataFrame, args: Args) -> pd.DataFrame:
+def bucket_means(window: history.Window, args: Args) -> pd.DataFrame:
     """Per (bucket, market): time-weighted mean and minimum $/GPU-hour inside the bucket."""
+    iv = window.intervals
     priced = iv[iv["usd_per_gpu_hour"].notna()]
     pieces = frames.split_buckets(priced, params.BUCKETS[args["bucket"]])
     dur = (pieces["end"] - pieces["start"]).to_numpy(dtype=float)
     pieces = pieces.assign(_w=dur, _wv=dur * pieces["usd_per_gpu_hour"].to_numpy())
-    keys = ["bucket", "market_id", "gpu_model", "market", "cloud", "region", "zone", "instance_type"]
-    grouped = pieces.groupby(keys, sort=True)
+    grouped = pieces.groupby(["bucket", "market_id"], sort=True)
     out = grouped[["_w", "_wv"]].sum()
     out["mean"] = out["_wv"] / out["_w"]
     out["lowest"] = grouped["usd_per_gpu_hour"].min()
-    return out.drop(columns=["_w", "_wv"]).reset_index()
+    out = out.drop(columns=["_w", "_wv"]).reset_index()
+    return history.attach(
+        out, window.markets, ["gpu_model", "market", "cloud", "region", "zone", "instance_type"]
+    )
 
 
 def _cheapest_of(means: pd.DataFrame, group: list[str]) -> pd.DataFrame:
@@ -69,7 +72,7 @@ def _cheapest_of(means: pd.DataFrame, group: list[str]) -> pd.DataFrame:
 
 def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
     window = history.load(results, args)
-    means = bucket_means(window.intervals, args)
+    means = bucket_means(window, args)
     parts = [_cheapest_of(means, GROUP)]
     if not args.get("cloud"):
         overall = _cheapest_of(means.assign(cloud="all"), GROUP)

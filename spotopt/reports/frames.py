@@ -56,8 +56,13 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
             "source": frame["source"].to_numpy(dtype=object),
         }
     )
-    out = out.sort_values(["market_id", "t", "source"], kind="stable")
-    return out.drop_duplicates(["market_id", "t"], keep="first").reset_index(drop=True)
+    order = np.lexsort((out["t"].to_numpy(), out["market_id"].to_numpy()))
+    out = out.iloc[order]
+    mid, t = out["market_id"].to_numpy(), out["t"].to_numpy()
+    if ((mid[1:] == mid[:-1]) & (t[1:] == t[:-1])).any():  # rare: sort by source only then
+        out = out.sort_values(["market_id", "t", "source"], kind="stable")
+        out = out.drop_duplicates(["market_id", "t"], keep="first")
+    return out.reset_index(drop=True)
 
 
 def intervals(pts: pd.DataFrame, since_us: int | None, until_us: int) -> pd.DataFrame:

@@ -68,7 +68,7 @@ def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
         {"price-board": board[COLUMNS]},
         args["at"],
         args["at"],
-        sorted(set(board["source"])),
+        sorted(pd.unique(board["source"].to_numpy(dtype=object))),
         f"Prices at {args['at']:%Y-%m-%d %H:%M} UTC",
     )
 

@@ -34,7 +34,7 @@ def statements(args: Args) -> dict[str, AnySelect]:
 
 def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
     window = history.load(results, args)
-    means = cheapest.bucket_means(window.intervals, args)
+    means = cheapest.bucket_means(window, args)
     regions = means.groupby([*GROUP, "region"], sort=True)["mean"].min().reset_index()
     # Ties go to the alphabetically first region, so both databases name the same one.
     low = regions.sort_values([*GROUP, "mean", "region"], kind="stable").groupby(GROUP).head(1)

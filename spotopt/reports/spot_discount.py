@@ -40,17 +40,22 @@ def statements(args: Args) -> dict[str, AnySelect]:
 def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
     window = history.load(results, args)
     seg = frames.spot_vs_on_demand(window.intervals, window.markets, window.until_us)
-    seg = seg.merge(window.markets, on="market_id", how="inner")
+    markets = window.markets.assign(group=window.markets.groupby(GROUP, sort=True).ngroup())
+    by_id = markets.set_index("market_id")
+    seg = seg.assign(
+        group=seg["market_id"].map(by_id["group"]), gpu_count=seg["market_id"].map(by_id["gpu_count"])
+    )
     seg = seg[seg["gpu_count"].fillna(0) > 0]
     seg["ratio"] = seg["on_demand"] / seg["spot"]
-    stats = frames.weighted_stats(seg, GROUP, "ratio").set_index(GROUP)
+    stats = frames.weighted_stats(seg, ["group"], "ratio").set_index("group")
     # The best case: highest ratio, earliest time, lowest market id on ties (same on both databases).
     best = (
-        seg.sort_values([*GROUP, "ratio", "start", "market_id"], ascending=[True] * 3 + [False, True, True])
-        .groupby(GROUP, sort=True)
+        seg.sort_values(["group", "ratio", "start", "market_id"], ascending=[True, False, True, True])
+        .groupby("group", sort=True)
         .head(1)
-        .set_index(GROUP)
+        .set_index("group")
     )
+    best = best.join(by_id[["instance_type", "zone"]], on="market_id")
     table = pd.DataFrame(
         {
             "best_x": stats["max"],
@@ -60,10 +65,12 @@ def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
             "best_at": frames.from_us(best["start"].to_numpy(dtype=np.int64), best.index),
             "spot_usd_per_gpu_hour": best["spot"] / best["gpu_count"],
             "on_demand_usd_per_gpu_hour": best["on_demand"] / best["gpu_count"],
-            "spot_markets": seg.groupby(GROUP, sort=True)["market_id"].nunique(),
+            "spot_markets": seg.groupby("group", sort=True)["market_id"].nunique(),
             "hours": stats["hours"],
         }
-    ).reset_index()
+    )
+    names = markets.drop_duplicates("group").set_index("group")[GROUP]
+    table = names.join(table, how="inner").sort_values(GROUP, kind="stable").reset_index(drop=True)
     return ReportResult(
         {"spot-discount": table[COLUMNS]},
         args["since"],
