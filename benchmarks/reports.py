@@ -55,8 +55,8 @@ CASES: list[tuple[str, dict[str, str]]] = [
     ("regional-spread", {"bucket": "day"}),
     ("price-board", {"gpu": "A100"}),
     ("interruptions", {}),
-    ("coverage", {"since": "-30d"}),
     ("coverage", {}),
+    ("coverage", {"since": "-30d"}),
 ]
 
 

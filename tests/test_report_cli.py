@@ -99,7 +99,7 @@ def test_sql_prints_runnable_sql_for_each_dialect(sqlite_history: str) -> None:
     code, out, _ = cli("report", "sql", "cheapest", "-p", "gpu=V100", "--dialect", "postgresql")
     assert code == 0 and "LIKE 'V100-%'" in out and "+00:00'" in out
     code, out, _ = cli("report", "sql", "coverage", "--dialect", "sqlite")
-    assert code == 0 and "julianday(" in out and "-- coverage: gaps" in out
+    assert code == 0 and "-- coverage: points" in out and "ORDER BY price_points.market_id" in out
 
 
 @pytest.mark.parametrize(

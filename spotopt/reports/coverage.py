@@ -2,7 +2,7 @@
 
 Sections: ``markets`` (per market: first and last point before ``until`` in the whole history,
 hours since the last point at ``until``; and inside the window [since, until), default the last
-30 days: points, gaps longer than ``gap_hours``, the longest gap), ``gaps`` (each such gap)
+7 days like every report: points, gaps longer than ``gap_hours``, the longest gap), ``gaps`` (each such gap)
 and ``runs`` (the last run of every source: when, what it wrote and its status, so a collector
 that stopped or failed shows up here). A gap is the time between two consecutive points of a
 market; a long one means nobody looked (AWS writes a point only when the price changes, so
@@ -11,14 +11,11 @@ market; a long one means nobody looked (AWS writes a point only when the price c
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Float, func, select
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy import func, select
 
 from spotopt.db.models import InstanceType, Market, PricePoint, Run
 from spotopt.reports import frames, params
@@ -46,27 +43,6 @@ RUN_COLUMNS = [
     "rejected",
     "error",
 ]
-COUNT_WINDOW = timedelta(days=30)
-# Gaps are pre-selected in SQL with this much slack, then cut exactly in pandas: SQLite's
-# julianday arithmetic is only precise to ~50 µs, and both databases must agree at the edge.
-_SLACK_S = 1.0
-
-
-class epoch_seconds(FunctionElement[float]):
-    """Seconds since 1970 of a UTC timestamp column, as a float, on either database."""
-
-    type = Float()
-    inherit_cache = True
-
-
-@compiles(epoch_seconds, "sqlite")
-def _epoch_sqlite(element: epoch_seconds, compiler: Any, **kw: Any) -> str:
-    return f"((julianday({compiler.process(element.clauses, **kw)}) - 2440587.5) * 86400.0)"
-
-
-@compiles(epoch_seconds, "postgresql")
-def _epoch_pg(element: epoch_seconds, compiler: Any, **kw: Any) -> str:
-    return f"EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)})"
 
 
 def _joined(*columns: Any) -> AnySelect:
@@ -107,24 +83,12 @@ def statements(args: Args) -> dict[str, AnySelect]:
         ).join(InstanceType, InstanceType.id == Market.instance_type_id),
         args,
     )
-    counts = _in_window(_joined(PricePoint.market_id, func.count().label("points")), args)
-    ordered = _in_window(
-        _joined(
-            PricePoint.market_id,
-            PricePoint.observed_at,
-            func.lag(PricePoint.observed_at)
-            .over(partition_by=PricePoint.market_id, order_by=PricePoint.observed_at)
-            .label("prev"),
-        ),
+    # Every point of the window in (market, time) order; SQLite reads it from the primary-key
+    # index alone. Gaps are consecutive differences, cheaper in numpy than a SQL window function.
+    stamps = filter_markets(
+        _in_window(_joined(PricePoint.market_id, raw(PricePoint.observed_at).label("observed_at")), args),
         args,
-    )
-    stepped = filter_markets(ordered, args).subquery("stepped")
-    gaps = select(
-        stepped.c.market_id, raw(stepped.c.prev).label("gap_from"), raw(stepped.c.observed_at).label("gap_to")
-    ).where(
-        epoch_seconds(stepped.c.observed_at) - epoch_seconds(stepped.c.prev)
-        > args["gap_hours"] * 3600.0 - _SLACK_S
-    )
+    ).order_by(PricePoint.market_id, PricePoint.observed_at)
     last_start = select(Run.source, func.max(Run.started_at).label("started")).group_by(Run.source).subquery()
     runs = select(
         Run.id,
@@ -138,12 +102,7 @@ def statements(args: Args) -> dict[str, AnySelect]:
         Run.rejected,
         Run.error,
     ).join(last_start, (last_start.c.source == Run.source) & (last_start.c.started == Run.started_at))
-    return {
-        "markets": markets,
-        "counts": filter_markets(counts, args).group_by(PricePoint.market_id),
-        "gaps": gaps,
-        "runs": runs,
-    }
+    return {"markets": markets, "points": stamps, "runs": runs}
 
 
 def _times(column: pd.Series) -> pd.Series:
@@ -155,20 +114,18 @@ def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
     until_us = frames.dt_us(args["until"])
     min_gap_us = round(args["gap_hours"] * frames.US_PER_HOUR)
     markets = results["markets"].assign(zone=lambda f: f["zone"].fillna("")).set_index("market_id")
-    gaps = results["gaps"].copy()
-    gaps["from_us"] = frames.to_us(gaps["gap_from"])
-    gaps["to_us"] = frames.to_us(gaps["gap_to"])
-    gaps = gaps[(gaps["to_us"] - gaps["from_us"]) > min_gap_us]
-    gaps = gaps.assign(gap_hours=(gaps["to_us"] - gaps["from_us"]) / frames.US_PER_HOUR)
-    gaps = gaps.merge(markets.reset_index(), on="market_id", how="inner").sort_values(
-        ["market_id", "from_us"], kind="stable"
-    )
-    gaps["gap_from"] = _times(gaps["gap_from"])
-    gaps["gap_to"] = _times(gaps["gap_to"])
+    stamps = results["points"]
+    mid = stamps["market_id"].to_numpy(dtype=np.int64)
+    t = frames.to_us(stamps["observed_at"])
+    step = (mid[1:] == mid[:-1]) & ((t[1:] - t[:-1]) > min_gap_us)
+    gaps = pd.DataFrame({"market_id": mid[1:][step], "from_us": t[:-1][step], "to_us": t[1:][step]})
+    gaps["gap_hours"] = (gaps["to_us"] - gaps["from_us"]) / frames.US_PER_HOUR
+    gaps = gaps.merge(markets.reset_index(), on="market_id", how="inner")
+    gaps["gap_from"] = frames.from_us(gaps["from_us"].to_numpy(), gaps.index)
+    gaps["gap_to"] = frames.from_us(gaps["to_us"].to_numpy(), gaps.index)
 
     table = markets[markets["first_observed"].notna()].copy()
-    table["points"] = results["counts"].set_index("market_id")["points"].reindex(table.index).fillna(0)
-    table["points"] = table["points"].astype(np.int64)
+    table["points"] = pd.Series(mid).value_counts().reindex(table.index).fillna(0).astype(np.int64)
     table["hours_since_last"] = (until_us - frames.to_us(table["last_observed"])) / frames.US_PER_HOUR
     table["first_observed"] = _times(table["first_observed"])
     table["last_observed"] = _times(table["last_observed"])
@@ -189,12 +146,6 @@ def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
     )
 
 
-def _resolve(args: dict[str, Any]) -> None:
-    if args["since"] is None:
-        args["since"] = args["until"] - COUNT_WINDOW
-    params.window(args)
-
-
 REPORT = Report(
     name="coverage",
     summary="markets, time range, gaps longer than gap_hours per market, last run per source and status",
@@ -213,5 +164,5 @@ REPORT = Report(
     ),
     statements=statements,
     compute=compute,
-    resolve=_resolve,
+    resolve=params.window,
 )
