@@ -12,12 +12,19 @@ independent (the history has no capacity limits) and each gets its own DP. A job
 deadline may not idle while any of its options has a price; a job with a deadline may, and must
 finish by it.
 
-Progress is continuous; the DP puts it on a grid of ``K`` steps of ``W/K`` and rounds every
-tick's gain *up* to the grid. The DP state then never lags the true progress of the same
-decisions, so its value is a **lower bound** on the cost of every schedule in this model, in
-particular of every strategy with the same overheads (that is what ``cost_usd`` of ``oracle``
-reports). Its decisions are then replayed through the simulator, which gives an achievable
-cost (``schedule_usd``); the two differ by the grid's rounding, reported as the gap.
+Progress is continuous, so each (tick, state) keeps one *label* (cost, progress) per bucket of a
+grid of ``K`` buckets of ``W/K`` steps; gains are added exactly, buckets only decide which labels
+compete. Two passes:
+
+- **bound**: a bucket keeps (the least cost, the most progress) over its labels. That merged
+  label dominates every label in the bucket, so by induction some DP label dominates every real
+  schedule at every tick: the DP's value is a **lower bound** on the cost of every schedule in
+  this model, in particular of every strategy with the same overheads. It is what ``cost_usd``
+  of ``oracle`` reports.
+- **path**: a bucket keeps its cheapest label with that label's own progress (ties: more
+  progress). Every label is then a real schedule; the cheapest finishing one is replayed through
+  the simulator (``schedule_usd``), an achievable cost. The gap between the two is the price of
+  the grid.
 """
 
 from __future__ import annotations
@@ -28,15 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.whatif.engine import TickTerms, tick_terms
+from spotopt.whatif.engine import tick_terms
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.timeline import Timeline
 
 Array = np.ndarray[Any, Any]
 
-DEFAULT_GRID = 2000
-MAX_CELLS = 60_000_000
-"""Bound on stored back-pointers (ticks × states × grid) per job; the grid shrinks to fit."""
+DEFAULT_GRID = 1000
+MAX_CELLS = 30_000_000
+"""Bound on stored back-pointers (ticks × states × grid) of the path pass; its grid shrinks to fit."""
 
 
 @dataclass
@@ -49,12 +56,37 @@ class OraclePath:
 
 
 @dataclass
-class _Back:
-    inc: Array  # (E, 2, 2): [option, entering, preempted] → grid increment
-    pred_a: Array  # (E, K) int8: 1 = entered, 0 = stayed
-    pred_ent: Array  # (Ld, K) int16: source location of the entry
-    src_s: Array  # (L+1, K) int16: option the location's best source ran on, -1: no instance
-    pred_b: Array  # (L+1, K) int32: -1 idle, -2-e paused from e, 2e+entering preempted on e
+class _Labels:
+    """One label per (state, bucket): states are options (running) then locations (no instance)."""
+
+    cost: Array
+    prog: Array
+
+
+def undominated(tl: Timeline, sim: SimJobs, events: Array, eo: Array, start: int) -> Array:
+    """Drop options another option of the job beats at every tick from ``start`` on (exact).
+
+    ``e2`` dominates ``e`` when both are in the same region (same egress to and from anywhere),
+    ``e2`` advances at least as fast and never costs more, is available whenever ``e`` is, and is
+    never preempted where ``e`` is available: swapping ``e2`` for ``e`` in any schedule then costs
+    no more and progresses no less. Of two identical options the first is kept.
+    """
+    price = tl.price[sim.market[eo], start:] / sim.slots[eo][:, None]
+    price = np.where(np.isfinite(price), price, np.inf)
+    pre = np.isfinite(events[sim.market[eo], start:])
+    rate = sim.steps_per_hour[eo] * sim.checkpoint_eff[eo]
+    avail = np.isfinite(price)
+    keep = np.ones(len(eo), dtype=bool)
+    for a in range(len(eo)):
+        for b in range(len(eo)):
+            if a == b or not keep[b] or sim.location[eo[a]] != sim.location[eo[b]] or rate[b] < rate[a]:
+                continue
+            if np.all(price[b] <= price[a]) and not np.any(pre[b] & avail[a]):
+                same = rate[b] == rate[a] and np.array_equal(price[a], price[b]) and not pre[a].any()
+                if not same or b < a:
+                    keep[a] = False
+                    break
+    return eo[keep]
 
 
 def _egress_matrix(sim: SimJobs, j: int, transfer: Array, dest: Array) -> Array:
@@ -78,186 +110,178 @@ def solve_job(
     start_tick: int,
     grid: int = DEFAULT_GRID,
     respect_deadline: bool = True,
-    optimistic: bool = True,
+    bound: bool = True,
 ) -> OraclePath:
-    """The DP for job ``j`` from ``start_tick`` (see the module docstring).
-
-    ``optimistic`` rounds each tick's gain up (the value is a lower bound); otherwise down (the
-    path is feasible in the simulator: its true progress never lags the DP's, so it finishes no
-    later than the DP says, deadline included; the value is then an achievable cost).
-    """
+    """The DP for job ``j`` from ``start_tick``: the lower bound (``bound``) or a real schedule."""
     lo, hi = sim.bounds()[j : j + 2]
-    eo = np.arange(lo, hi)
+    eo = undominated(tl, sim, events, np.arange(lo, hi), start_tick)
     n_opt = len(eo)
     n_loc = transfer.shape[0] - 1
-    nowhere = n_loc
     work = float(sim.work[j])
     deadline = float(sim.deadline_h[j]) if respect_deadline else math.inf
     end = tl.n_ticks
     if math.isfinite(deadline):
         end = min(end, start_tick + math.ceil(deadline / tl.tick_h - 1e-9))
     n_ticks = max(end - start_tick, 0)
-    states = n_opt + 3 * (n_loc + 1)
-    k_grid = int(max(50, min(grid, MAX_CELLS // max(1, n_ticks * states))))
+    n_states = n_opt + n_loc + 1
+    k_grid = grid if bound else int(max(50, min(grid, MAX_CELLS // max(1, n_ticks * n_states))))
     q = work / k_grid
     loc_e = sim.location[eo]
+    state_loc = np.concatenate([loc_e, np.arange(n_loc + 1)])
     dests = np.unique(loc_e)
     dest_of = np.searchsorted(dests, loc_e)
     egress = _egress_matrix(sim, j, transfer, dests)  # (L+1, Ld)
-    remaining = work - np.arange(k_grid) * q  # optimistic: what is left if progress is exactly k·q
     jobs = np.full(n_opt, j)
-    a = np.full((n_opt, k_grid), np.inf)
-    b = np.full((n_loc + 1, k_grid), np.inf)
-    b[nowhere, 0] = 0.0
-    best, best_at = math.inf, None
-    backs: list[_Back] = []
+    lab = _Labels(np.full((n_states, k_grid), np.inf), np.zeros((n_states, k_grid)))
+    lab.cost[n_opt + n_loc, 0] = 0.0
+    best, best_cell, best_tick, best_opt = math.inf, -1, -1, -1
+    prev_cells: list[Array] = []
+    actions: list[Array] = []
     for t in range(start_tick, end):
         elapsed = (t - start_tick) * tl.tick_h
         avail = np.isfinite(tl.price[sim.market[eo], t])
-        s = b.copy()
-        src_s = np.full((n_loc + 1, k_grid), -1, dtype=np.int16)
-        for e in range(n_opt):
-            better = a[e] < s[loc_e[e]]
-            s[loc_e[e]] = np.where(better, a[e], s[loc_e[e]])
-            src_s[loc_e[e]][better] = e
-        through = s[:, None, :] + egress[:, :, None]
-        pred_ent = through.argmin(axis=0).astype(np.int16)
-        ent = through.min(axis=0)
-        a_next = np.full_like(a, np.inf)
-        b_next = np.full_like(b, np.inf)
-        pred_a = np.zeros((n_opt, k_grid), dtype=np.int8)
-        pred_b = np.full((n_loc + 1, k_grid), -1, dtype=np.int32)
-        inc = np.zeros((n_opt, 2, 2), dtype=np.int64)
-        for entering in (0, 1):
-            terms = tick_terms(tl, sim, events, t, jobs, eo, np.full(n_opt, bool(entering)))
-            for e in np.flatnonzero(avail).tolist():
-                src = ent[dest_of[e]] if entering else a[e]
-                if not np.isfinite(src).any():
-                    continue
-                best, best_at = _finish(
-                    terms, e, src, remaining, elapsed, deadline, best, best_at, (t, e, entering)
-                )
-                cap = terms.capacity[e]
-                open_k = remaining > cap + 1e-9 * max(work, 1.0)
-                step = int(
-                    math.ceil(terms.saved[e] / q - 1e-9)
-                    if optimistic
-                    else math.floor(terms.saved[e] / q + 1e-9)
-                )
-                pre = bool(terms.preempted[e])
-                inc[e, entering, int(pre)] = step
-                cost = terms.price[e] * terms.run_h[e]
-                val = np.where(open_k, src + cost, np.inf)
-                over = val[max(k_grid - step, 0) :]
-                if step > 0 and np.isfinite(over).any():
-                    k_over = max(k_grid - step, 0) + int(np.argmin(over))
-                    if (
-                        not math.isfinite(deadline) or elapsed + terms.run_h[e] <= deadline + 1e-9
-                    ) and over.min() < best:
-                        best, best_at = float(over.min()), (t, e, entering, k_over)
-                if step >= k_grid:
-                    continue
-                shifted = np.full(k_grid, np.inf)
-                shifted[step:] = val[: k_grid - step]
-                if pre:
-                    dst, row = b_next, loc_e[e]
-                    better = shifted < dst[row]
-                    dst[row] = np.where(better, shifted, dst[row])
-                    pred_b[row][better] = 2 * e + entering
-                else:
-                    better = shifted < a_next[e]
-                    a_next[e] = np.where(better, shifted, a_next[e])
-                    pred_a[e][better] = entering
-        if math.isfinite(deadline) or not avail.any():
-            better = b < b_next
-            b_next = np.where(better, b, b_next)
-            pred_b[better] = -1
-            for e in range(n_opt):
-                row = loc_e[e]
-                better = a[e] < b_next[row]
-                b_next[row] = np.where(better, a[e], b_next[row])
-                pred_b[row][better] = -2 - e
-        backs.append(_Back(inc, pred_a, pred_ent, src_s, pred_b))
-        a, b = a_next, b_next
-        if min(a.min(initial=np.inf), b.min()) >= best:
+        if not np.isfinite(lab.cost).any():
             break
-    if best_at is None:
+        ent_c, ent_p, ent_cell = _entries(lab, state_loc, egress, k_grid, bound)
+        src_c = np.stack([lab.cost[:n_opt], ent_c[dest_of]])  # (2, E, K): stay, enter
+        src_p = np.stack([lab.prog[:n_opt], ent_p[dest_of]])
+        own = np.arange(n_opt)[:, None] * k_grid + np.arange(k_grid)[None, :]
+        src_cell = np.stack([own, ent_cell[dest_of]])
+        terms = [tick_terms(tl, sim, events, t, jobs, eo, np.full(n_opt, bool(k))) for k in (0, 1)]
+        cap = np.stack([x.capacity for x in terms])[:, :, None]
+        rate = np.stack([x.rate for x in terms])[:, :, None]
+        restart = np.stack([x.restart_h for x in terms])[:, :, None]
+        price = np.stack([x.price for x in terms])[:, :, None]
+        saved = np.stack([x.saved for x in terms])[:, :, None]
+        run_cost = np.stack([x.price * x.run_h for x in terms])[:, :, None]
+        usable = np.isfinite(src_c) & avail[None, :, None]
+        rest = work - src_p
+        fin = usable & (rest <= cap + 1e-9 * max(work, 1.0)) & (rate > 0)
+        if fin.any():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                used = restart + rest / rate
+            val = np.where(fin, src_c + price * used, np.inf)
+            if math.isfinite(deadline):
+                val = np.where(elapsed + used <= deadline + 1e-9, val, np.inf)
+            flat = int(np.argmin(val))
+            if val.flat[flat] < best:
+                kind, e, k = np.unravel_index(flat, val.shape)
+                best, best_cell, best_tick, best_opt = (
+                    float(val.flat[flat]),
+                    int(src_cell[kind, e, k]),
+                    t,
+                    int(e),
+                )
+        go = usable & ~fin
+        pre = terms[0].preempted
+        dest_state = np.where(pre, n_opt + loc_e, np.arange(n_opt))[None, :, None]
+        new_p = src_p + saved
+        bucket = np.minimum((np.where(go, new_p, 0.0) / q).astype(np.int64), k_grid - 1)
+        act = np.broadcast_to(np.arange(n_opt)[None, :, None], go.shape)
+        cand = [
+            (np.broadcast_to(dest_state, go.shape) * k_grid + bucket)[go],
+            (src_c + run_cost)[go],
+            new_p[go],
+            src_cell[go],
+            act[go],
+        ]
+        if math.isfinite(deadline) or not avail.any():
+            live = np.flatnonzero(np.isfinite(lab.cost.ravel()))
+            to = n_opt + state_loc[live // k_grid]
+            idle = [
+                to * k_grid + live % k_grid,
+                lab.cost.ravel()[live],
+                lab.prog.ravel()[live],
+                live,
+                np.full(len(live), -1),
+            ]
+            cand = [np.concatenate([a, b]) for a, b in zip(cand, idle, strict=True)]
+        d, c, p, pv, ac = cand
+        lab, prev, chosen = _reduce(d, c, p, pv, ac, n_states, k_grid, bound)
+        if not bound:
+            prev_cells.append(prev)
+            actions.append(chosen)
+        if lab.cost.min() >= best:
+            break
+    if not math.isfinite(best):
         if math.isfinite(deadline):
-            path = solve_job(tl, sim, events, transfer, j, start_tick, grid, False, optimistic)
+            path = solve_job(tl, sim, events, transfer, j, start_tick, grid, False, bound)
             return OraclePath(path.cost_usd, path.plan, False, path.grid)
         return OraclePath(math.inf, np.full(n_ticks, -1, dtype=np.int64), False, k_grid)
-    plan = _backtrack(backs, best_at, start_tick, dest_of, eo, n_ticks)
+    plan = np.full(n_ticks, -2, dtype=np.int64)
+    if not bound:
+        plan[best_tick - start_tick] = eo[best_opt]
+        cell = best_cell
+        for back in range(best_tick - start_tick - 1, -1, -1):
+            step = int(actions[back][cell])
+            plan[back] = eo[step] if step >= 0 else -1
+            cell = int(prev_cells[back][cell])
     return OraclePath(best, plan, True, k_grid)
 
 
-def _finish(
-    terms: TickTerms,
-    e: int,
-    src: Array,
-    remaining: Array,
-    elapsed: float,
-    deadline: float,
-    best: float,
-    best_at: tuple[int, ...] | None,
-    where: tuple[int, int, int],
-) -> tuple[float, tuple[int, ...] | None]:
-    """Best way to finish within this tick on option ``e`` from the values ``src``."""
-    cap = terms.capacity[e]
-    rate = terms.rate[e]
-    if rate <= 0:
-        return best, best_at
-    ok = remaining <= cap + 1e-9 * max(float(remaining[0]), 1.0)
-    used = terms.restart_h[e] + remaining / rate
-    if math.isfinite(deadline):
-        ok &= elapsed + used <= deadline + 1e-9
-    val = np.where(ok, src + terms.price[e] * used, np.inf)
-    k = int(np.argmin(val))
-    if val[k] < best:
-        return float(val[k]), (*where, k)
-    return best, best_at
+def _entries(
+    lab: _Labels, state_loc: Array, egress: Array, k_grid: int, bound: bool
+) -> tuple[Array, Array, Array]:
+    """Per (destination region, bucket): the label to enter from (least cost through egress).
 
-
-def _backtrack(
-    backs: list[_Back],
-    best_at: tuple[int, ...],
-    start: int,
-    dest_of: Array,
-    eo: Array,
-    n_ticks: int,
-) -> Array:
-    """Options per tick of the optimal path, from the finishing transition back to the start."""
-    plan = np.full(n_ticks, -2, dtype=np.int64)
-    t, e, entering, k = best_at
-    plan[t - start] = eo[e]
-    kind, idx = _arrival(backs[t - start], dest_of, e, entering, k)
-    while t > start:
-        t -= 1
-        back = backs[t - start]
-        if kind == "a":
-            e = idx
-            entering = int(back.pred_a[e, k])
-            k -= int(back.inc[e, entering, 0])
-            plan[t - start] = eo[e]
-            kind, idx = _arrival(back, dest_of, e, entering, k)
-            continue
-        code = int(back.pred_b[idx, k])
-        if code == -1:
-            plan[t - start] = -1
-        elif code <= -2:
-            plan[t - start] = -1
-            kind, idx = "a", -2 - code
+    ``bound`` merges (least cost, most progress) over the sources, else keeps the cheapest
+    source's own label; the third array is that source's cell (for the path's back-pointers).
+    """
+    n_src = egress.shape[0]
+    src_c = np.full((n_src, k_grid), np.inf)
+    src_p = np.zeros((n_src, k_grid))
+    src_cell = np.full((n_src, k_grid), -1, dtype=np.int64)
+    for state in np.flatnonzero(np.isfinite(lab.cost).any(axis=1)).tolist():
+        loc = state_loc[state]
+        better = lab.cost[state] < src_c[loc]
+        src_c[loc] = np.where(better, lab.cost[state], src_c[loc])
+        if bound:
+            src_p[loc] = np.maximum(src_p[loc], np.where(np.isfinite(lab.cost[state]), lab.prog[state], 0.0))
         else:
-            e, entering = code // 2, code % 2
-            k -= int(back.inc[e, entering, 1])
-            plan[t - start] = eo[e]
-            kind, idx = _arrival(back, dest_of, e, entering, k)
-    return plan
+            src_p[loc] = np.where(better, lab.prog[state], src_p[loc])
+            src_cell[loc] = np.where(better, state * k_grid + np.arange(k_grid), src_cell[loc])
+    through = src_c[:, None, :] + egress[:, :, None]  # (L+1, Ld, K)
+    pick = through.argmin(axis=0)
+    ent_c = np.take_along_axis(through, pick[None], axis=0)[0]
+    if bound:
+        reach = np.isfinite(src_c)[:, None, :] & np.isfinite(through)
+        ent_p = np.where(reach, src_p[:, None, :], 0.0).max(axis=0)
+        return ent_c, ent_p, np.full(ent_c.shape, -1, dtype=np.int64)
+    ent_p = np.take_along_axis(src_p[:, None, :].repeat(through.shape[1], axis=1), pick[None], axis=0)[0]
+    ent_cell = np.take_along_axis(src_cell[:, None, :].repeat(through.shape[1], axis=1), pick[None], axis=0)[
+        0
+    ]
+    return ent_c, ent_p, ent_cell
 
 
-def _arrival(back: _Back, dest_of: Array, e: int, entering: int, k: int) -> tuple[str, int]:
-    """The state (at the start of the tick) a transition onto option ``e`` at grid ``k`` came from."""
-    if not entering:
-        return "a", e
-    loc = int(back.pred_ent[dest_of[e], k])
-    src = int(back.src_s[loc, k])
-    return ("a", src) if src >= 0 else ("b", loc)
+def _reduce(
+    d: Array,
+    c: Array,
+    p: Array,
+    pv: Array,
+    ac: Array,
+    n_states: int,
+    k_grid: int,
+    bound: bool,
+) -> tuple[_Labels, Array, Array]:
+    """One label per destination cell from all candidate transitions (see the module docstring)."""
+    out = _Labels(np.full(n_states * k_grid, np.inf), np.zeros(n_states * k_grid))
+    prev_cell = np.full(n_states * k_grid, -1, dtype=np.int32)
+    action = np.full(n_states * k_grid, -1, dtype=np.int32)
+    keep = np.isfinite(c)
+    d, c, p = d[keep], c[keep], p[keep]
+    if bound:
+        np.minimum.at(out.cost, d, c)
+        np.maximum.at(out.prog, d, p)
+    else:
+        pv, ac = pv[keep], ac[keep]
+        order = np.lexsort((-p, c, d))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = d[order][1:] != d[order][:-1]
+        pick = order[first]
+        out.cost[d[pick]] = c[pick]
+        out.prog[d[pick]] = p[pick]
+        prev_cell[d[pick]] = pv[pick]
+        action[d[pick]] = ac[pick]
+    shape = (n_states, k_grid)
+    return _Labels(out.cost.reshape(shape), out.prog.reshape(shape)), prev_cell, action

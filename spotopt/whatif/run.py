@@ -45,7 +45,7 @@ class StrategyRun:
 def window_hours(spec: JobSpec, start: datetime, starts: int, every_h: float) -> float:
     """Hours of history a replay needs: the last start plus the longest job's horizon.
 
-    A job's horizon is its deadline, else three times its run on its slowest GPU figure (room
+    A job's horizon is its deadline, else 1.5 times its run on its slowest GPU figure (room
     for preemptions and slow-but-cheap choices), plus a day.
     """
     longest = 0.0
@@ -53,7 +53,7 @@ def window_hours(spec: JobSpec, start: datetime, starts: int, every_h: float) ->
         book = JobThroughput(job)
         steps = work_steps(job, book)
         rates = [f.steps_per_s for g in job.throughput if (f := book.single(g)) is not None]
-        slowest = 3.0 * steps / (min(rates) * 3600.0) if rates else 24.0 * 30
+        slowest = 1.5 * steps / (min(rates) * 3600.0) if rates else 24.0 * 30
         deadline = job.deadline_hours(start + timedelta(hours=(starts - 1) * every_h))
         longest = max(longest, (deadline if deadline is not None and deadline > 0 else slowest) + 24.0)
     return (starts - 1) * every_h + longest
@@ -108,7 +108,7 @@ def run_strategy(
         notes = []
         for j in range(sim.n_jobs):
             bound[j] = solve_job(tl, sim, events, transfer, j, start).cost_usd
-            path = solve_job(tl, sim, events, transfer, j, start, optimistic=False)
+            path = solve_job(tl, sim, events, transfer, j, start, bound=False)
             plan[j, : len(path.plan)] = path.plan
             plan[j, len(path.plan) :] = -2
             if not path.feasible:
