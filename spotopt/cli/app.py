@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from spotopt.cli import catalog, collect, db, imports, plan, prices, report, throughput
+from spotopt.cli import catalog, collect, db, imports, plan, prices, report, throughput, whatif
 from spotopt.cli.common import State
 from spotopt.errors import SpotoptError
 
@@ -60,6 +60,7 @@ app.add_typer(report.app, name="report")
 app.command("plan")(plan.plan)
 app.add_typer(throughput.app, name="throughput")
 app.command("collect")(collect.collect)
+app.command("whatif")(whatif.whatif)
 
 
 def main() -> None:
