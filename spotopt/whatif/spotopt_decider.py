@@ -51,6 +51,10 @@ class SpotoptDecider:
         self._best: Array | None = None
         self.solves = 0
         self.notes: list[str] = []
+        # What the planner expects per hour: the policy's preemption discount, but never more
+        # than the simulator's checkpointing allows (it writes one at every tick boundary, also
+        # on on-demand, where the throughput model assumes none).
+        self.steps_per_hour = sim.steps_per_hour * np.minimum(sim.expected_eff, sim.checkpoint_eff)
 
     def _jobs(self, t: int, st: SimState) -> PlannerJobs:
         sim = self.sim
@@ -79,7 +83,7 @@ class SpotoptDecider:
         opts = PlannerOptions(
             job=sim.job,
             location=sim.location,
-            steps_per_hour=sim.expected_steps_per_hour,
+            steps_per_hour=self.steps_per_hour,
             usd_per_hour=tl.price[sim.market, t] / sim.slots,
             on_demand=sim.on_demand,
         )

@@ -1,0 +1,177 @@
+"""What-if engine on small hand-made histories: strategies, dynamic, oracle bound, deadlines, seeds."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from spotopt.db.queries import Quote
+from spotopt.jobspec import parse_jobs
+from spotopt.mover.egress import transfer_matrix
+from spotopt.whatif.jobs import build_jobs
+from spotopt.whatif.preemptions import model_preemptions, no_preemptions
+from spotopt.whatif.run import run_strategy, run_whatif, summarise
+from spotopt.whatif.timeline import Timeline, build_timeline
+
+T0 = datetime(2020, 2, 1, tzinfo=UTC)
+MARKETS = {
+    1: ("aws", "us-east-1", "us-east-1a", "p3.2xlarge", "spot", "V100-16GB", 1),
+    2: ("aws", "us-east-1", None, "p3.2xlarge", "on-demand", "V100-16GB", 1),
+    3: ("aws", "us-east-1", "us-east-1b", "p2.xlarge", "spot", "K80", 1),
+    4: ("aws", "us-east-1", "us-east-1a", "p3.8xlarge", "spot", "V100-16GB", 4),
+    5: ("azure", "eastus", None, "Standard_NC6", "spot", "K80", 1),
+}
+
+
+def quotes(prices: dict[int, list[tuple[float, float]]]) -> list[Quote]:
+    """``{market id: [(hour, price), …]}`` → price points."""
+    out = []
+    for mid, points in prices.items():
+        cloud, region, zone, itype, kind, gpu, count = MARKETS[mid]
+        for hour, price in points:
+            out.append(
+                Quote(
+                    mid, cloud, region, zone, itype, kind, gpu, count, price, T0 + timedelta(hours=hour), "t"
+                )
+            )
+    return out
+
+
+def job(name: str, **extra: Any) -> dict[str, Any]:
+    spec = {"name": name, "throughput": {"K80": 1.0, "V100": 2.2}, "work": {"gpu_days": 1, "gpu": "V100"}}
+    spec.update({"restart_s": 0, "checkpoint_s": 0})
+    spec.update(extra)
+    return spec
+
+
+def setup(
+    prices: dict[int, list[tuple[float, float]]], jobs: list[dict[str, Any]], hours: float = 200
+) -> Any:
+    tl = build_timeline(quotes(prices), T0, hours, 1.0)
+    sim = build_jobs(parse_jobs({"jobs": jobs}), tl)
+    return tl, sim, transfer_matrix(tl.locations, T0)
+
+
+def first_market(tl: Timeline, sim: Any, run: Any, j: int = 0) -> int:
+    e = int(run.result.trace[j][run.result.trace[j] >= 0][0])
+    return int(tl.markets[int(sim.market[e])].quote.market_id)
+
+
+STATIC = {1: [(0, 1.0)], 2: [(0, 3.06)], 3: [(0, 0.3)], 4: [(0, 3.0)], 5: [(0, 0.2)]}
+
+
+@pytest.mark.parametrize(
+    ("throughput", "expected"),
+    [
+        # A3C-like: the K80 wins per dollar. Home cloud is aws (its V100 spot is the cheapest).
+        (
+            {"K80": 1.0, "V100": 2.2},
+            {"on-demand": 2, "spot": 1, "gpu-type": 3, "multi-gpu": 3, "multi-cloud": 5},
+        ),
+        # ResNet-50-like: the V100 wins; a quarter of p3.8xlarge ($0.75) beats p3.2xlarge ($1.00).
+        (
+            {"K80": 1.0, "V100": 9.6},
+            {"on-demand": 2, "spot": 1, "gpu-type": 1, "multi-gpu": 4, "multi-cloud": 4},
+        ),
+    ],
+)
+def test_each_fixed_strategy_picks_what_the_seeds_define(
+    throughput: dict[str, float], expected: dict[str, int]
+) -> None:
+    tl, sim, transfer = setup(STATIC, [job("j", throughput=throughput)])
+    events = no_preemptions(tl)
+    for name, market in expected.items():
+        run = run_strategy(name, tl, sim, events, transfer, 0)
+        assert first_market(tl, sim, run) == market, name
+        assert run.result.moves[0] == 0
+
+
+def test_dynamic_with_zero_overhead_equals_the_hand_computation() -> None:
+    # Day 1: aws K80 $0.30, azure K80 $0.50; day 2 on: aws $0.60, azure $0.20 (V100s dearer per step).
+    prices = {1: [(0, 5.0)], 3: [(0, 0.3), (24, 0.6)], 5: [(0, 0.5), (24, 0.2)]}
+    tl, sim, transfer = setup(prices, [job("j", throughput={"K80": 1.0, "V100": 2.2})])
+    run = run_strategy("dynamic", tl, sim, no_preemptions(tl), transfer, 0)
+    work_h = 2.2 * 24  # 1 V100-day of steps at 1 step/s on a K80
+    expected = 24 * 0.3 + (work_h - 24) * 0.2
+    assert run.result.cost_usd[0] == pytest.approx(expected)
+    assert run.result.finish_h[0] == pytest.approx(work_h)
+    assert run.result.moves[0] == 1
+    fixed = run_strategy("multi-cloud", tl, sim, no_preemptions(tl), transfer, 0)
+    assert fixed.result.cost_usd[0] == pytest.approx(24 * 0.3 + (work_h - 24) * 0.6)
+
+
+STRATEGIES = ["on-demand", "spot", "gpu-type", "multi-gpu", "multi-cloud", "spotopt", "oracle"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_oracle_is_a_lower_bound_of_every_strategy_on_random_histories(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    prices = {
+        mid: [(h, float(base * rng.uniform(0.4, 1.0))) for h in range(0, 96, int(rng.integers(6, 30)))]
+        for mid, base in ((1, 1.2), (3, 0.5), (4, 4.0), (5, 0.4))
+    }
+    prices[2] = [(0, 3.06)]
+    extra = {"restart_s": 600, "checkpoint_s": 30, "checkpoint_gb": 1.0}
+    jobs = [
+        job("a", **extra, work={"gpu_days": 0.5, "gpu": "V100"}),
+        job(
+            "b",
+            **extra,
+            throughput={"K80": 1.0, "V100": 9.6},
+            work={"gpu_days": 1, "gpu": "V100"},
+            deadline="40h",
+        ),
+    ]
+    tl, sim, transfer = setup(prices, jobs, hours=120)
+    events = model_preemptions(tl, seed)
+    runs = run_whatif(tl, sim, events, transfer, STRATEGIES, [0])
+    rows = summarise(runs, sim, STRATEGIES)
+    for name in sim.names:
+        mine = {r["strategy"]: r for r in rows if r["job"] == name}
+        bound = mine["oracle"]["cost_usd"]
+        assert bound <= mine["oracle"]["schedule_usd"] + 1e-9
+        for strategy in STRATEGIES[:-1]:
+            if mine[strategy]["unfinished_starts"] == 0:
+                assert bound <= mine[strategy]["cost_usd"] + 1e-9, (name, strategy)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_deadline_jobs_never_miss_when_on_demand_capacity_exists(seed: int) -> None:
+    # Cheap but very unreliable spot: preemptions nearly every hour; on-demand always there.
+    prices = {1: [(0, 0.5)], 2: [(0, 3.06)], 3: [(0, 0.2)]}
+    jobs = [
+        job("tight", restart_s=900, checkpoint_s=60, throughput={"K80": 1.0, "V100": 2.2}, deadline="27h"),
+        job("loose", restart_s=900, checkpoint_s=60, throughput={"K80": 1.0, "V100": 9.6}, deadline="60h"),
+    ]
+    tl, sim, transfer = setup(prices, jobs, hours=80)
+    tl.rate[~tl.on_demand] = 0.7
+    events = model_preemptions(tl, seed)
+    run = run_strategy("spotopt", tl, sim, events, transfer, 0)
+    assert np.all(run.result.finish_h <= sim.deadline_h + 1e-9), run.result.finish_h
+    assert run.result.preemptions.sum() > 0
+
+
+def test_identical_seeds_give_identical_results_and_the_seed_matters() -> None:
+    prices = {1: [(0, 1.0), (30, 0.7)], 2: [(0, 3.06)], 3: [(0, 0.3)], 5: [(0, 0.2), (50, 0.4)]}
+    tl, sim, transfer = setup(prices, [job("a"), job("b", throughput={"K80": 1.0, "V100": 9.6})])
+
+    def once(seed: int) -> list[dict[str, Any]]:
+        events = model_preemptions(tl, seed)
+        return summarise(run_whatif(tl, sim, events, transfer, STRATEGIES, [0, 12]), sim, STRATEGIES)
+
+    assert once(7) == once(7)
+    assert once(7) != once(8)
+
+
+def test_model_preemptions_follow_the_rate() -> None:
+    tl, _, _ = setup({1: [(0, 1.0)], 2: [(0, 3.0)]}, [job("a")], hours=20_000)
+    tl.rate[:] = 0.05
+    events = model_preemptions(tl, 3)
+    spot = ~tl.on_demand
+    observed = np.isfinite(events[spot]).mean()
+    assert observed == pytest.approx(1 - math.exp(-0.05), rel=0.1)
+    assert not np.isfinite(events[tl.on_demand]).any()
