@@ -55,10 +55,26 @@ def main() -> None:
     quotes = []
     gpu_of = {t.name: t.gpu_model for t in instance_types()}
     for mid, cloud, region, zone, name, kind, base, count in markets(args.markets, rng):
-        hours = [0] if kind == "on-demand" else sorted({0, *rng.integers(0, args.days * 24, args.days).tolist()})
+        hours = (
+            [0] if kind == "on-demand" else sorted({0, *rng.integers(0, args.days * 24, args.days).tolist()})
+        )
         for h in hours:
             price = base * (1.0 if kind == "on-demand" else rng.uniform(0.25, 0.6))
-            quotes.append(Quote(mid, cloud, region, zone, name, kind, gpu_of[name], count, price, T0 + timedelta(hours=h), "bench"))
+            quotes.append(
+                Quote(
+                    mid,
+                    cloud,
+                    region,
+                    zone,
+                    name,
+                    kind,
+                    gpu_of[name],
+                    count,
+                    price,
+                    T0 + timedelta(hours=h),
+                    "bench",
+                )
+            )
     tl = build_timeline(quotes, T0, args.days * 24, 1.0)
     tl.rate[~tl.on_demand] = rng.uniform(1 / 72, 1 / 12, int((~tl.on_demand).sum()))
     t_timeline = time.perf_counter() - t0
@@ -89,7 +105,9 @@ def main() -> None:
         dt = time.perf_counter() - t
         total += dt
         done = int(np.isfinite(run.result.finish_h).sum())
-        print(f"  {name:12s} {dt:6.1f} s  total ${run.result.cost_usd.sum():,.0f}  finished {done}/{sim.n_jobs} {run.notes}")
+        print(
+            f"  {name:12s} {dt:6.1f} s  total ${run.result.cost_usd.sum():,.0f}  finished {done}/{sim.n_jobs} {run.notes}"
+        )
     print(f"all strategies except the oracle: {total:.1f} s (target <= 30 s)")
     if args.oracle_jobs:
         from spotopt.whatif.oracle import solve_job
