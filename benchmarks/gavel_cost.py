@@ -57,7 +57,8 @@ def main() -> None:
         results[policy] = alloc.total_cost_usd
         print(
             f"  {policy:15s} cost ${alloc.total_cost_usd:12,.0f}  SLO violations {late.mean():6.1%} "
-            f"(A3C {late[kinds == 'a3c'].mean():.0%}, ResNet-50 {late[kinds == 'resnet50'].mean():.0%})  solve {dt:.2f} s"
+            f"(A3C {late[kinds == 'a3c'].mean():.0%}, ResNet-50 {late[kinds == 'resnet50'].mean():.0%})  "
+            f"solve {dt:.2f} s"
         )
     base = results["max-throughput"]
     print(

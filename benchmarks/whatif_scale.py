@@ -106,7 +106,8 @@ def main() -> None:
         total += dt
         done = int(np.isfinite(run.result.finish_h).sum())
         print(
-            f"  {name:12s} {dt:6.1f} s  total ${run.result.cost_usd.sum():,.0f}  finished {done}/{sim.n_jobs} {run.notes}"
+            f"  {name:12s} {dt:6.1f} s  total ${run.result.cost_usd.sum():,.0f}  "
+            f"finished {done}/{sim.n_jobs} {run.notes}"
         )
     print(f"all strategies except the oracle: {total:.1f} s (target <= 30 s)")
     if args.oracle_jobs:
