@@ -226,7 +226,7 @@ class AzureEvictionRates(AzureGraphCollector):
                 yield Rejection(f"SpotResources evictionRate {row!r}"[:300], "malformed item")
                 continue
             yield InterruptionObservation(
-                "azure", location.lower(), None, name, at, "eviction-rate", value, bucket
+                "azure", location.lower(), None, name, at, "eviction-rate", value, str(bucket)
             )
 
 

@@ -245,7 +245,8 @@ class Collector(ABC):
         store: dict[tuple[str, ...], Any] = self.clients.__dict__.setdefault("_spotopt_memo", {})
         if key not in store:
             store[key] = compute()
-        return store[key]  # type: ignore[no-any-return]
+        result: T = store[key]
+        return result
 
 
 def hour(at: datetime) -> datetime:

@@ -278,7 +278,7 @@ class GcpPrices(GcpCollector):
     def _price(
         self, region: str, m: Machine, kind: MarketKind, rates: dict[tuple[str, MarketKind, str, Any], _Rate]
     ) -> PriceObservation | Rejection:
-        parts = [("core", m.family, m.vcpus), ("ram", m.family, m.memory_gib)]
+        parts: list[tuple[str, Any, float]] = [("core", m.family, m.vcpus), ("ram", m.family, m.memory_gib)]
         if m.accelerator:
             parts.append(("gpu", gpu_key(m.accelerator), m.gpu_count))
         total, latest = 0.0, None

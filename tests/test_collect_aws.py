@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import responses
 from moto import mock_aws
+from spotopt.collectors.aws_advisor import bucket_upper_bound
 from sqlalchemy import select
 
 from spotopt.collect import CollectRequest, ScopeResult, run_collect
-from spotopt.collectors.aws_advisor import bucket_upper_bound
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run, Watermark
 from tests.collect_fakes import (

@@ -4,7 +4,8 @@ Credentials come from Application Default Credentials (``gcloud auth application
 login``, ``GOOGLE_APPLICATION_CREDENTIALS`` or the metadata server). The Billing Catalog is
 public and also accepts an API key (``SPOTOPT_GCP_API_KEY``), so prices can be collected
 without a project. The billing client uses the REST transport: one HTTP stack for all GCP calls.
-Each method below is exactly one HTTP request, so the caller's retry wraps whole requests.
+Each method below is exactly one HTTP request with the SDK's own retry off (``retry=None``; its
+default retries 503 for up to 10 minutes), so the collectors' bounded retry is the only one.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class GcpClients:
         request = compute_v1.AggregatedListMachineTypesRequest(
             project=self.project(), max_results=500, page_token=page_token
         )
-        return next(iter(self._compute("machine").aggregated_list(request=request).pages))
+        return next(iter(self._compute("machine").aggregated_list(request=request, retry=None).pages))
 
     def accelerator_types_page(self, page_token: str) -> Any:
         """One page of ``acceleratorTypes.aggregatedList`` (which GPUs each zone offers)."""
@@ -79,7 +80,7 @@ class GcpClients:
         request = compute_v1.AggregatedListAcceleratorTypesRequest(
             project=self.project(), max_results=500, page_token=page_token
         )
-        return next(iter(self._compute("accel").aggregated_list(request=request).pages))
+        return next(iter(self._compute("accel").aggregated_list(request=request, retry=None).pages))
 
     def skus_page(self, page_token: str) -> Any:
         """One page of the Compute Engine SKUs of the Cloud Billing Catalog, prices in USD."""
@@ -96,4 +97,4 @@ class GcpClients:
         request = billing_v1.ListSkusRequest(
             parent=COMPUTE_ENGINE_SERVICE, currency_code="USD", page_size=5000, page_token=page_token
         )
-        return next(iter(self._clients["billing"].list_skus(request=request).pages))
+        return next(iter(self._clients["billing"].list_skus(request=request, retry=None).pages))
