@@ -100,7 +100,6 @@ def upgrade() -> None:
             ["instance_types.id"],
             name=op.f("fk_interruptions_instance_type_id_instance_types"),
         ),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_interruptions_run_id_runs")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_interruptions")),
         sa.UniqueConstraint(
             "instance_type_id",
@@ -160,7 +159,6 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["market_id"], ["markets.id"], name=op.f("fk_price_points_market_id_markets")
         ),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_price_points_run_id_runs")),
         sa.PrimaryKeyConstraint("market_id", "observed_at", "source", name=op.f("pk_price_points")),
     )
     with op.batch_alter_table("price_points", schema=None) as batch_op:
