@@ -21,6 +21,10 @@ Three steps, each labelled with where its number came from (``source``):
    loses on average ``C/tau`` to writing checkpoints, ``tau/2`` of recomputation per preemption
    and ``restart_s`` per preemption: ``efficiency = 1 - C/tau - rate·(tau/2 + R)``. Billing
    continues through the loss, so the cost per hour is unchanged and the steps/hour shrink.
+   A job that must hold a checkpoint at every planning boundary (``period_s``: the what-if tick,
+   the mover's period; only there can it move without losing work) checkpoints at most one
+   period apart, at an interval that divides the period, also where nothing preempts it: on
+   on-demand that costs ``C/period``.
 """
 
 from __future__ import annotations
@@ -78,20 +82,35 @@ def scaling_efficiency(gpus: int, comm_ratio: float) -> float:
     return 1.0 / (1.0 + 2.0 * comm_ratio * (gpus - 1))
 
 
-def checkpoint_interval_s(checkpoint_s: float, rate_per_hour: float) -> float | None:
-    """Young/Daly interval ``sqrt(2·C·MTBF)`` in seconds; None when nothing preempts the job."""
-    if rate_per_hour <= 0:
-        return None
-    return math.sqrt(2.0 * checkpoint_s * 3600.0 / rate_per_hour)
+def checkpoint_interval_s(
+    checkpoint_s: float, rate_per_hour: float, period_s: float | None = None
+) -> float | None:
+    """Seconds between checkpoints; None when the job never needs one.
+
+    Young/Daly ``sqrt(2·C·MTBF)``; with ``period_s``, at most one period and shortened to divide
+    it evenly, so a checkpoint falls on every period boundary (also without preemptions).
+    """
+    tau = math.sqrt(2.0 * checkpoint_s * 3600.0 / rate_per_hour) if rate_per_hour > 0 else None
+    if period_s is None or period_s <= 0:
+        return tau
+    if tau is None or tau >= period_s:
+        return period_s
+    if tau <= 0:
+        return period_s
+    return period_s / math.ceil(period_s / tau - 1e-9)
 
 
-def preemption_efficiency(rate_per_hour: float, checkpoint_s: float, restart_s: float) -> float:
-    """Fraction of paid time that advances training (0 when preemptions outpace progress)."""
-    if rate_per_hour <= 0:
+def preemption_efficiency(
+    rate_per_hour: float, checkpoint_s: float, restart_s: float, period_s: float | None = None
+) -> float:
+    """Fraction of paid time that advances training (0 when preemptions outpace progress).
+
+    ``period_s``: checkpoints are due at every planning boundary (see ``checkpoint_interval_s``).
+    """
+    tau = checkpoint_interval_s(checkpoint_s, rate_per_hour, period_s)
+    if tau is None:
         return 1.0
-    tau = checkpoint_interval_s(checkpoint_s, rate_per_hour)
-    assert tau is not None
-    rate_s = rate_per_hour / 3600.0
+    rate_s = max(rate_per_hour, 0.0) / 3600.0
     write = checkpoint_s / tau if tau > 0 else 0.0
     return max(0.0, 1.0 - write - rate_s * (tau / 2.0 + restart_s))
 

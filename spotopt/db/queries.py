@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Select, and_, select
 from sqlalchemy.orm import Session
 
-from spotopt.db.models import InstanceType, Market, PricePoint
+from spotopt.db.models import InstanceLifetime, InstanceType, Market, PricePoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,3 +202,19 @@ def cheapest(session: Session, at: datetime, flt: MarketFilter, limit: int | Non
         key=lambda q: (q.usd_per_gpu_hour, q.cloud, q.region, q.zone or "", q.instance_type, q.market)
     )
     return quotes[:limit] if limit else quotes
+
+
+def preemption_ends(session: Session, since: datetime, until: datetime) -> list[tuple[int, datetime]]:
+    """``(market id, ended_at)`` of recorded spot instances preempted in ``[since, until)``.
+
+    Ordered by market, then time: the what-if replay (``--preemptions replay``) places each at
+    its tick. Instances still running (``ended_at`` None) or terminated by their owner are not
+    preemptions and are left out.
+    """
+    stmt = (
+        select(InstanceLifetime.market_id, InstanceLifetime.ended_at)
+        .where(InstanceLifetime.end_reason == "preempted")
+        .where(InstanceLifetime.ended_at >= since, InstanceLifetime.ended_at < until)
+        .order_by(InstanceLifetime.market_id, InstanceLifetime.ended_at)
+    )
+    return [(int(m), ended) for m, ended in session.execute(stmt).all() if ended is not None]

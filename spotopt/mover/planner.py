@@ -25,7 +25,8 @@ dwell and price improvement but never the budget or the spend-rate cap.
 Deadline safety (the "uniform progress" idea of Can't-Be-Late, in its simplest safe form): a job
 is *safe* while, after one more period anywhere (where a preemption could erase the period's
 progress), an on-demand run plus a restart still fits before its deadline. When that no longer
-holds, the job moves to the on-demand option that finishes cheapest in time and stays there.
+holds, the job moves to the on-demand option that finishes cheapest in time (none in time: the
+cheapest of the fastest) and stays there.
 On-demand capacity is never preempted, so a job that was safe at the previous period finishes in
 time whenever some on-demand market stays available.
 """
@@ -131,8 +132,8 @@ def plan_moves(
     avail = np.isfinite(opts.usd_per_hour)
     price = np.where(avail, opts.usd_per_hour, np.inf)
     per_step = price / opts.steps_per_hour
-    finish = jobs.remaining_steps[j_of] * per_step
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # finished jobs (0 steps left) on unavailable options
+        finish = np.where(avail, jobs.remaining_steps[j_of] * per_step, np.inf)
         move = np.where(avail, move_costs(jobs, opts, transfer), np.inf)
     eligible = avail.copy()
     if guard.max_usd_per_hour is not None:
@@ -166,7 +167,8 @@ def plan_moves(
         if not safe[j] and not (cur_ok[j] and od[c]):
             cand = mine[od[mine]]
             in_time = cand[need_od[cand] <= jobs.deadline_h[j]]
-            pool = in_time if len(in_time) else cand[np.argsort(need_od[cand])[:1]]
+            fastest = cand[need_od[cand] <= need_od[cand].min(initial=np.inf)]
+            pool = in_time if len(in_time) else fastest
             pick = _cheapest(pool, finish + move, j, fits)
             if pick is not None:
                 moves.append(Move(j, c, pick, "deadline", 0.0, float(move[pick])))

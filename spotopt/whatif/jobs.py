@@ -3,14 +3,15 @@
 An *option* is (job, market, GPUs per job, jobs per instance), exactly as ``spotopt.plan``
 builds them for ``spotopt plan`` (same throughput figures, same filters, same packing), so the
 what-if engine and the planner see the same choices. Per option the engine also needs the
-checkpoint interval it simulates: Young/Daly for the market's rate (``spotopt.throughput``),
-capped at one tick and shortened to divide the tick, so that a checkpoint exists at every tick
-boundary, where the planner may move the job without losing work.
+checkpoint interval it simulates: Young/Daly for the market's rate, capped at one tick and
+shortened to divide the tick (``spotopt.throughput.checkpoint_interval_s`` with the tick as the
+period), so that a checkpoint exists at every tick boundary, where the planner may move the job
+without losing work. The expected efficiency the policy and the planner use is the throughput
+model's for that same interval, so it counts the checkpoints the simulator writes on on-demand.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ import numpy as np
 from spotopt.catalog import gpu_matches
 from spotopt.jobspec import Job, JobSpec
 from spotopt.plan import build_problem
-from spotopt.throughput import StoredFigure, checkpoint_interval_s
+from spotopt.throughput import StoredFigure, checkpoint_interval_s, preemption_efficiency
 from spotopt.whatif.timeline import Timeline
 
 Array = np.ndarray[Any, Any]
@@ -86,13 +87,27 @@ def reference_gpu(job: Job) -> str:
     return max(singles, key=lambda g: singles[g])
 
 
-def aligned_interval_h(checkpoint_s: float, rate_per_hour: float, tick_h: float) -> float:
-    """Young/Daly interval, at most one tick, shortened to divide the tick evenly."""
-    tau_s = checkpoint_interval_s(checkpoint_s, rate_per_hour)
-    tau_h = tick_h if tau_s is None else min(tick_h, tau_s / 3600.0)
-    if tau_h <= 0:
-        return tick_h
-    return tick_h / math.ceil(tick_h / tau_h - 1e-9)
+def checkpoint_terms(
+    checkpoint_s: Array, restart_s: Array, rate_per_hour: Array, tick_h: float
+) -> tuple[Array, Array]:
+    """Per option: the simulated checkpoint interval (hours) and the expected efficiency.
+
+    Both come from ``spotopt.throughput`` with the tick as the period, evaluated once per
+    distinct (checkpoint time, restart time, rate).
+    """
+    if len(rate_per_hour) == 0:
+        return np.zeros(0), np.zeros(0)
+    period_s = tick_h * 3600.0
+    triples = np.stack([checkpoint_s, restart_s, rate_per_hour], axis=1)
+    unique, inverse = np.unique(triples, axis=0, return_inverse=True)
+    tau_s = np.empty(len(unique))
+    eff = np.empty(len(unique))
+    for i, (ckpt, restart, rate) in enumerate(unique.tolist()):
+        tau = checkpoint_interval_s(ckpt, rate, period_s)
+        tau_s[i] = period_s if tau is None else tau
+        eff[i] = preemption_efficiency(rate, ckpt, restart, period_s)
+    inverse = inverse.reshape(-1)
+    return tau_s[inverse] / 3600.0, eff[inverse]
 
 
 def build_jobs(spec: JobSpec, tl: Timeline, figures: Sequence[StoredFigure] = ()) -> SimJobs:
@@ -102,13 +117,12 @@ def build_jobs(spec: JobSpec, tl: Timeline, figures: Sequence[StoredFigure] = ()
     order = np.argsort(inp.job, kind="stable")
     infos = [problem.options[e] for e in order]
     market = inp.market[order]
-    ckpt_s = np.array([job.checkpoint_seconds for job in spec.jobs])
+    ckpt_s = np.array([job.checkpoint_seconds for job in spec.jobs], dtype=float)
+    restart_s = np.array([job.restart_s for job in spec.jobs], dtype=float)
     job_idx = inp.job[order]
-    tau = np.array(
-        [aligned_interval_h(ckpt_s[j], tl.rate[m], tl.tick_h) for j, m in zip(job_idx, market, strict=True)]
-    )
+    tau, expected = checkpoint_terms(ckpt_s[job_idx], restart_s[job_idx], tl.rate[market], tl.tick_h)
     ckpt_eff = 1.0 - (ckpt_s[job_idx] / 3600.0) / tau if len(tau) else np.zeros(0)
-    keep = ckpt_eff > 0
+    keep = (ckpt_eff > 0) & (expected > 0)
     data_loc = []
     for job in spec.jobs:
         data = job.dataset
@@ -133,7 +147,7 @@ def build_jobs(spec: JobSpec, tl: Timeline, figures: Sequence[StoredFigure] = ()
         steps_per_hour=np.array([o.figure.steps_per_s * 3600.0 for o in infos])[keep]
         if infos
         else np.zeros(0),
-        expected_eff=np.array([o.efficiency for o in infos])[keep] if infos else np.zeros(0),
+        expected_eff=expected[keep],
         tau_h=tau[keep],
         checkpoint_eff=ckpt_eff[keep],
         location=tl.location[market][keep],

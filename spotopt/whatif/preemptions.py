@@ -20,10 +20,9 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from spotopt.db.models import InstanceLifetime
+from spotopt.db.queries import preemption_ends
 from spotopt.errors import InputError
 from spotopt.whatif.timeline import Timeline
 
@@ -55,17 +54,12 @@ def replayed_preemptions(session: Session, tl: Timeline) -> tuple[Array, int]:
     """The table from recorded preemptions; also how many markets had any record in the window."""
     ids = {m.quote.market_id: i for i, m in enumerate(tl.markets)}
     end = tl.time(tl.n_ticks)
-    rows = session.execute(
-        select(InstanceLifetime.market_id, InstanceLifetime.ended_at)
-        .where(InstanceLifetime.end_reason == "preempted")
-        .where(InstanceLifetime.ended_at >= tl.start, InstanceLifetime.ended_at < end)
-        .order_by(InstanceLifetime.market_id, InstanceLifetime.ended_at)
-    ).all()
+    rows = preemption_ends(session, tl.start, end)
     out = no_preemptions(tl)
     seen: set[int] = set()
     for market_id, ended in rows:
         m = ids.get(market_id)
-        if m is None or ended is None or tl.on_demand[m]:
+        if m is None or tl.on_demand[m]:
             continue
         tick = _tick_of(tl, ended)
         t = int(tick)

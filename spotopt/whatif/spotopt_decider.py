@@ -26,6 +26,7 @@ from spotopt.mover.planner import PlannerJobs, PlannerOptions, move_costs, plan_
 from spotopt.plan import prune_dominated, select_options, solve
 from spotopt.policies.base import PolicyInput
 from spotopt.whatif.engine import SimState
+from spotopt.whatif.frontier import OptionFrontier
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.timeline import Timeline
 
@@ -33,6 +34,10 @@ Array = np.ndarray[Any, Any]
 
 
 class SpotoptDecider:
+    """Decide tick by tick on each job's frontier (``spotopt.whatif.frontier``) plus the options
+    the planner must compare (where the job runs and its target). ``narrow=False`` looks at
+    every option: slower, same decisions (the frontier's tests compare both)."""
+
     def __init__(
         self,
         tl: Timeline,
@@ -41,6 +46,7 @@ class SpotoptDecider:
         guard: Guardrails,
         policy: str | None = None,
         resolve_deadline_h: float = 6.0,
+        narrow: bool = True,
     ) -> None:
         self.tl, self.sim, self.transfer, self.guard = tl, sim, transfer, guard
         self.policy = policy
@@ -51,16 +57,14 @@ class SpotoptDecider:
         self._best: Array | None = None
         self.solves = 0
         self.notes: list[str] = []
-        # What the planner expects per hour: the policy's preemption discount, but never more
-        # than the simulator's checkpointing allows (it writes one at every tick boundary, also
-        # on on-demand, where the throughput model assumes none).
-        self.steps_per_hour = sim.steps_per_hour * np.minimum(sim.expected_eff, sim.checkpoint_eff)
+        self.steps_per_hour = sim.expected_steps_per_hour
+        self.frontier = OptionFrontier(tl, sim, self.steps_per_hour) if narrow else None
 
-    def _jobs(self, t: int, st: SimState) -> PlannerJobs:
+    def _jobs(self, t: int, st: SimState, sub: Array) -> PlannerJobs:
         sim = self.sim
         elapsed = (t - (self.start or 0)) * self.tl.tick_h
         return PlannerJobs(
-            option=np.where(st.started, st.option, -1),
+            option=_positions(sub, np.where(st.started, st.option, -1)),
             location=st.location,
             remaining_steps=np.where(st.done, 0.0, sim.work - st.progress),
             dwell_h=st.dwell_h,
@@ -75,33 +79,47 @@ class SpotoptDecider:
             dataset_location=sim.dataset_location,
         )
 
+    def _options(self, t: int, st: SimState) -> Array:
+        """Sorted indices of the options looked at in tick ``t``."""
+        if self.frontier is None:
+            return np.arange(self.sim.n_options)
+        base = self.frontier.candidates(t)
+        extra = np.concatenate([st.option[st.started], self.target[self.target >= 0]])
+        if len(base) == 0:
+            return np.unique(extra)
+        pos = np.minimum(np.searchsorted(base, extra), len(base) - 1)
+        missing = np.unique(extra[base[pos] != extra])
+        return np.insert(base, np.searchsorted(base, missing), missing) if len(missing) else base
+
     def __call__(self, t: int, st: SimState) -> Array:
         if self.start is None:
             self.start = t
         sim, tl = self.sim, self.tl
-        jobs = self._jobs(t, st)
+        sub = self._options(t, st)
+        jobs = self._jobs(t, st, sub)
         opts = PlannerOptions(
-            job=sim.job,
-            location=sim.location,
-            steps_per_hour=self.steps_per_hour,
-            usd_per_hour=tl.price[sim.market, t] / sim.slots,
-            on_demand=sim.on_demand,
+            job=sim.job[sub],
+            location=sim.location[sub],
+            steps_per_hour=self.steps_per_hour[sub],
+            usd_per_hour=tl.price[sim.market[sub], t] / sim.slots[sub],
+            on_demand=sim.on_demand[sub],
         )
-        self._refresh_targets(t, st, jobs, opts)
+        self._refresh_targets(t, st, jobs, opts, sub)
         current = np.where(st.alive, st.option, -1)
-        for mv in plan_moves(jobs, opts, self.target, self.transfer, self.guard):
-            current[mv.job] = mv.to
+        for mv in plan_moves(jobs, opts, _positions(sub, self.target), self.transfer, self.guard):
+            current[mv.job] = sub[mv.to]
         return np.where(st.done, -1, current)
 
-    def _refresh_targets(self, t: int, st: SimState, jobs: PlannerJobs, opts: PlannerOptions) -> None:
-        sim = self.sim
+    def _refresh_targets(
+        self, t: int, st: SimState, jobs: PlannerJobs, opts: PlannerOptions, sub: Array
+    ) -> None:
         active = jobs.remaining_steps > 0
-        avail = np.isfinite(opts.usd_per_hour) & active[sim.job]
+        avail = np.isfinite(opts.usd_per_hour) & active[opts.job]
         per_step = np.where(avail, opts.usd_per_hour / opts.steps_per_hour, np.inf)
-        best = np.full(sim.n_jobs, np.inf)
-        np.minimum.at(best, sim.job, per_step)
+        best = np.full(self.sim.n_jobs, np.inf)
+        np.minimum.at(best, opts.job, per_step)
         deadline_tick = (
-            bool(np.isfinite(sim.deadline_h[active]).any())
+            bool(np.isfinite(self.sim.deadline_h[active]).any())
             and (t - (self.start or 0)) % self.resolve_every == 0
         )
         key = (active.tobytes(), st.alive.tobytes())
@@ -111,19 +129,20 @@ class SpotoptDecider:
                 if self._best is not None
                 else None
             )
+        target = _positions(sub, self.target)
         stale = (
             self._key != key
             or self._best is None
             or deadline_tick
             or bool(np.any(moved))
-            or bool(np.any((self.target >= 0) & active & ~avail[np.maximum(self.target, 0)]))
+            or bool(np.any((target >= 0) & active & ~avail[np.maximum(target, 0)]))
         )
         if not stale:
             return
         self._key, self._best = key, best
-        self.target = self._solve(jobs, opts, avail)
+        self.target = self._solve(jobs, opts, avail, sub)
 
-    def _solve(self, jobs: PlannerJobs, opts: PlannerOptions, avail: Array) -> Array:
+    def _solve(self, jobs: PlannerJobs, opts: PlannerOptions, avail: Array, sub: Array) -> Array:
         sim = self.sim
         target = np.full(sim.n_jobs, -1, dtype=np.int64)
         idx = np.flatnonzero(avail & (opts.steps_per_hour > 0))
@@ -131,21 +150,22 @@ class SpotoptDecider:
             return target
         with np.errstate(invalid="ignore"):
             move = move_costs(jobs, opts, self.transfer)[idx]
-        here = jobs.option[sim.job[idx]] == idx
-        move = np.where(here & ~jobs.notice[sim.job[idx]], 0.0, move)
-        remaining = jobs.remaining_steps[sim.job[idx]]
+        job_of = opts.job[idx]
+        here = jobs.option[job_of] == idx
+        move = np.where(here & ~jobs.notice[job_of], 0.0, move)
+        remaining = jobs.remaining_steps[job_of]
         tput = opts.steps_per_hour[idx]
         usd = opts.usd_per_hour[idx] + move * tput / remaining
-        live = np.unique(sim.job[idx])
+        live = np.unique(job_of)
         remap = np.full(sim.n_jobs, -1, dtype=np.int64)
         remap[live] = np.arange(len(live))
         deadline = np.maximum(jobs.deadline_h[live], 1e-6)
         inp = PolicyInput(
-            job=remap[sim.job[idx]],
-            market=sim.market[idx],
+            job=remap[job_of],
+            market=sim.market[sub[idx]],
             steps_per_hour=tput,
             usd_per_hour=usd,
-            instances_per_hour=1.0 / sim.slots[idx],
+            instances_per_hour=1.0 / sim.slots[sub[idx]],
             work_steps=jobs.remaining_steps[live],
             deadline_hours=deadline,
             capacity=np.full(self.tl.n_markets, np.inf),
@@ -154,7 +174,7 @@ class SpotoptDecider:
         )
         keep = prune_dominated(inp)
         inp = select_options(inp, keep)
-        chosen = idx[keep]
+        chosen = sub[idx[keep]]
         name = self.policy or ("min-cost-slo" if np.isfinite(deadline).any() else "min-cost")
         try:
             alloc = solve(name, inp)
@@ -173,3 +193,9 @@ class SpotoptDecider:
         pick = order[first & (share[order] > 0)]
         target[live[inp.job[pick]]] = chosen[pick]
         return target
+
+
+def _positions(sub: Array, options: Array) -> Array:
+    """Where each option of ``options`` sits in the sorted ``sub`` (-1 stays -1)."""
+    pos = np.searchsorted(sub, np.maximum(options, 0))
+    return np.where(options >= 0, pos, -1)

@@ -1,0 +1,102 @@
+"""Narrow each job's options to those that can matter for the ``spotopt`` decider, per window.
+
+At scale a job has thousands of options (every market × GPUs per job) but at any moment only a
+few are worth looking at: within one region, an option that is dearer *and* no faster than
+another can never be the policy's choice nor the planner's. Dropping such options before the
+policy and the planner see them makes a tick cost O(frontier) instead of O(options), and it
+changes no decision (``tests/test_whatif_frontier.py`` replays random histories both ways).
+
+Rule (exact, per window of ``window`` ticks): option ``e`` of job ``j`` in region ``l`` is
+dropped when another option ``e'`` of ``j`` in ``l`` is at least as fast (expected steps/h),
+priced throughout the window, and its dearest price in the window is strictly below ``e``'s
+cheapest one; an on-demand option is only dropped for another on-demand one (deadline safety
+looks at on-demand options alone). Options without any price in the window are dropped too.
+Then at every tick of the window ``e'`` is strictly cheaper per hour, per step, to finish and to
+enter (same region: same egress; the restart is billed at a lower price), so
+
+- ``prune_dominated`` would drop ``e`` from the policy's input anyway (``e'`` sorts before it
+  and is as fast), so the policy solves the very same problem;
+- every choice of the planner among options (cheapest to finish, fastest on-demand then cheapest,
+  the budget and the spend-rate cap) prefers ``e'`` to ``e``, and dominance is transitive, so a
+  kept option always beats a dropped one.
+
+The decider adds each job's current and target option back every tick: those are compared by
+the planner whatever their price.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from spotopt.whatif.jobs import SimJobs
+from spotopt.whatif.timeline import Timeline
+
+Array = np.ndarray[Any, Any]
+
+DEFAULT_WINDOW = 24
+"""Ticks per window: shorter windows keep fewer options but recompute more often; a day of
+hourly ticks measured best on the scale benchmark."""
+
+
+class OptionFrontier:
+    """The options worth considering at tick ``t`` (``candidates(t)``), one window at a time."""
+
+    def __init__(
+        self, tl: Timeline, sim: SimJobs, steps_per_hour: Array, window: int = DEFAULT_WINDOW
+    ) -> None:
+        self.tl, self.sim, self.window = tl, sim, max(1, window)
+        n = sim.n_options
+        # Static layout: options grouped by (job, region), fastest first. Per group the window's
+        # "cheapest dearest price among the options at least as fast" is a running minimum along
+        # a row of a padded matrix (groups × longest group).
+        order = np.lexsort((-steps_per_hour, sim.location, sim.job))
+        key = sim.job[order] * (int(sim.location.max(initial=0)) + 1) + sim.location[order]
+        starts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1] if n else np.zeros(0, dtype=np.int64)
+        sizes = np.diff(np.r_[starts, n])
+        group = np.repeat(np.arange(len(starts)), sizes)
+        col = np.arange(n) - np.repeat(starts, sizes)
+        speed = steps_per_hour[order]
+        # Options as fast as a later one in their group compare against it too: read each
+        # running minimum at the end of its block of equal speed.
+        block_end = np.empty(n, dtype=np.int64)
+        if n:
+            last = np.r_[(key[1:] != key[:-1]) | (speed[1:] != speed[:-1]), True]
+            ends = np.flatnonzero(last)
+            block_end = np.repeat(ends, np.diff(np.r_[-1, ends]))
+        self.order, self.group, self.col = order, group, col
+        self.read_col = col[block_end] if n else col
+        self.shape = (len(starts), int(sizes.max(initial=0)))
+        self.on_demand = sim.on_demand[order].astype(bool)
+        self._window_index: int | None = None
+        self._keep = np.zeros(0, dtype=np.int64)
+
+    def candidates(self, t: int) -> Array:
+        """Sorted option indices not dominated throughout the window holding tick ``t``."""
+        w = t // self.window
+        if w != self._window_index:
+            self._window_index, self._keep = w, self._compute(w * self.window)
+        return self._keep
+
+    def _compute(self, first: int) -> Array:
+        tl, sim = self.tl, self.sim
+        prices = tl.price[:, first : min(first + self.window, tl.n_ticks)]
+        priced = np.isfinite(prices)
+        lo_m = np.where(priced, prices, np.inf).min(axis=1)
+        hi_m = np.where(priced.all(axis=1), np.where(priced, prices, -np.inf).max(axis=1), np.inf)
+        slots = sim.slots[self.order]
+        lo = lo_m[sim.market[self.order]] / slots
+        hi = hi_m[sim.market[self.order]] / slots
+        best_any = self._running_min(hi)
+        best_od = self._running_min(np.where(self.on_demand, hi, np.inf))
+        dominated = np.where(self.on_demand, best_od, best_any) < lo
+        keep = np.isfinite(lo) & ~dominated
+        return np.sort(self.order[keep])
+
+    def _running_min(self, values: Array) -> Array:
+        """Per option: the least ``values`` over the options of its group at least as fast."""
+        grid = np.full(self.shape, np.inf)
+        grid[self.group, self.col] = values
+        np.minimum.accumulate(grid, axis=1, out=grid)
+        return grid[self.group, self.read_col]

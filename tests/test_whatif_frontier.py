@@ -1,0 +1,138 @@
+"""The ``spotopt`` decider's option frontier: it drops only dominated options and changes nothing.
+
+Random histories over two clouds and three regions with many look-alike markets (so that most
+options are dominated), jobs with and without deadlines, datasets and preemptions: the decider
+run on the frontier and on every option must make the very same decisions.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from spotopt.db.queries import Quote
+from spotopt.jobspec import parse_jobs
+from spotopt.mover.egress import transfer_matrix
+from spotopt.mover.guardrails import Guardrails
+from spotopt.whatif.engine import RunResult, simulate
+from spotopt.whatif.frontier import OptionFrontier
+from spotopt.whatif.jobs import SimJobs, build_jobs
+from spotopt.whatif.preemptions import model_preemptions
+from spotopt.whatif.spotopt_decider import SpotoptDecider
+from spotopt.whatif.timeline import Timeline, build_timeline
+
+T0 = datetime(2021, 3, 1, tzinfo=UTC)
+TYPES = [
+    ("aws", "p3.2xlarge", "V100-16GB", 1),
+    ("aws", "p2.xlarge", "K80", 1),
+    ("aws", "p3.8xlarge", "V100-16GB", 4),
+    ("gcp", "n1-v100-1", "V100-16GB", 1),
+    ("gcp", "n1-t4-1", "T4", 1),
+]
+REGIONS = {"aws": ("us-east-1", "us-west-2"), "gcp": ("us-central1",)}
+
+
+def history(rng: np.random.Generator, hours: int) -> list[Quote]:
+    """Per type and region: an on-demand market and three spot zones with changing prices; a
+    third of the spot zones opens only later (no price before its first point)."""
+    quotes = []
+    mid = 0
+    for cloud, itype, gpu, count in TYPES:
+        for region in REGIONS[cloud]:
+            base = count * rng.uniform(0.8, 3.0)
+            mid += 1
+            quotes.append(Quote(mid, cloud, region, None, itype, "on-demand", gpu, count, base, T0, "t"))
+            for zone in "abc":
+                mid += 1
+                opens = 0 if rng.random() < 0.67 else int(rng.integers(1, hours // 2))
+                changes = sorted({opens, *rng.integers(opens, hours, int(rng.integers(1, 12))).tolist()})
+                for h in changes:
+                    price = float(base * rng.uniform(0.2, 0.9))
+                    when = T0 + timedelta(hours=h)
+                    quotes.append(
+                        Quote(
+                            mid, cloud, region, f"{region}{zone}", itype, "spot", gpu, count, price, when, "t"
+                        )
+                    )
+    return quotes
+
+
+def scenario(seed: int) -> tuple[Timeline, SimJobs, Any, Any]:
+    rng = np.random.default_rng(seed)
+    hours = 96
+    tl = build_timeline(history(rng, hours), T0, hours, 1.0)
+    tl.rate[~tl.on_demand] = rng.uniform(0.01, 0.5, int((~tl.on_demand).sum()))
+    jobs = [
+        {
+            "name": f"j{k}",
+            "throughput": {
+                "K80": 1.0,
+                "V100": float(rng.uniform(2.0, 9.0)),
+                "T4": float(rng.uniform(1.0, 4.0)),
+            },
+            "work": {"gpu_days": float(rng.choice([0.25, 0.5, 1.0])), "gpu": "V100"},
+            "restart_s": int(rng.integers(0, 900)),
+            "checkpoint_s": int(rng.integers(0, 120)),
+            "checkpoint_gb": float(rng.uniform(0, 5)),
+            **({"deadline": f"{int(rng.integers(14, 40))}h"} if k % 2 else {}),
+            **({"dataset": {"gb": 100, "cloud": "aws", "region": "us-west-2"}} if k == 2 else {}),
+        }
+        for k in range(4)
+    ]
+    sim = build_jobs(parse_jobs({"jobs": jobs}), tl)
+    return tl, sim, model_preemptions(tl, seed), transfer_matrix(tl.locations, T0)
+
+
+def run(tl: Timeline, sim: SimJobs, events: Any, transfer: Any, narrow: bool, guard: Guardrails) -> RunResult:
+    return simulate(tl, sim, events, transfer, SpotoptDecider(tl, sim, transfer, guard, narrow=narrow), 0)
+
+
+GUARDS = [
+    Guardrails(),
+    Guardrails(price_improvement=1.0, min_dwell_h=0.0, max_moves_per_tick=1),
+    Guardrails(max_usd_per_hour=1.5, budget_usd=400.0),
+]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_narrowed_and_full_runs_decide_identically(seed: int) -> None:
+    tl, sim, events, transfer = scenario(seed)
+    guard = GUARDS[seed % len(GUARDS)]
+    narrowed = run(tl, sim, events, transfer, True, guard)
+    full = run(tl, sim, events, transfer, False, guard)
+    assert np.array_equal(narrowed.trace, full.trace)
+    assert np.array_equal(narrowed.cost_usd, full.cost_usd)
+    assert np.array_equal(narrowed.finish_h, full.finish_h, equal_nan=True)
+    assert np.array_equal(narrowed.moves, full.moves)
+    assert (narrowed.trace >= 0).any()
+    assert len(OptionFrontier(tl, sim, sim.expected_steps_per_hour).candidates(0)) < sim.n_options
+
+
+@pytest.mark.parametrize("window", [1, 5, 24])
+def test_every_dropped_option_has_a_strictly_better_one_in_its_region(window: int) -> None:
+    tl, sim, _, _ = scenario(11)
+    speed = sim.expected_steps_per_hour
+    frontier = OptionFrontier(tl, sim, speed, window=window)
+    dropped_any = False
+    for t in range(tl.n_ticks):
+        kept = frontier.candidates(t)
+        dropped = np.setdiff1d(np.arange(sim.n_options), kept)
+        usd = tl.price[sim.market, t] / sim.slots
+        first = t - t % window
+        prices = tl.price[sim.market, first : first + window] / sim.slots[:, None]
+        for e in dropped.tolist():
+            if not np.isfinite(prices[e]).any():
+                continue  # no price in the whole window: never a choice
+            dropped_any = True
+            rivals = (
+                (sim.job == sim.job[e])
+                & (sim.location == sim.location[e])
+                & (speed >= speed[e])
+                & np.isin(np.arange(sim.n_options), kept)
+                & (sim.on_demand | ~sim.on_demand[e])
+            )
+            assert (rivals & (usd < usd[e])).any() or not np.isfinite(usd[e]), (t, e)
+    assert dropped_any
