@@ -26,10 +26,19 @@ transfer on a move; the planner and what-if engine add those), a packed slot is 
 the instance's other slots are used, and capacity is aggregated over the horizon (by the
 preemptive open-shop argument, job totals ``<= D`` and market totals ``<= cap * H`` can be
 scheduled without overlap when moves cost nothing).
+
+**Solving it at scale.** Every policy's LP has one column per option and the same column
+shape, so all of them are solved by exact column generation (``policies.columns``): a small
+restricted master in HiGHS, every option priced with the master's duals in numpy, the ones
+with negative reduced cost added, until none is left; the result is the optimum over *all*
+options. Options are explicit arrays (``PolicyInput``'s) or generated block by block from
+job × market matrices (``PolicyInput.from_generator``), so 10k jobs × 5k markets never exist
+as one array.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,11 +48,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from spotopt.errors import InfeasibleError, InputError, PolicyError
+from spotopt.policies.columns import Extra, Result, Spec, solve_by_columns
+from spotopt.policies.options import (
+    Array,
+    ExplicitOptions,
+    GeneratedOptions,
+    OptionSource,
+    job_best,
+    seed_columns,
+)
 
 SOLVER = "HIGHS"
-"""Pinned LP solver (ships with cvxpy via highspy): results must not depend on what else is installed."""
-
-Array = np.ndarray[Any, Any]
+"""Pinned LP solver (highspy, also cvxpy's HiGHS): results must not depend on what else is installed."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,10 @@ class PolicyInput:
     Markets (length ``M``): ``capacity`` in instances at once (``inf`` = unlimited).
     ``horizon_hours`` bounds every job's wall time; ``budget_usd`` is used by budgeted policies.
     ``job_names`` and ``market_names`` only make error messages readable.
+
+    ``generated`` (from ``from_generator``) replaces the option arrays, which are then empty:
+    the options are every (job, market) pair it generates, and the policy's ``Allocation``
+    carries in ``columns`` the explicit options its hours refer to.
     """
 
     job: Array
@@ -70,9 +90,14 @@ class PolicyInput:
     budget_usd: float | None = None
     job_names: tuple[str, ...] = ()
     market_names: tuple[str, ...] = ()
+    generated: GeneratedOptions | None = None
 
     def __post_init__(self) -> None:
         n_opt = len(self.job)
+        if self.generated is not None and (
+            n_opt or (self.generated.n_jobs, self.generated.n_markets) != (self.n_jobs, self.n_markets)
+        ):
+            raise PolicyError("PolicyInput.generated needs empty option arrays and the same jobs and markets")
         for name in ("market", "steps_per_hour", "usd_per_hour", "instances_per_hour"):
             if len(getattr(self, name)) != n_opt:
                 raise PolicyError(
@@ -98,6 +123,26 @@ class PolicyInput:
     @property
     def n_options(self) -> int:
         return len(self.job)
+
+    def options(self) -> OptionSource:
+        """Every option, block by block (explicit arrays or the generator)."""
+        if self.generated is not None:
+            return self.generated
+        return ExplicitOptions(
+            self.job, self.market, self.steps_per_hour, self.usd_per_hour, self.instances_per_hour, self.n_markets
+        )
+
+    def with_options(self, job: Array, market: Array, tput: Array, usd: Array, share: Array) -> PolicyInput:
+        """The same jobs and markets with these explicit options."""
+        return dataclasses.replace(
+            self,
+            job=job,
+            market=market,
+            steps_per_hour=tput,
+            usd_per_hour=usd,
+            instances_per_hour=share,
+            generated=None,
+        )
 
     def job_name(self, j: int) -> str:
         return self.job_names[j] if j < len(self.job_names) else f"job {j}"
@@ -144,6 +189,34 @@ class PolicyInput:
             **kwargs,
         )
 
+    @classmethod
+    def from_generator(
+        cls,
+        generated: GeneratedOptions,
+        work_steps: Array,
+        capacity: Array | None = None,
+        deadline_hours: Array | None = None,
+        **kwargs: Any,
+    ) -> PolicyInput:
+        """Options generated block by block (see ``GeneratedOptions``) instead of explicit arrays."""
+        empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0)
+        return cls(
+            job=empty_i,
+            market=empty_i,
+            steps_per_hour=empty_f,
+            usd_per_hour=empty_f,
+            instances_per_hour=empty_f,
+            work_steps=np.asarray(work_steps, dtype=float),
+            deadline_hours=np.full(generated.n_jobs, np.inf)
+            if deadline_hours is None
+            else np.asarray(deadline_hours, float),
+            capacity=np.full(generated.n_markets, np.inf)
+            if capacity is None
+            else np.asarray(capacity, dtype=float),
+            generated=generated,
+            **kwargs,
+        )
+
 
 @dataclass(frozen=True)
 class Allocation:
@@ -153,6 +226,10 @@ class Allocation:
     ``e`` (a job's shares sum to 1 if it runs, 0 if it gets nothing). Per job: ``wall_hours``
     (time to finish running continuously, ``inf`` if it never finishes) and ``cost_usd``.
     ``status`` is the solver's status (``optimal`` for every allocation returned).
+    ``columns``: for a generated input, the explicit options ``hours`` and ``share`` index
+    (for an explicit input they index its own options). ``bound``: a proven lower bound on
+    the optimum over all options (cost policies), from the last pricing round; ``rounds``:
+    how many master solves column generation needed.
     """
 
     policy: str
@@ -164,6 +241,9 @@ class Allocation:
     objective: float
     solver: str = SOLVER
     notes: tuple[str, ...] = field(default=())
+    columns: PolicyInput | None = None
+    bound: float | None = None
+    rounds: int = 0
 
     @property
     def total_cost_usd(self) -> float:
@@ -217,36 +297,47 @@ def _load_all() -> None:
 # --- building blocks ---------------------------------------------------------------------------
 
 
-def incidence(index: Array, n_rows: int, values: Array) -> sp.csr_matrix:
-    """Sparse ``n_rows × E`` matrix with ``values[e]`` at ``(index[e], e)``."""
-    n_opt = len(index)
-    return sp.csr_matrix((values, (index, np.arange(n_opt))), shape=(n_rows, n_opt))
-
-
 def per_job_sum(inp: PolicyInput, values: Array) -> Array:
     return np.bincount(inp.job, weights=values, minlength=inp.n_jobs)
 
 
-def solve_lp(problem: Any, policy: str) -> str:
-    """Solve a cvxpy problem with the pinned solver; return its status or raise on failure.
+SEED_CHEAPEST = 8
+"""Options per job in the first master: this many cheapest per step, and the fastest."""
 
-    Infeasibility is returned (as ``"infeasible"``) so the policy can explain which job or
-    constraint causes it; any other non-optimal outcome is a ``PolicyError``.
+
+def solve_columns(inp: PolicyInput, spec: Spec, policy: str) -> Result | None:
+    """``spec`` over every option of ``inp`` by exact column generation; ``None`` if infeasible.
+
+    Raises the "no market can run" error first if a job has no option at all.
     """
-    import cvxpy as cp
+    source = inp.options()
+    seed = seed_columns(source, SEED_CHEAPEST)
+    has = np.zeros(inp.n_jobs, dtype=bool)
+    has[seed.job] = True
+    if not has.all():
+        raise no_market_error(inp, policy, np.flatnonzero(~has))
+    return solve_by_columns(spec, source, seed, policy)
 
-    try:
-        problem.solve(solver=getattr(cp, SOLVER))
-    except cp.error.SolverError as exc:
-        raise PolicyError(f"{policy}: solver {SOLVER} failed: {exc}") from exc
-    status = str(problem.status)
-    if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
-        return "infeasible"
-    if status == cp.UNBOUNDED:
-        raise PolicyError(f"{policy}: the problem is unbounded (a bug in the inputs: negative costs?)")
-    if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
-        raise PolicyError(f"{policy}: solver {SOLVER} ended with status {status!r}")
-    return "optimal"
+
+def explicit_hours(inp: PolicyInput, result: Result) -> tuple[PolicyInput, Array]:
+    """The explicit input the result's hours index, and those hours.
+
+    For explicit options: the input itself, hours 0 on every option the master never held.
+    For generated ones: just the master's columns (all others have 0 hours).
+    """
+    cols = result.columns
+    if inp.generated is None:
+        hours = np.zeros(inp.n_options)
+        hours[cols.key] = result.hours
+        return inp, hours
+    sub = inp.with_options(cols.job, cols.market, cols.steps_per_hour, cols.usd_per_hour, cols.instances_per_hour)
+    return sub, result.hours
+
+
+def allocation_from_result(inp: PolicyInput, policy: str, result: Result, objective: float) -> Allocation:
+    sub, hours = explicit_hours(inp, result)
+    alloc = allocation_from_hours(sub, policy, hours, objective)
+    return dataclasses.replace(alloc, columns=None if sub is inp else sub, bound=result.bound, rounds=result.rounds)
 
 
 def allocation_from_hours(inp: PolicyInput, policy: str, hours: Array, objective: float) -> Allocation:
@@ -260,48 +351,55 @@ def allocation_from_hours(inp: PolicyInput, policy: str, hours: Array, objective
     return Allocation(policy, "optimal", hours, share, wall, cost, float(objective))
 
 
+def capacity_over(inp: PolicyInput, hours: float) -> Array:
+    """Instance-hours each market can sell in ``hours`` (``inf``: unlimited, no capacity row)."""
+    return np.where(np.isfinite(inp.capacity), inp.capacity * hours, np.inf)
+
+
+def cost_spec(inp: PolicyInput, wall_limit: Array) -> Spec:
+    """The min-cost LP: dollars, with work, wall-time (``wall_limit``) and capacity rows."""
+    return Spec(inp.work_steps, wall_limit, capacity_over(inp, inp.horizon_hours), cost_weight=1.0)
+
+
 def fastest_hours(inp: PolicyInput) -> Array:
     """Per job: wall hours on its fastest option alone (``inf`` if it has no option)."""
-    best = np.zeros(inp.n_jobs)
-    np.maximum.at(best, inp.job, inp.steps_per_hour)
+    best, _ = job_best(inp.options(), inp.n_jobs)
     with np.errstate(divide="ignore"):
         return np.where(best > 0, inp.work_steps / best, np.inf)
 
 
-def check_runnable(inp: PolicyInput, policy: str) -> None:
-    """Every job needs at least one option; otherwise name the jobs (usually the spec's filters)."""
-    has = np.zeros(inp.n_jobs, dtype=bool)
-    has[inp.job] = True
-    if not has.all():
-        names = ", ".join(inp.job_name(int(j)) for j in np.flatnonzero(~has))
-        raise InfeasibleError(
-            f"{policy}: no market can run {names}",
-            hint="hint: widen the job's allow filters, add throughputs for more GPU models, "
-            "or check prices at --at",
-        )
+def no_market_error(inp: PolicyInput, policy: str, jobs: Array) -> InfeasibleError:
+    """Jobs without any option: name them (usually the spec's filters)."""
+    names = ", ".join(inp.job_name(int(j)) for j in jobs)
+    return InfeasibleError(
+        f"{policy}: no market can run {names}",
+        hint="hint: widen the job's allow filters, add throughputs for more GPU models, or check prices at --at",
+    )
 
 
-def work_hours_constraints(inp: PolicyInput, h: Any, wall_limit: Any, span: Any) -> list[Any]:
-    """Work, wall-time and capacity constraints on job-hours ``h`` (rows scaled to O(1)).
+def elastic_spec(inp: PolicyInput, wall_limit: Array) -> Spec:
+    """Minimise how far wall-time limits must stretch: ``longest + 1e-3 * sum(slack)``.
 
-    ``wall_limit`` bounds each job's hours; ``span`` is the time over which markets sell their
-    capacity (the horizon, or the makespan variable).
+    Job ``j`` may run ``D_j + slack_j`` hours, every ``slack_j <= longest``, and markets sell
+    capacity for ``H + longest`` hours (for as long as the latest job runs).
     """
-    finite = np.isfinite(inp.capacity)
-    a_work = incidence(inp.job, inp.n_jobs, inp.steps_per_hour / inp.work_steps[inp.job])
-    a_wall = incidence(inp.job, inp.n_jobs, np.ones(inp.n_options))
-    cons = [a_work @ h >= 1.0, a_wall @ h <= wall_limit]
-    if finite.any():
-        rows = np.flatnonzero(finite)
-        remap = np.full(inp.n_markets, -1)
-        remap[rows] = np.arange(len(rows))
-        sel = finite[inp.market]
-        a_cap = sp.csr_matrix(
-            (inp.instances_per_hour[sel], (remap[inp.market[sel]], np.flatnonzero(sel))),
-            shape=(len(rows), inp.n_options),
-        )
-        cons.append(a_cap @ h <= inp.capacity[rows] * span)
-    return cons
+    n = inp.n_jobs
+    base = Spec(inp.work_steps, wall_limit, capacity_over(inp, inp.horizon_hours), penalty=10 * inp.horizon_hours)
+    wall0, _, cap_row, _, n_std = base.layout()
+    finite = np.flatnonzero(cap_row >= 0)
+    longest = n
+    rows = np.r_[wall0 + np.arange(n), n_std + np.arange(n), cap_row[finite], n_std + np.arange(n)]
+    cols = np.r_[np.arange(n), np.arange(n), np.full(len(finite), longest), np.full(n, longest)]
+    vals = np.r_[-np.ones(n), np.ones(n), -inp.capacity[finite], -np.ones(n)]
+    extra = Extra(
+        cost=np.r_[np.full(n, 1e-3), 1.0],
+        lower=np.zeros(n + 1),
+        upper=np.full(n + 1, np.inf),
+        matrix=sp.csc_matrix((vals, (rows, cols)), shape=(n_std + n, n + 1)),
+        row_lower=np.full(n, -np.inf),
+        row_upper=np.zeros(n),
+    )
+    return dataclasses.replace(base, extra=extra)
 
 
 def explain_infeasible(inp: PolicyInput, policy: str, wall_limit: Array) -> InfeasibleError:
@@ -309,20 +407,18 @@ def explain_infeasible(inp: PolicyInput, policy: str, wall_limit: Array) -> Infe
 
     First the jobs that cannot finish in time even alone on their fastest allowed option; if
     there are none, the shortfall comes from shared capacity, and an elastic LP (minimise the
-    total extension of the wall-time limits) tells which jobs must give and how many hours.
+    total extension of the wall-time limits, ``elastic_spec``) tells which jobs must give and
+    how many hours.
     """
-    import cvxpy as cp
-
-    check_runnable(inp, policy)
-    need = fastest_hours(inp)
+    best, best_market = job_best(inp.options(), inp.n_jobs)
+    if not (best > 0).all():
+        return no_market_error(inp, policy, np.flatnonzero(best <= 0))
+    need = inp.work_steps / best
     late = np.flatnonzero(need > wall_limit * (1 + 1e-9))
     if len(late):
-        best = np.full(inp.n_jobs, -1)
-        order = np.argsort(inp.steps_per_hour)
-        best[inp.job[order]] = order  # last write wins: the fastest option per job
         lines = [
             f"  {inp.job_name(int(j))}: needs {need[j]:.1f} h even on its fastest allowed market "
-            f"({inp.market_name(int(inp.market[best[j]]))}), limit is {wall_limit[j]:.1f} h: "
+            f"({inp.market_name(int(best_market[j]))}), limit is {wall_limit[j]:.1f} h: "
             f"misses by {need[j] - wall_limit[j]:.1f} h"
             for j in late
         ]
@@ -331,29 +427,24 @@ def explain_infeasible(inp: PolicyInput, policy: str, wall_limit: Array) -> Infe
             + "\n".join(lines),
             hint="hint: extend the deadline, allow faster GPUs or more GPUs per job (gpus: {min, max})",
         )
-    h = cp.Variable(inp.n_options, nonneg=True)
-    slack = cp.Variable(inp.n_jobs, nonneg=True)
-    longest = cp.Variable(nonneg=True)  # markets sell capacity for as long as the latest job runs
-    cons = work_hours_constraints(inp, h, wall_limit + slack, inp.horizon_hours + longest)
-    cons.append(slack <= longest)
-    problem = cp.Problem(cp.Minimize(longest + 1e-3 * cp.sum(slack)), cons)
-    if solve_lp(problem, policy) != "optimal":
+    result = solve_columns(inp, elastic_spec(inp, wall_limit), policy)
+    if result is None:
         return InfeasibleError(f"{policy}: market capacity over the horizon cannot finish all jobs")
-    extra = np.asarray(slack.value, dtype=float)
-    over = float(np.asarray(longest.value))
-    hours = np.clip(np.asarray(h.value, dtype=float), 0.0, None)
-    load = np.bincount(inp.market, weights=hours * inp.instances_per_hour, minlength=inp.n_markets)
-    full = np.isfinite(inp.capacity) & (load >= inp.capacity * (inp.horizon_hours + over) * (1 - 1e-6))
-    on_full = np.zeros(inp.n_jobs, dtype=bool)
-    on_full[inp.job[full[inp.market] & (hours > 1e-9)]] = True
+    extra = np.clip(result.extra[: inp.n_jobs], 0.0, None)
+    over = max(0.0, float(result.extra[inp.n_jobs]))
+    sub, hours = explicit_hours(inp, result)
+    hours = np.clip(hours, 0.0, None)
+    load = np.bincount(sub.market, weights=hours * sub.instances_per_hour, minlength=sub.n_markets)
+    full = np.isfinite(sub.capacity) & (load >= sub.capacity * (sub.horizon_hours + over) * (1 - 1e-6))
+    running = full[sub.market] & (hours > 1e-9)
+    on_full = np.zeros(sub.n_jobs, dtype=bool)
+    on_full[sub.job[running]] = True
     lines = []
     for j in (int(i) for i in np.flatnonzero(on_full | (extra > 1e-6))):
-        markets = sorted(
-            {inp.market_name(int(m)) for m in inp.market[(inp.job == j) & full[inp.market] & (hours > 1e-9)]}
-        )
-        late = max(float(extra[j]), over if on_full[j] else 0.0)
+        markets = sorted({sub.market_name(int(m)) for m in sub.market[(sub.job == j) & running]})
+        late_h = max(float(extra[j]), over if on_full[j] else 0.0)
         lines.append(
-            f"  {inp.job_name(int(j))}: up to {late:.1f} h past its limit of {wall_limit[j]:.1f} h"
+            f"  {sub.job_name(int(j))}: up to {late_h:.1f} h past its limit of {wall_limit[j]:.1f} h"
             + (f" (shares full markets: {', '.join(markets[:3])})" if markets else "")
         )
     return InfeasibleError(

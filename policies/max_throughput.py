@@ -5,54 +5,54 @@ Variables are time shares ``x[e]`` (fraction of the hour job ``j`` spends on opt
 each job's effective throughput normalised by its remaining work (fraction of the job done per
 hour), because raw steps/s of different models are not comparable units. A job's wall time is
 its work over its effective throughput at these shares.
+
+In column generation this is the same master with no work rows, wall rows ``<= 1`` and the
+objective ``-a`` per option (``a = T / W``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 from spotopt.policies.base import (
     Allocation,
     PolicyInput,
-    check_runnable,
-    incidence,
+    explicit_hours,
     per_job_sum,
     register,
-    solve_lp,
+    solve_columns,
 )
+from spotopt.policies.columns import Spec
+
+from spotopt.errors import PolicyError
 
 NAME = "max-throughput"
 
 
 @register(NAME)
 def max_throughput(inp: PolicyInput) -> Allocation:
-    import cvxpy as cp
-
-    check_runnable(inp, NAME)
-    x = cp.Variable(inp.n_options, nonneg=True)
-    rate = inp.steps_per_hour / inp.work_steps[inp.job]
-    cons = [incidence(inp.job, inp.n_jobs, np.ones(inp.n_options)) @ x <= 1.0]
-    finite = np.isfinite(inp.capacity)
-    if finite.any():
-        sel = finite[inp.market]
-        rows = np.flatnonzero(finite)
-        remap = np.full(inp.n_markets, -1)
-        remap[rows] = np.arange(len(rows))
-        a_cap = sp.csr_matrix(
-            (inp.instances_per_hour[sel], (remap[inp.market[sel]], np.flatnonzero(sel))),
-            shape=(len(rows), inp.n_options),
-        )
-        cons.append(a_cap @ x <= inp.capacity[rows])
-    problem = cp.Problem(cp.Maximize(rate @ x), cons)
-    solve_lp(problem, NAME)
-    shares = np.clip(np.asarray(x.value, dtype=float), 0.0, None)
+    spec = Spec(inp.work_steps, np.ones(inp.n_jobs), inp.capacity, rate_weight=-1.0, work=False)
+    result = solve_columns(inp, spec, NAME)
+    if result is None:  # x = 0 is always feasible
+        raise PolicyError(f"{NAME}: the solver found no feasible shares")
+    sub, shares = explicit_hours(inp, result)
+    shares = np.clip(shares, 0.0, None)
     shares[shares < 1e-9] = 0.0
-    progress = per_job_sum(inp, shares * inp.steps_per_hour)
+    progress = per_job_sum(sub, shares * sub.steps_per_hour)
     with np.errstate(divide="ignore"):
-        wall = np.where(progress > 0, inp.work_steps / progress, np.inf)
-    hours = shares * np.where(np.isfinite(wall), wall, 0.0)[inp.job]
-    cost = np.where(np.isfinite(wall), per_job_sum(inp, hours * inp.usd_per_hour), np.inf)
-    used = per_job_sum(inp, shares)
+        wall = np.where(progress > 0, sub.work_steps / progress, np.inf)
+    hours = shares * np.where(np.isfinite(wall), wall, 0.0)[sub.job]
+    cost = np.where(np.isfinite(wall), per_job_sum(sub, hours * sub.usd_per_hour), np.inf)
+    used = per_job_sum(sub, shares)
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(used[inp.job] > 0, shares / used[inp.job], 0.0)
-    return Allocation(NAME, "optimal", hours, share, wall, cost, float(problem.value))
+        share = np.where(used[sub.job] > 0, shares / used[sub.job], 0.0)
+    return Allocation(
+        NAME,
+        "optimal",
+        hours,
+        share,
+        wall,
+        cost,
+        -result.objective,
+        columns=None if sub is inp else sub,
+        rounds=result.rounds,
+    )

@@ -13,12 +13,11 @@ from spotopt.policies.base import (
     Allocation,
     Array,
     PolicyInput,
-    allocation_from_hours,
-    check_runnable,
+    allocation_from_result,
+    cost_spec,
     explain_infeasible,
     register,
-    solve_lp,
-    work_hours_constraints,
+    solve_columns,
 )
 
 NAME = "min-cost"
@@ -26,16 +25,10 @@ NAME = "min-cost"
 
 def solve_min_cost(inp: PolicyInput, policy: str, wall_limit: Array) -> Allocation:
     """Minimise total dollars with each job's wall time bounded by ``wall_limit`` (hours)."""
-    import cvxpy as cp
-
-    check_runnable(inp, policy)
-    h = cp.Variable(inp.n_options, nonneg=True)
-    problem = cp.Problem(
-        cp.Minimize(inp.usd_per_hour @ h), work_hours_constraints(inp, h, wall_limit, inp.horizon_hours)
-    )
-    if solve_lp(problem, policy) == "infeasible":
+    result = solve_columns(inp, cost_spec(inp, wall_limit), policy)
+    if result is None:
         raise explain_infeasible(inp, policy, wall_limit)
-    return allocation_from_hours(inp, policy, h.value, problem.value)
+    return allocation_from_result(inp, policy, result, result.objective)
 
 
 @register(NAME)
