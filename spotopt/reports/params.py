@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from spotopt.catalog import check_gpu_query
-from spotopt.cli.common import parse_time
 from spotopt.errors import InputError
 from spotopt.reports.base import Param
+from spotopt.times import parse_time
 from spotopt.types import CLOUDS, MarketKind
 
 BUCKETS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
