@@ -24,6 +24,7 @@ from spotopt.catalog import gpu_matches
 from spotopt.errors import InputError
 from spotopt.jobspec import Job, JobSpec
 from spotopt.market import MarketState
+from spotopt.mover import egress
 from spotopt.policies.base import Allocation, Array, PolicyInput, get_policy
 from spotopt.throughput import (
     Figure,
@@ -34,10 +35,6 @@ from spotopt.throughput import (
 )
 
 DEFAULT_HORIZON_HOURS = 720.0
-EGRESS_USD_PER_GB = {"aws": 0.09, "gcp": 0.12, "azure": 0.087}
-"""First-tier internet egress list prices (North America): what moving a dataset out of a cloud costs."""
-INTER_REGION_USD_PER_GB = 0.02
-"""Typical list price between two regions of the same cloud in North America."""
 
 
 @dataclass(frozen=True)
@@ -65,15 +62,16 @@ class PlanProblem:
     pruned: int = 0
 
 
-def egress_usd(job: Job, market: MarketState) -> float:
-    """One dataset transfer to the market's region (0 with no dataset or in the same region)."""
+def egress_usd(job: Job, market: MarketState, at: datetime) -> float:
+    """One dataset transfer to the market's region (0 with no dataset or in the same region),
+    at the prices of ``data/egress.csv`` in effect at ``at`` (the ones the what-if engine uses)."""
     data = job.dataset
     if data is None or data.gb == 0:
         return 0.0
     q = market.quote
     if data.cloud != q.cloud:
-        return data.gb * EGRESS_USD_PER_GB[data.cloud]
-    return 0.0 if data.region == q.region else data.gb * INTER_REGION_USD_PER_GB
+        return data.gb * egress.usd_per_gb(data.cloud, "internet", at)
+    return 0.0 if data.region == q.region else data.gb * egress.usd_per_gb(data.cloud, "inter-region", at)
 
 
 def allowed(job: Job, market: MarketState) -> bool:
@@ -154,7 +152,7 @@ def build_problem(
                     if eff <= 0:
                         continue
                     tput = fig.steps_per_s * 3600.0 * eff
-                    move = egress_usd(job, m)
+                    move = egress_usd(job, m, at)
                     rows["job"].append(j)
                     rows["market"].append(i)
                     rows["tput"].append(tput)

@@ -1,13 +1,21 @@
-"""The planner: moves only when they pay, guardrails, preemption notices, deadline safety."""
+"""The planner: moves only when they pay, guardrails, preemption notices, deadline safety; and
+``spotopt plan`` prices egress from the same table."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
+from spotopt.db.queries import Quote
 from spotopt.errors import InputError
+from spotopt.jobspec import parse_jobs
+from spotopt.market import MarketState
+from spotopt.mover.egress import transfer_matrix
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.planner import PlannerJobs, PlannerOptions, plan_moves
+from spotopt.plan import egress_usd
 
 # One job, two regions of one cloud; options: 0 spot here, 1 spot there, 2 on-demand here.
 TRANSFER = np.array([[0.0, 0.02], [0.02, 0.0], [0.0, 0.0]])
@@ -129,3 +137,25 @@ def test_moves_per_tick_keeps_the_largest_net_saving() -> None:
 def test_guardrails_are_validated() -> None:
     with pytest.raises(InputError, match="price_improvement"):
         Guardrails(price_improvement=0.5)
+
+
+@pytest.mark.parametrize("at", [datetime(2021, 1, 1, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)])
+def test_plan_prices_dataset_egress_like_the_whatif_engine(at: datetime) -> None:
+    job = parse_jobs(
+        {
+            "jobs": [
+                {
+                    "name": "j",
+                    "throughput": {"V100": 1.0},
+                    "work": {"steps": 1000},
+                    "dataset": {"gb": 100, "cloud": "gcp", "region": "us-central1"},
+                }
+            ]
+        }
+    ).jobs[0]
+    places = [("gcp", "us-central1"), ("gcp", "us-east1"), ("aws", "us-east-1")]
+    per_gb = transfer_matrix(places, at)[0]
+    for (cloud, region), usd in zip(places, per_gb, strict=True):
+        quote = Quote(1, cloud, region, None, "x", "spot", "V100-16GB", 1, 1.0, at, "t")
+        assert egress_usd(job, MarketState(quote, 0.0, "default", None), at) == pytest.approx(100 * usd)
+    assert per_gb[1] != per_gb[2]  # inter-region and internet differ, and 2024's inter-region is dearer

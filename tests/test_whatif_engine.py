@@ -175,3 +175,30 @@ def test_model_preemptions_follow_the_rate() -> None:
     observed = np.isfinite(events[spot]).mean()
     assert observed == pytest.approx(1 - math.exp(-0.05), rel=0.1)
     assert not np.isfinite(events[tl.on_demand]).any()
+
+
+def test_a_job_without_deadline_falls_back_while_its_strategy_has_no_price() -> None:
+    # The on-demand V100 (market 2) opens at hour 10; the K80 spot (3) is priced from the start.
+    prices = {2: [(10, 3.06)], 3: [(0, 0.3)]}
+    jobs = [job("free"), job("due", deadline="100h")]
+    tl, sim, transfer = setup(prices, jobs, hours=60)
+    events = no_preemptions(tl)
+    run = run_strategy("on-demand", tl, sim, events, transfer, 0)
+    market = np.array(
+        [-1 if e < 0 else tl.markets[int(sim.market[e])].quote.market_id for e in run.result.trace[0]]
+    )
+    assert (market[:10] == 3).all() and market[10] == 2  # back on its own market once priced
+    steps = 2.2 * 86400  # 1 V100-day at 2.2 steps/s; 10 h on the K80 did 1 step/s
+    assert run.result.cost_usd[0] == pytest.approx(10 * 0.3 + (steps - 36000) / (2.2 * 3600) * 3.06)
+    assert (run.result.trace[1][:10] == -1).all()  # a job with a deadline waits
+    oracle = run_strategy("oracle", tl, sim, events, transfer, 0)
+    assert oracle.lower_bound_usd is not None
+    assert oracle.lower_bound_usd[0] <= run.result.cost_usd[0] + 1e-9
+
+
+def test_home_cloud_is_where_the_baseline_first_has_a_price() -> None:
+    # The aws V100 spot (1) opens at hour 5; until then only the azure K80 (5) has a price.
+    tl, sim, transfer = setup({1: [(5, 1.0)], 5: [(0, 0.2)]}, [job("j")], hours=80)
+    run = run_strategy("spot", tl, sim, no_preemptions(tl), transfer, 0)
+    market = [tl.markets[int(sim.market[e])].quote.market_id for e in run.result.trace[0][:6]]
+    assert market == [5, 5, 5, 5, 5, 1]

@@ -53,6 +53,7 @@ def egress_prices() -> tuple[EgressPrice, ...]:
     return tuple(sorted(rows, key=lambda r: r.as_of))
 
 
+@cache
 def usd_per_gb(cloud: str, kind: str, at: datetime) -> float:
     """The list price of ``kind`` egress out of ``cloud`` in effect at ``at`` (earliest row before any)."""
     rows = [r for r in egress_prices() if r.cloud == cloud and r.kind == kind]

@@ -7,7 +7,8 @@ The first six follow the seeds (thesis §6.3.2, Fig. 6.5/6.6), ranked by expecte
   GPU (``work.gpu``), fixed.
 - ``spot``: the cheapest spot instance of that kind in the job's *home cloud*, fixed at start
   (the seeds' baseline, "the cheapest 1×V100 instance"). Home cloud: the dataset's cloud, else
-  the cloud of the cheapest such spot instance over the allowed clouds.
+  the cloud of the cheapest such spot instance over the allowed clouds (at the first tick where
+  one has a price).
 - ``gpu-type``: the best $/step spot instance with exactly the job's GPUs, any GPU model, home
   cloud, fixed.
 - ``multi-gpu``: also slots of multi-GPU instances at the per-slot price, home cloud, fixed.
@@ -16,7 +17,11 @@ The first six follow the seeds (thesis §6.3.2, Fig. 6.5/6.6), ranked by expecte
   move overhead; restarts after preemptions still cost).
 
 A fixed choice is kept through preemptions (the job restarts on the same market) and remade by
-the same rule only when its market has no price. A job whose strategy has no market waits.
+the same rule only when its market has no price. When none of the strategy's markets has a price,
+a job with a deadline waits; a job without one falls back to the cheapest priced option it may
+run on (by the same $/step), held while priced and left as soon as a market of its strategy has
+a price again. So no strategy idles a job without deadline while some option has a price, as
+the oracle may not either, and the oracle stays a lower bound.
 
 ``spotopt`` is the policy + planner (``SpotoptDecider``); ``oracle`` is ``spotopt.whatif.oracle``.
 Jobs without a deadline never idle in any strategy; none of the strategies here pauses on
@@ -83,9 +88,16 @@ def candidate_mask(name: str, tl: Timeline, sim: SimJobs, start_tick: int) -> Ar
 
 
 def home_cloud(tl: Timeline, sim: SimJobs, t: int, baseline: Array) -> Array:
-    """Per job: its dataset's cloud, else the cloud of its cheapest baseline option at ``t``."""
-    score = np.where(baseline, usd_per_step(tl, sim, t), np.nan)
-    best = best_per_job(score, sim)
+    """Per job: its dataset's cloud, else the cloud of its cheapest baseline option at ``t`` (or,
+    if none has a price then, at the first later tick where one has)."""
+    best = best_per_job(np.where(baseline, usd_per_step(tl, sim, t), np.nan), sim)
+    waiting = baseline & (best[sim.job] < 0)
+    later = np.flatnonzero(np.isfinite(tl.price[sim.market[waiting], t:]).any(axis=0)) + t
+    for tick in later.tolist():
+        if (best >= 0).all():
+            break
+        found = best_per_job(np.where(baseline, usd_per_step(tl, sim, tick), np.nan), sim)
+        best = np.where(best >= 0, best, found)
     home = np.empty(sim.n_jobs, dtype=object)
     for j in range(sim.n_jobs):
         home[j] = sim.dataset_cloud[j] or (sim.cloud[best[j]] if best[j] >= 0 else None)
@@ -94,12 +106,14 @@ def home_cloud(tl: Timeline, sim: SimJobs, t: int, baseline: Array) -> Array:
 
 class RuleDecider:
     """Choose by $/step among ``mask``; keep the choice, remake it every ``period_h`` (if set)
-    or when its market has no price."""
+    or when its market has no price; fall back as the module docstring says."""
 
     def __init__(self, tl: Timeline, sim: SimJobs, mask: Array, period_h: float | None = None) -> None:
         self.tl, self.sim, self.mask = tl, sim, mask
         self.period = None if period_h is None else max(1, round(period_h / tl.tick_h))
         self.choice = np.full(sim.n_jobs, -1, dtype=np.int64)
+        self.fallback = np.zeros(sim.n_jobs, dtype=bool)
+        self.may_fall_back = ~np.isfinite(sim.deadline_h)
         self.start: int | None = None
 
     def __call__(self, t: int, state: SimState) -> Array:
@@ -110,9 +124,15 @@ class RuleDecider:
         lost = ~have | ~np.isfinite(tl.price[sim.market[np.maximum(self.choice, 0)], t])
         if self.period is not None and (t - self.start) % self.period == 0:
             lost[:] = True
-        if lost.any():
-            fresh = best_per_job(np.where(self.mask, usd_per_step(tl, sim, t), np.nan), sim)
+        if lost.any() or self.fallback.any():
+            score = usd_per_step(tl, sim, t)
+            fresh = best_per_job(np.where(self.mask, score, np.nan), sim)
+            lost |= self.fallback & (fresh >= 0)
+            spare = lost & (fresh < 0) & self.may_fall_back
+            if spare.any():
+                fresh = np.where(spare, best_per_job(score, sim), fresh)
             self.choice = np.where(lost, fresh, self.choice)
+            self.fallback = np.where(lost, spare & (fresh >= 0), self.fallback)
         return np.where(state.done, -1, self.choice)
 
 
