@@ -72,6 +72,22 @@ def test_young_daly_and_preemption_efficiency() -> None:
     assert preemption_efficiency(100.0, 600, 3600) == 0.0
 
 
+def test_a_planning_period_bounds_the_checkpoint_interval() -> None:
+    hour = 3600.0
+    # Nothing preempts: one checkpoint per period, which costs C/period (the simulator writes it).
+    assert checkpoint_interval_s(60, 0.0, hour) == hour
+    assert preemption_efficiency(0.0, 60, 300, hour) == pytest.approx(1 - 60 / hour)
+    # Young/Daly (sqrt(2*60*48*3600) = 4554 s) longer than the period: capped at it, and the
+    # preemption loss uses the period.
+    rate = 1 / 48
+    assert checkpoint_interval_s(60, rate, hour) == hour
+    expected = 1 - 60 / hour - (rate / 3600) * (hour / 2 + 300)
+    assert preemption_efficiency(rate, 60, 300, hour) == pytest.approx(expected)
+    assert preemption_efficiency(rate, 60, 300, hour) < preemption_efficiency(rate, 60, 300)
+    # Shorter: shortened further to divide the period (sqrt(2*60*3600/2) = 466 s -> 450 s).
+    assert checkpoint_interval_s(60, 2.0, hour) == pytest.approx(hour / 8)
+
+
 def test_interruption_conversions() -> None:
     assert [bucket_midpoint(v) for v in (5, 10, 15, 20, 100)] == [2.5, 7.5, 12.5, 17.5, 25.0]
     assert rate_per_hour("advisor-bucket", 5) == pytest.approx(-math.log(1 - 0.025) / 730)

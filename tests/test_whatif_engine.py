@@ -202,3 +202,11 @@ def test_home_cloud_is_where_the_baseline_first_has_a_price() -> None:
     run = run_strategy("spot", tl, sim, no_preemptions(tl), transfer, 0)
     market = [tl.markets[int(sim.market[e])].quote.market_id for e in run.result.trace[0][:6]]
     assert market == [5, 5, 5, 5, 5, 1]
+
+
+def test_expected_efficiency_counts_the_checkpoints_the_simulator_writes() -> None:
+    _, sim, _ = setup(STATIC, [job("j", checkpoint_s=90, restart_s=300)])
+    od = sim.on_demand.astype(bool)
+    assert np.allclose(sim.expected_eff[od], 1 - 90 / 3600)
+    assert np.allclose(sim.checkpoint_eff[od], 1 - 90 / 3600)
+    assert np.all(sim.expected_eff[~od] < sim.checkpoint_eff[~od])  # plus the preemption loss
