@@ -24,6 +24,7 @@ MARKETS = {
     3: ("aws", "us-east-1", "us-east-1b", "p2.xlarge", "spot", "K80", 1),
     4: ("aws", "us-east-1", "us-east-1a", "p3.8xlarge", "spot", "V100-16GB", 4),
     5: ("azure", "eastus", None, "Standard_NC6", "spot", "K80", 1),
+    6: ("aws", "us-east-1", None, "p3.8xlarge", "on-demand", "V100-16GB", 4),
 }
 
 
@@ -210,3 +211,44 @@ def test_expected_efficiency_counts_the_checkpoints_the_simulator_writes() -> No
     assert np.allclose(sim.expected_eff[od], 1 - 90 / 3600)
     assert np.allclose(sim.checkpoint_eff[od], 1 - 90 / 3600)
     assert np.all(sim.expected_eff[~od] < sim.checkpoint_eff[~od])  # plus the preemption loss
+
+
+@pytest.mark.parametrize("seed", [2, 7, 20])
+def test_oracle_dominance_pruning_leaves_the_bound_unchanged(seed: int, monkeypatch: Any) -> None:
+    # On-demand often cheaper than the V100 spot, which is preempted: the spot option bills only
+    # part of a preempted tick, so on-demand must not prune it (it did, and the bound rose); the
+    # dearer on-demand quarter of p3.8xlarge is pruned.
+    from spotopt.whatif import oracle
+
+    rng = np.random.default_rng(seed)
+    prices = {
+        mid: [(h, float(base * rng.uniform(0.4, 1.0))) for h in range(0, 96, int(rng.integers(4, 20)))]
+        for mid, base in ((1, 3.5), (3, 0.5), (4, 12.0), (5, 0.4))
+    }
+    prices[2] = [(0, float(rng.uniform(1.0, 3.06)))]
+    prices[6] = [(0, 12.24)]  # a quarter costs 3.06: never cheaper than market 2, never preempted
+    extra = {
+        "restart_s": int(rng.integers(0, 900)),
+        "checkpoint_s": int(rng.integers(10, 300)),
+        "checkpoint_gb": 1.0,
+    }
+    jobs = [
+        job("a", **extra, work={"gpu_days": 0.5, "gpu": "V100"}),
+        job(
+            "b",
+            **extra,
+            throughput={"K80": 1.0, "V100": 9.6},
+            work={"gpu_days": 1, "gpu": "V100"},
+            deadline="40h",
+        ),
+    ]
+    tl, sim, transfer = setup(prices, jobs, hours=120)
+    tl.rate[~tl.on_demand] = rng.uniform(0.05, 0.6, int((~tl.on_demand).sum()))
+    events = model_preemptions(tl, seed)
+    pruned = [oracle.solve_job(tl, sim, events, transfer, j, 0).cost_usd for j in range(2)]
+    lo, hi = sim.bounds()[:2]
+    kept = oracle.undominated(tl, sim, events, np.arange(lo, hi), 0)
+    assert {tl.markets[int(sim.market[e])].quote.market_id for e in range(lo, hi) if e not in kept} == {6}
+    monkeypatch.setattr(oracle, "undominated", lambda tl, sim, events, eo, start: eo)
+    full = [oracle.solve_job(tl, sim, events, transfer, j, 0).cost_usd for j in range(2)]
+    assert pruned == pytest.approx(full, rel=1e-12)

@@ -88,21 +88,26 @@ def reference_gpu(job: Job) -> str:
 
 
 def checkpoint_terms(
-    checkpoint_s: Array, restart_s: Array, rate_per_hour: Array, tick_h: float
+    checkpoint_s: Array, restart_s: Array, job: Array, rate_per_hour: Array, market: Array, tick_h: float
 ) -> tuple[Array, Array]:
-    """Per option: the simulated checkpoint interval (hours) and the expected efficiency.
+    """Per option (``job[e]``, ``market[e]``): the simulated checkpoint interval (hours) and the
+    expected efficiency.
 
     Both come from ``spotopt.throughput`` with the tick as the period, evaluated once per
     distinct (checkpoint time, restart time, rate).
     """
-    if len(rate_per_hour) == 0:
+    if len(job) == 0:
         return np.zeros(0), np.zeros(0)
     period_s = tick_h * 3600.0
-    triples = np.stack([checkpoint_s, restart_s, rate_per_hour], axis=1)
-    unique, inverse = np.unique(triples, axis=0, return_inverse=True)
-    tau_s = np.empty(len(unique))
-    eff = np.empty(len(unique))
-    for i, (ckpt, restart, rate) in enumerate(unique.tolist()):
+    params, job_kind = np.unique(np.stack([checkpoint_s, restart_s], axis=1), axis=0, return_inverse=True)
+    rates, market_kind = np.unique(rate_per_hour, return_inverse=True)
+    pairs, inverse = np.unique(
+        job_kind.reshape(-1)[job] * len(rates) + market_kind.reshape(-1)[market], return_inverse=True
+    )
+    tau_s = np.empty(len(pairs))
+    eff = np.empty(len(pairs))
+    for i, pair in enumerate(pairs.tolist()):
+        (ckpt, restart), rate = params[pair // len(rates)].tolist(), float(rates[pair % len(rates)])
         tau = checkpoint_interval_s(ckpt, rate, period_s)
         tau_s[i] = period_s if tau is None else tau
         eff[i] = preemption_efficiency(rate, ckpt, restart, period_s)
@@ -120,7 +125,9 @@ def build_jobs(spec: JobSpec, tl: Timeline, figures: Sequence[StoredFigure] = ()
     ckpt_s = np.array([job.checkpoint_seconds for job in spec.jobs], dtype=float)
     restart_s = np.array([job.restart_s for job in spec.jobs], dtype=float)
     job_idx = inp.job[order]
-    tau, expected = checkpoint_terms(ckpt_s[job_idx], restart_s[job_idx], tl.rate[market], tl.tick_h)
+    tau, expected = checkpoint_terms(
+        ckpt_s, restart_s, job_idx, np.asarray(tl.rate, dtype=float), market, tl.tick_h
+    )
     ckpt_eff = 1.0 - (ckpt_s[job_idx] / 3600.0) / tau if len(tau) else np.zeros(0)
     keep = (ckpt_eff > 0) & (expected > 0)
     data_loc = []

@@ -67,25 +67,29 @@ def undominated(tl: Timeline, sim: SimJobs, events: Array, eo: Array, start: int
     """Drop options another option of the job beats at every tick from ``start`` on (exact).
 
     ``e2`` dominates ``e`` when both are in the same region (same egress to and from anywhere),
-    ``e2`` advances at least as fast and never costs more, is available whenever ``e`` is, and is
-    never preempted where ``e`` is available: swapping ``e2`` for ``e`` in any schedule then costs
-    no more and progresses no less. Of two identical options the first is kept.
+    ``e2`` advances at least as fast and never costs more, is available whenever ``e`` is, is
+    never preempted where ``e`` is available, and ``e`` itself is never preempted: swapping
+    ``e2`` for ``e`` in any schedule then costs no more and progresses no less in every tick.
+    (A preempted ``e`` bills only part of its tick, which a never-preempted ``e2`` cannot match:
+    such an ``e`` is kept.) Of two identical options the first is kept.
     """
     price = tl.price[sim.market[eo], start:] / sim.slots[eo][:, None]
     price = np.where(np.isfinite(price), price, np.inf)
-    pre = np.isfinite(events[sim.market[eo], start:])
-    rate = sim.steps_per_hour[eo] * sim.checkpoint_eff[eo]
     avail = np.isfinite(price)
+    pre = np.isfinite(events[sim.market[eo], start:]) & avail
+    rate = sim.steps_per_hour[eo] * sim.checkpoint_eff[eo]
+    never: Array = ~np.any(pre, axis=1)
+    loc = sim.location[eo]
     keep = np.ones(len(eo), dtype=bool)
-    for a in range(len(eo)):
-        for b in range(len(eo)):
-            if a == b or not keep[b] or sim.location[eo[a]] != sim.location[eo[b]] or rate[b] < rate[a]:
-                continue
-            if np.all(price[b] <= price[a]) and not np.any(pre[b] & avail[a]):
-                same = rate[b] == rate[a] and np.array_equal(price[a], price[b]) and not pre[a].any()
-                if not same or b < a:
-                    keep[a] = False
-                    break
+    for a in np.flatnonzero(never).tolist():
+        rivals = np.flatnonzero(keep & (loc == loc[a]) & (rate >= rate[a]))
+        rivals = rivals[rivals != a]
+        if len(rivals) == 0:
+            continue
+        cheaper = np.all(price[rivals] <= price[a], axis=1) & ~np.any(pre[rivals] & avail[a], axis=1)
+        same = (rate[rivals] == rate[a]) & np.all(price[rivals] == price[a], axis=1) & never[rivals]
+        if np.any(cheaper & (~same | (rivals < a))):
+            keep[a] = False
     return eo[keep]
 
 
