@@ -58,14 +58,14 @@ class AwsCollector(Collector):
     def _list_gpu_types(self) -> list[dict[str, Any]]:
         ec2 = self.clients.ec2(self.scope)
         found: list[dict[str, Any]] = []
-        token = ""
+        token, seen = "", set[str]()
         while True:
             kwargs: dict[str, Any] = {"MaxResults": 100}
             if token:
                 kwargs["NextToken"] = token
             page = self.call("ec2:DescribeInstanceTypes", ec2.describe_instance_types, **kwargs)
             found += [t for t in page.get("InstanceTypes", []) if isinstance(t, dict) and "GpuInfo" in t]
-            token = page.get("NextToken") or ""
+            token = self.next_token("ec2:DescribeInstanceTypes", seen, page.get("NextToken")) or ""
             if not token:
                 return found
 
@@ -141,7 +141,7 @@ class AwsSpotPrices(AwsCollector):
             self.notes.append(f"{self.scope}: no GPU instance types offered")
             return
         ec2 = self.clients.ec2(self.scope)
-        token, page_no = "", 0
+        token, page_no, seen = "", 0, set[str]()
         while True:
             kwargs: dict[str, Any] = {
                 "StartTime": start,
@@ -161,7 +161,10 @@ class AwsSpotPrices(AwsCollector):
                         "AvailabilityZoneId"
                     ]
                 yield record
-            token, page_no = page.get("NextToken") or "", page_no + 1
+            token, page_no = (
+                self.next_token("ec2:DescribeSpotPriceHistory", seen, page.get("NextToken")) or "",
+                page_no + 1,
+            )
             if not token:
                 break
         self.until = end
@@ -213,7 +216,7 @@ class AwsOnDemandPrices(AwsCollector):
         pricing = self.clients.pricing()
         filters = [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in _PRICE_FILTERS.items()]
         filters.append({"Type": "TERM_MATCH", "Field": "regionCode", "Value": self.scope})
-        token, page_no = "", 0
+        token, page_no, seen = "", 0, set[str]()
         while True:
             kwargs: dict[str, Any] = {
                 "ServiceCode": "AmazonEC2",
@@ -230,7 +233,10 @@ class AwsOnDemandPrices(AwsCollector):
                 )
                 if isinstance(record, Rejection) or record.market.instance_type in wanted:
                     yield record
-            token, page_no = page.get("NextToken") or "", page_no + 1
+            token, page_no = (
+                self.next_token("pricing:GetProducts", seen, page.get("NextToken")) or "",
+                page_no + 1,
+            )
             if not token:
                 break
 
@@ -252,7 +258,7 @@ class AwsPlacementScores(AwsCollector):
         zone_names = {z["ZoneId"]: z["ZoneName"] for z in zones.get("AvailabilityZones", []) if "ZoneId" in z}
         at = hour(self.ctx.now)
         for name in self.wanted_type_names():
-            token = ""
+            token, seen = "", set[str]()
             while True:
                 kwargs: dict[str, Any] = {
                     "InstanceTypes": [name],
@@ -281,6 +287,6 @@ class AwsPlacementScores(AwsCollector):
                         float(score),
                         str(score),
                     )
-                token = page.get("NextToken") or ""
+                token = self.next_token("ec2:GetSpotPlacementScores", seen, page.get("NextToken")) or ""
                 if not token:
                     break

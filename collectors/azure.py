@@ -62,10 +62,12 @@ class AzureCollector(Collector):
         found: list[Any] = []
         for location in self.ctx.regions or (None,):
             token: str | None = None
+            seen: set[str] = set()
             while True:
-                items, token = self.call(
+                items, next_token = self.call(
                     "compute.resourceSkus.list", self.clients.resource_skus_page, location, token
                 )
+                token = self.next_token("compute.resourceSkus.list", seen, next_token)
                 found += [
                     s for s in items if s.resource_type == "virtualMachines" and "GPUs" in _capabilities(s)
                 ]
@@ -146,7 +148,7 @@ class AzurePrices(AzureCollector):
             "and priceType eq 'Consumption'"
         )
         url: str | None = None
-        page_no = 0
+        page_no, seen = 0, set[str]()
         while True:
             page = self.call("GET retail/prices", self.clients.retail_page, url, flt)
             items = page.get("Items")
@@ -159,10 +161,10 @@ class AzurePrices(AzureCollector):
                     continue  # not a GPU size (the region lists every VM size)
                 where = f"retail/prices {self.scope} page {page_no}: Items[{i}]"
                 yield self.parsed(parse_retail_item, item, where)
-            next_link = page.get("NextPageLink")
-            if not next_link:
+            url = self.next_token("GET retail/prices", seen, str(page.get("NextPageLink") or ""))
+            if not url:
                 return
-            url, page_no = str(next_link), page_no + 1
+            page_no += 1
 
 
 def _kql_list(values: list[str]) -> str:
@@ -186,11 +188,12 @@ class AzureGraphCollector(AzureCollector):
             query += f" | where location in~ ({_kql_list(list(self.ctx.regions))})"
         query += f" | project {project}"
         skip: str | None = None
+        seen: set[str] = set()
         while True:
             reply = self.call("resourcegraph.resources", self.clients.resource_graph, query, skip)
             data = reply.data if isinstance(reply.data, list) else []
             yield from (row for row in data if isinstance(row, dict))
-            skip = reply.skip_token
+            skip = self.next_token("resourcegraph.resources", seen, reply.skip_token)
             if not skip:
                 return
 

@@ -239,6 +239,16 @@ class Collector(ABC):
         except InputError as exc:
             return Rejection(str(exc)[:300], "malformed item")
 
+    def next_token(self, api: str, seen: set[str], token: str | None) -> str | None:
+        """``token`` if it leads to a page not read yet; a server that hands back a token it gave
+        before would make the collector loop forever, so that is an error naming the call."""
+        if not token:
+            return None
+        if token in seen:
+            raise CollectorError(self.cloud, api, "pagination repeated a page token", self.region)
+        seen.add(token)
+        return token
+
     def memo(self, key: tuple[str, ...], compute: Callable[[], T]) -> T:
         """``compute()`` once per client factory: the collectors of one run share listings
         (a region's GPU types, a cloud's SKU list) instead of fetching them again."""

@@ -96,7 +96,7 @@ class GcpCollector(Collector):
 
     def _aggregated(self, kind: str) -> dict[str, dict[str, Any]]:
         by_zone: dict[str, dict[str, Any]] = defaultdict(dict)
-        token = ""
+        token, seen = "", set[str]()
         while True:
             if kind == "machine":
                 page = self.call(
@@ -113,7 +113,7 @@ class GcpCollector(Collector):
                 zone = scope.rsplit("/", 1)[-1]
                 for item in listed:
                     by_zone[zone][item.name] = item
-            token = page.next_page_token
+            token = self.next_token(f"aggregatedList {kind}", seen, page.next_page_token) or ""
             if not token:
                 return dict(by_zone)
 
@@ -203,7 +203,7 @@ class GcpPrices(GcpCollector):
         """(region, kind, "core"|"ram"|"gpu", family or GPU key) → price per unit and hour."""
         rates: dict[tuple[str, MarketKind, str, Any], _Rate] = {}
         rejections: list[Rejection] = []
-        token = ""
+        token, seen = "", set[str]()
         while True:
             page = self.call("cloudbilling.services.skus.list", self.clients.skus_page, token)
             for sku in page.skus:
@@ -225,7 +225,7 @@ class GcpPrices(GcpCollector):
                 for region in sku.service_regions:
                     if self.ctx.wants_region(region):
                         rates[(region, kind, what, key)] = _Rate(*priced)
-            token = page.next_page_token
+            token = self.next_token("cloudbilling.services.skus.list", seen, page.next_page_token) or ""
             if not token:
                 return rates, rejections
 

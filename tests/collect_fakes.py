@@ -37,6 +37,7 @@ ARM = "https://management.azure.com"
 RESOURCE_SKUS_URL = f"{ARM}/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Compute/skus"
 GRAPH_URL = f"{ARM}/providers/Microsoft.ResourceGraph/resources"
 RETAIL_URL = "https://prices.azure.com/api/retail/prices"
+RETAIL_NEXT_URL = "https://prices.azure.com:443/api/retail/prices"
 ADVISOR_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"
 
 
@@ -184,42 +185,35 @@ def azure_clients() -> AzureClients:
     return AzureClients(credential=FakeCredential(), subscription_id=SUBSCRIPTION)
 
 
-def add_gcp_defaults(rsps: Any) -> None:
-    """Machine types (2 pages), accelerator types and billing SKUs (2 pages) for us-central1."""
-    from responses import matchers
+def paged(
+    first: str, second: str, cloud: str, token: str
+) -> Callable[[Any], tuple[int, dict[str, str], str]]:
+    """A ``responses`` callback: fixture ``second`` when the URL carries ``token``, else ``first``."""
 
-    rsps.get(
-        f"{CE}/aggregated/machineTypes",
-        json=fixture("gcp", "machine_types_page2.json"),
-        match=[matchers.query_param_matcher({"pageToken": "mt-2"}, strict_match=False)],
-    )
-    rsps.get(f"{CE}/aggregated/machineTypes", json=fixture("gcp", "machine_types_page1.json"))
+    def reply(request: Any) -> tuple[int, dict[str, str], str]:
+        return 200, {}, json.dumps(fixture(cloud, second if token in request.url else first))
+
+    return reply
+
+
+def add_gcp_defaults(rsps: Any) -> None:
+    """Machine types (2 pages), accelerator types and billing SKUs (2 pages)."""
+    json_type = "application/json"
+    machines = paged("machine_types_page1.json", "machine_types_page2.json", "gcp", "pageToken=mt-2")
+    rsps.add_callback("GET", f"{CE}/aggregated/machineTypes", callback=machines, content_type=json_type)
     rsps.get(f"{CE}/aggregated/acceleratorTypes", json=fixture("gcp", "accelerator_types.json"))
-    rsps.get(
-        SKUS_URL,
-        json=fixture("gcp", "skus_page2.json"),
-        match=[matchers.query_param_matcher({"pageToken": "sku-2"}, strict_match=False)],
-    )
-    rsps.get(SKUS_URL, json=fixture("gcp", "skus_page1.json"))
+    skus = paged("skus_page1.json", "skus_page2.json", "gcp", "pageToken=sku-2")
+    rsps.add_callback("GET", SKUS_URL, callback=skus, content_type=json_type)
 
 
 def add_azure_defaults(rsps: Any) -> None:
     """Resource SKUs (2 pages), retail prices for eastus (2 pages), Resource Graph answers."""
-    from responses import matchers
-
-    rsps.get(
-        RESOURCE_SKUS_URL,
-        json=fixture("azure", "resource_skus_page2.json"),
-        match=[matchers.query_param_matcher({"$skiptoken": "page2"}, strict_match=False)],
-    )
-    rsps.get(RESOURCE_SKUS_URL, json=fixture("azure", "resource_skus_page1.json"))
-    rsps.get(
-        RETAIL_URL,
-        json=fixture("azure", "retail_page2.json"),
-        match=[matchers.query_param_matcher({"$skip": "1000"}, strict_match=False)],
-    )
+    skus = paged("resource_skus_page1.json", "resource_skus_page2.json", "azure", "skiptoken=page2")
+    rsps.add_callback("GET", RESOURCE_SKUS_URL, callback=skus, content_type="application/json")
     rsps.get(RETAIL_URL, json=fixture("azure", "retail_page1.json"))
-    rsps.add_callback("POST", GRAPH_URL, callback=graph_reply)
+    # Azure's NextPageLink names the port: https://prices.azure.com:443/api/retail/prices?…&$skip=1000
+    rsps.get(RETAIL_NEXT_URL, json=fixture("azure", "retail_page2.json"))
+    rsps.add_callback("POST", GRAPH_URL, callback=graph_reply, content_type="application/json")
 
 
 def graph_reply(request: Any) -> tuple[int, dict[str, str], str]:

@@ -324,3 +324,13 @@ def test_malformed_advisor_document_is_a_rejection(db: Database, fake: AwsFake) 
 )
 def test_advisor_bucket_upper_bound(label: str, bound: float | None) -> None:
     assert bucket_upper_bound(label) == bound
+
+
+def test_a_page_token_handed_back_twice_fails_instead_of_looping(
+    db: Database, fake: AwsFake, rsps: responses.RequestsMock
+) -> None:
+    script_aws_defaults(fake)
+    fake.answer("ec2", "DescribeSpotPriceHistory", lambda p: fixture("aws", "spot_history_page1.json"))
+    result = by_name(collect(db, fake))["aws-spot-prices/us-east-1"]
+    assert result.status == "failed" and "pagination repeated a page token" in result.note
+    assert len(fake.requests["DescribeSpotPriceHistory"]) == 2
