@@ -62,9 +62,10 @@ def instance(rng: np.random.Generator, n_jobs: int, mk: dict[str, Array]) -> Pol
     def block(lo: int, hi: int) -> tuple[Array, Array, Array]:
         tau = np.sqrt(2 * ckpt[lo:hi, None] / np.maximum(rate_s, 1e-12))
         loss = np.where(rate_s > 0, ckpt[lo:hi, None] / tau + rate_s * (tau / 2 + restart[lo:hi, None]), 0.0)
-        return speed[lo:hi][:, mk["gpu"]] * 3600 * np.clip(1 - loss, 0, None), usd, share
+        tput = speed[lo:hi][:, mk["gpu"]] * 3600 * np.clip(1 - loss, 0, None)
+        return tput.astype(np.float32), usd, share
 
-    gen = GeneratedOptions(n_jobs, len(mk["price"]), block)
+    gen = GeneratedOptions(n_jobs, len(mk["price"]), block, cache=True)  # 4 bytes per option
     plain = PolicyInput.from_generator(gen, work, capacity=mk["capacity"] * (n_jobs / 100.0) ** 0.5)
     fastest = fastest_hours(plain)
     return PolicyInput.from_generator(
