@@ -14,8 +14,9 @@ explicit, solved directly by scipy's HiGHS (where it fits), and ``gap %`` the di
 ``bound %`` is column generation's own proof: the optimum over all options is at most this far
 below the returned cost (Lagrangian bound from the last pricing round), at every size.
 
-    python benchmarks/policy_scale.py                 # the full grid (a few minutes)
+    python benchmarks/policy_scale.py                 # the full grid (about a minute)
     python benchmarks/policy_scale.py --quick         # 100 and 1k jobs only
+    python benchmarks/policy_scale.py --full-lp-max 5000000   # also check 1k x 5k, 10k x 500
 """
 
 from __future__ import annotations
@@ -105,6 +106,12 @@ def full_lp_cost(inp: PolicyInput) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--full-lp-max",
+        type=int,
+        default=FULL_LP_MAX_OPTIONS,
+        help="solve the full LP directly up to this many options (5000000: minutes, GBs)",
+    )
     args = parser.parse_args()
     grid = [(100, 500), (100, 5000), (1000, 500), (1000, 5000)]
     if not args.quick:
@@ -125,7 +132,7 @@ def main() -> None:
         cost = alloc.objective
         assert alloc.columns is not None and alloc.bound is not None
         pairs = n_jobs * n_markets
-        full = full_lp_cost(inp) if pairs <= FULL_LP_MAX_OPTIONS else None
+        full = full_lp_cost(inp) if pairs <= args.full_lp_max else None
         gap = "" if full is None else f"{100 * (cost - full) / full:8.4f}"
         print(
             f"{n_jobs:>6} {n_markets:>7} {pairs:>11,} {built:>8.2f} {solved:>8.2f} {alloc.columns.n_options:>8,} "

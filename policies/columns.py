@@ -38,6 +38,9 @@ WARM_FRACTION = 0.01
 """Re-solve from the previous basis when the columns added since are at most this share."""
 IPM_COLUMNS = 50_000
 """Cold solves of a master with at least this many option columns use the interior point method."""
+PENALTY_FACTOR = 10.0
+"""Big M of the cost policies, per job: this many times its dearest seed option's whole cost.
+Any value gives the same answer (see ``solve_by_columns``); a big enough one saves rounds."""
 MAX_ROUNDS = 500
 """Column generation terminates finitely; this only turns a numerical stall into an error."""
 
@@ -73,7 +76,7 @@ class Spec:
     work: bool = True
     penalty: float = 0.0
     """Big M of a work row's artificial column, in objective units per job; cost policies add
-    ten times the dearest seed option's cost of a whole job."""
+    ``PENALTY_FACTOR`` times the dearest seed option's cost of a whole job."""
     budget: float | None = None
     extra: Extra | None = None
 
@@ -276,7 +279,8 @@ def solve_by_columns(spec: Spec, source: OptionSource, seed: Columns, policy: st
     the real optimum.
     """
     job_cost = seed.usd_per_hour * spec.work_steps[seed.job] / seed.steps_per_hour
-    master = Master(spec, policy, spec.penalty + 10 * spec.cost_weight * float(np.max(job_cost, initial=1.0)))
+    penalty = spec.penalty + PENALTY_FACTOR * spec.cost_weight * float(np.max(job_cost, initial=1.0))
+    master = Master(spec, policy, penalty)
     master.add(seed)
     # reduced costs above -tol count as 0: HiGHS' own dual tolerance, in the objective's units
     scale = float(np.max(seed.usd_per_hour, initial=1.0)) if spec.cost_weight else 1.0

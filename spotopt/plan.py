@@ -206,7 +206,7 @@ def _ranked(
     return dict(ranked)
 
 
-def prune_dominated(inp: PolicyInput, max_per_job: int | None = None) -> Array:
+def prune_dominated(inp: PolicyInput) -> Array:
     """Mask of options to keep: drop an option another option of its job beats on both $/step and speed.
 
     Exact for every policy here: if option ``e'`` is at most as expensive per step and at least
@@ -215,9 +215,9 @@ def prune_dominated(inp: PolicyInput, max_per_job: int | None = None) -> Array:
     (unlimited capacity, or ``capacity × slots >= number of jobs``) may prune; then room is
     guaranteed whatever the other jobs do. Vectorised: one lexsort and a grouped running max.
 
-    ``max_per_job`` (a heuristic, not exact) then keeps only each job's ``max_per_job`` cheapest
-    options per step plus its ``max_per_job // 4`` fastest: for very large problems where many
-    finite-capacity markets cannot be pruned exactly (the benchmark measures the gap it costs).
+    Pruning only shrinks the explicit arrays (and the reports' option lists); the policies
+    solve over every option anyway, by column generation (``spotopt.policies.columns``), so no
+    inexact cut is needed for scale.
     """
     n = inp.n_options
     if n == 0:
@@ -238,21 +238,7 @@ def prune_dominated(inp: PolicyInput, max_per_job: int | None = None) -> Array:
     best_before = np.where(first, 0, before - offset)
     keep = np.empty(n, dtype=bool)
     keep[order] = best_before < speed_rank[order]
-    if max_per_job is not None:
-        cheap = _rank_within_job(inp.job, per_step, keep) < max_per_job
-        fast = _rank_within_job(inp.job, -inp.steps_per_hour, keep) < max(1, max_per_job // 4)
-        keep &= cheap | fast
     return keep
-
-
-def _rank_within_job(job: Array, key: Array, among: Array) -> Array:
-    """Rank of each option by ``key`` within its job, counting only options in ``among``."""
-    order = np.lexsort((key, ~among, job))
-    starts = np.r_[0, np.flatnonzero(job[order][1:] != job[order][:-1]) + 1]
-    counts = np.diff(np.r_[starts, len(order)])
-    ranks = np.empty(len(order), dtype=np.int64)
-    ranks[order] = np.arange(len(order)) - np.repeat(starts, counts)
-    return np.where(among, ranks, np.iinfo(np.int64).max)
 
 
 def select_options(inp: PolicyInput, keep: Array) -> PolicyInput:
