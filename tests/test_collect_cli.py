@@ -164,7 +164,9 @@ def test_without_any_credentials_each_cloud_says_what_to_configure(
     ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
-    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    # google-auth reads NO_GCE_CHECK at import time; without it, it pings the metadata server
+    # (refused here) with sleeps in between.
+    monkeypatch.setattr("google.auth.compute_engine._metadata._NO_GCE_CHECK", True)
     monkeypatch.setattr("spotopt.cli.collect.RETRY", no_wait_retry())
     with responses.RequestsMock() as rsps:
         rsps.get(ADVISOR_URL, json=fixture("aws", "spot_advisor.json"))
