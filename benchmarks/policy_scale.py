@@ -81,14 +81,18 @@ def instance(rng: np.random.Generator, n_jobs: int, mk: dict[str, Array]) -> Pol
 def full_lp_cost(inp: PolicyInput) -> float:
     """min-cost-slo with every option explicit, solved directly (no column generation) by scipy's HiGHS."""
     assert inp.generated is not None
-    cols = Columns.concat([blk.take(np.nonzero(~np.isnan(blk.steps_per_hour))) for blk in inp.generated.blocks()])
+    cols = Columns.concat(
+        [blk.take(np.nonzero(~np.isnan(blk.steps_per_hour))) for blk in inp.generated.blocks()]
+    )
     n, e = inp.n_jobs, np.arange(len(cols))
     finite = np.isfinite(inp.capacity)
     remap = np.cumsum(finite) - 1
     on_cap = finite[cols.market]
     a = sp.vstack(
         [
-            sp.csr_matrix((-cols.steps_per_hour / inp.work_steps[cols.job], (cols.job, e)), shape=(n, len(e))),
+            sp.csr_matrix(
+                (-cols.steps_per_hour / inp.work_steps[cols.job], (cols.job, e)), shape=(n, len(e))
+            ),
             sp.csr_matrix((np.ones(len(e)), (cols.job, e)), shape=(n, len(e))),
             sp.csr_matrix(
                 (cols.instances_per_hour[on_cap], (remap[cols.market[on_cap]], e[on_cap])),
@@ -135,7 +139,8 @@ def main() -> None:
         full = full_lp_cost(inp) if pairs <= args.full_lp_max else None
         gap = "" if full is None else f"{100 * (cost - full) / full:8.4f}"
         print(
-            f"{n_jobs:>6} {n_markets:>7} {pairs:>11,} {built:>8.2f} {solved:>8.2f} {alloc.columns.n_options:>8,} "
+            f"{n_jobs:>6} {n_markets:>7} {pairs:>11,} {built:>8.2f} {solved:>8.2f} "
+            f"{alloc.columns.n_options:>8,} "
             f"{alloc.rounds:>6} {cost:>12,.2f} {'' if full is None else f'{full:12,.2f}':>12} {gap:>8} "
             f"{100 * (cost - alloc.bound) / cost:8.4f}",
             flush=True,

@@ -46,8 +46,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-
-from spotopt.errors import InfeasibleError, InputError, PolicyError
 from spotopt.policies.columns import Extra, Result, Spec, solve_by_columns
 from spotopt.policies.options import (
     Array,
@@ -57,6 +55,8 @@ from spotopt.policies.options import (
     job_best,
     seed_columns,
 )
+
+from spotopt.errors import InfeasibleError, InputError, PolicyError
 
 SOLVER = "HIGHS"
 """Pinned LP solver (highspy, also cvxpy's HiGHS): results must not depend on what else is installed."""
@@ -129,7 +129,12 @@ class PolicyInput:
         if self.generated is not None:
             return self.generated
         return ExplicitOptions(
-            self.job, self.market, self.steps_per_hour, self.usd_per_hour, self.instances_per_hour, self.n_markets
+            self.job,
+            self.market,
+            self.steps_per_hour,
+            self.usd_per_hour,
+            self.instances_per_hour,
+            self.n_markets,
         )
 
     def with_options(self, job: Array, market: Array, tput: Array, usd: Array, share: Array) -> PolicyInput:
@@ -330,14 +335,18 @@ def explicit_hours(inp: PolicyInput, result: Result) -> tuple[PolicyInput, Array
         hours = np.zeros(inp.n_options)
         hours[cols.key] = result.hours
         return inp, hours
-    sub = inp.with_options(cols.job, cols.market, cols.steps_per_hour, cols.usd_per_hour, cols.instances_per_hour)
+    sub = inp.with_options(
+        cols.job, cols.market, cols.steps_per_hour, cols.usd_per_hour, cols.instances_per_hour
+    )
     return sub, result.hours
 
 
 def allocation_from_result(inp: PolicyInput, policy: str, result: Result, objective: float) -> Allocation:
     sub, hours = explicit_hours(inp, result)
     alloc = allocation_from_hours(sub, policy, hours, objective)
-    return dataclasses.replace(alloc, columns=None if sub is inp else sub, bound=result.bound, rounds=result.rounds)
+    return dataclasses.replace(
+        alloc, columns=None if sub is inp else sub, bound=result.bound, rounds=result.rounds
+    )
 
 
 def allocation_from_hours(inp: PolicyInput, policy: str, hours: Array, objective: float) -> Allocation:
@@ -373,7 +382,8 @@ def no_market_error(inp: PolicyInput, policy: str, jobs: Array) -> InfeasibleErr
     names = ", ".join(inp.job_name(int(j)) for j in jobs)
     return InfeasibleError(
         f"{policy}: no market can run {names}",
-        hint="hint: widen the job's allow filters, add throughputs for more GPU models, or check prices at --at",
+        hint="hint: widen the job's allow filters, add throughputs for more GPU models, "
+        "or check prices at --at",
     )
 
 
@@ -384,7 +394,9 @@ def elastic_spec(inp: PolicyInput, wall_limit: Array) -> Spec:
     capacity for ``H + longest`` hours (for as long as the latest job runs).
     """
     n = inp.n_jobs
-    base = Spec(inp.work_steps, wall_limit, capacity_over(inp, inp.horizon_hours), penalty=10 * inp.horizon_hours)
+    base = Spec(
+        inp.work_steps, wall_limit, capacity_over(inp, inp.horizon_hours), penalty=10 * inp.horizon_hours
+    )
     wall0, _, cap_row, _, n_std = base.layout()
     finite = np.flatnonzero(cap_row >= 0)
     longest = n

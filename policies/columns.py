@@ -1,4 +1,4 @@
-"""Exact delayed column generation for the job-hours LPs, on a warm-started HiGHS master.
+"""Exact delayed column generation for the job-hours LPs, on a HiGHS master (highspy).
 
 Every policy here is an LP whose columns are options (job, market, GPUs) with the same shape:
 option ``e`` of job ``j`` on market ``m`` has entry ``a = T[e] / W[j]`` in job ``j``'s work row,
@@ -10,13 +10,13 @@ Column generation solves the LP over a *restricted* set of options (``seed_colum
 the row duals ``y``, and prices every option: its reduced cost ``c_e - A_e^T y``. An option
 with a negative one could lower the objective, so the most negative few per job join the
 master; HiGHS re-solves (from its previous basis when few columns came in: they enter
-nonbasic, the basis stays primal feasible and a few primal pivots finish). When no option prices below
-``-tol``, the restricted optimum satisfies the full LP's optimality conditions: it *is* the
+nonbasic, the basis stays primal feasible and a few primal pivots finish; see
+``Master.run``). When no option prices below ``-tol`` (HiGHS' dual tolerance 1e-7, scaled to
+the costs), the restricted optimum satisfies the full LP's optimality conditions: it *is* the
 full LP's optimum, with no pruning heuristic anywhere.
 
 Feasibility: each work row gets an artificial column with a big-M cost, so every restricted
-master is feasible and HiGHS solves the first one cold (dual simplex, presolve); the big M
-never changes the answer (see ``solve_by_columns``).
+master is feasible; the big M never changes the answer (see ``solve_by_columns``).
 
 For the cost policies the last pricing round also gives a proof of optimality one can read:
 with the wall-time rows kept as the set ``{h_j >= 0, sum h_j <= D_j}``, Lagrangian duality
@@ -26,10 +26,11 @@ gives ``LP >= master objective + sum_j D_j * min(0, min_e rc_e)`` (``bound``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import numpy as np
 import scipy.sparse as sp
-
 from spotopt.policies.options import Array, Columns, OptionSource, Prices, price
+
 from spotopt.errors import PolicyError
 
 ADD_PER_JOB = 4
@@ -201,7 +202,12 @@ class Master:
         fresh = cols.take(np.flatnonzero(~np.isin(cols.key, self.keys)))
         if len(fresh) == 0:
             return 0
-        self._add(self.option_cost(fresh), np.zeros(len(fresh)), np.full(len(fresh), np.inf), self.option_matrix(fresh))
+        self._add(
+            self.option_cost(fresh),
+            np.zeros(len(fresh)),
+            np.full(len(fresh), np.inf),
+            self.option_matrix(fresh),
+        )
         self.columns.append(fresh)
         self.keys = np.union1d(self.keys, fresh.key)
         self.added += len(fresh)
@@ -243,7 +249,9 @@ class Master:
         self.h.run()
         status = self.h.getModelStatus()
         if status != highspy.HighsModelStatus.kOptimal:
-            raise PolicyError(f"{self.policy}: HiGHS ended with status {self.h.modelStatusToString(status)!r}")
+            raise PolicyError(
+                f"{self.policy}: HiGHS ended with status {self.h.modelStatusToString(status)!r}"
+            )
         sol = self.h.getSolution()
         return float(self.h.getInfo().objective_function_value), np.asarray(sol.row_dual)
 

@@ -50,9 +50,7 @@ class Columns:
         if not parts:
             empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0)
             return Columns(empty_i, empty_i, empty_f, empty_f, empty_f, empty_i)
-        return Columns(
-            *(np.concatenate([getattr(p, name) for p in parts]) for name in _FIELDS)  # type: ignore[arg-type]
-        )
+        return Columns(*(np.concatenate([getattr(p, name) for p in parts]) for name in _FIELDS))
 
     def take(self, index: Array) -> Columns:
         return Columns(*(getattr(self, name)[index] for name in _FIELDS))
@@ -172,7 +170,9 @@ class GeneratedOptions:
             shape = (hi - lo, self.n_markets)
             for name, a in (("steps_per_hour", tput), ("usd_per_hour", usd), ("instances_per_hour", share)):
                 if np.broadcast_shapes(a.shape, shape) != shape:
-                    raise PolicyError(f"GeneratedOptions.block({lo}, {hi}): {name} has shape {a.shape}, not {shape}")
+                    raise PolicyError(
+                        f"GeneratedOptions.block({lo}, {hi}): {name} has shape {a.shape}, not {shape}"
+                    )
             if np.any(usd < 0) or not np.all(share > 0):
                 raise PolicyError(
                     f"GeneratedOptions.block({lo}, {hi}) needs usd_per_hour >= 0 and instances_per_hour > 0"

@@ -27,7 +27,9 @@ def contended(seed: int, n_jobs: int = 40, n_markets: int = 90) -> dict[str, Any
     """
     rng = np.random.default_rng(seed)
     gpu = rng.integers(0, 6, n_markets)
-    speed = rng.uniform(0.5, 1.5, (n_jobs, 1)) * (1 + 0.5 * np.arange(6)) ** rng.uniform(0.5, 1.5, (n_jobs, 1))
+    speed = rng.uniform(0.5, 1.5, (n_jobs, 1)) * (1 + 0.5 * np.arange(6)) ** rng.uniform(
+        0.5, 1.5, (n_jobs, 1)
+    )
     tput = speed[:, gpu] * rng.uniform(0.7, 1.0, (n_jobs, n_markets)) * 100
     tput[rng.random((n_jobs, n_markets)) < 0.1] = 0.0  # filtered out
     tput[:, 0] = speed[:, 5] * 100  # one unlimited fast market: every job can run
@@ -118,7 +120,9 @@ def scipy_makespan(inp: PolicyInput) -> float:
             np.r_[inp.usd_per_hour, 0.0][None, :],
         ]
     )
-    b = np.r_[-np.ones(inp.n_jobs), np.zeros(inp.n_jobs), inp.wall_limit(), np.zeros(len(cap)), inp.budget_usd]
+    b = np.r_[
+        -np.ones(inp.n_jobs), np.zeros(inp.n_jobs), inp.wall_limit(), np.zeros(len(cap)), inp.budget_usd
+    ]
     res = linprog(np.r_[np.zeros(n), 1.0], A_ub=a, b_ub=b)
     assert res.status == 0
     return float(res.fun)
@@ -140,7 +144,10 @@ def check_allocation(inp: PolicyInput, alloc: Allocation, wall: Array) -> None:
 def test_column_generation_equals_full_lp(seed: int) -> None:
     d = contended(seed)
     inp = explicit(d)
-    for name, wall in (("min-cost", np.full(inp.n_jobs, inp.horizon_hours)), ("min-cost-slo", inp.wall_limit())):
+    for name, wall in (
+        ("min-cost", np.full(inp.n_jobs, inp.horizon_hours)),
+        ("min-cost-slo", inp.wall_limit()),
+    ):
         expected = scipy_min_cost(inp, wall)
         if expected is None:
             with pytest.raises(InfeasibleError):
