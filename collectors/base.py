@@ -18,7 +18,7 @@ import difflib
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -299,11 +299,3 @@ def get_collector(name: str) -> type[Collector]:
 def for_cloud(cloud: str) -> list[type[Collector]]:
     """The collectors of ``cloud`` in run order (catalogs first: prices use what they learn)."""
     return [c for c in load_all().values() if c.cloud == cloud]
-
-
-def select_types(ctx: Context, names: Sequence[str]) -> list[str]:
-    """``names`` restricted to the ``--gpu`` filter using the known catalog (unknown types kept
-    only when no filter is given)."""
-    if not ctx.gpus:
-        return list(names)
-    return [n for n in names if n in ctx.catalog and ctx.wants_gpu(ctx.catalog[n].gpu_model)]
