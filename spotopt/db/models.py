@@ -124,7 +124,8 @@ class Run(Base):
     inserted: Mapped[int] = mapped_column(Integer, default=0)
     duplicate: Mapped[int] = mapped_column(Integer, default=0)
     rejected: Mapped[int] = mapped_column(Integer, default=0)
-    status: Mapped[str] = mapped_column(String(16), default="running")  # running|ok|failed
+    # running | ok | failed | skipped (a collector scope without credentials or permission)
+    status: Mapped[str] = mapped_column(String(16), default="running")
     error: Mapped[str | None] = mapped_column(Text)
     # JSON object {reason: count} of rejected records.
     rejections: Mapped[str | None] = mapped_column(Text)
