@@ -22,6 +22,8 @@ from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Table, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from spotopt.db.engine import Database
@@ -71,19 +73,28 @@ class IngestStats:
         }
 
 
+def _insert_missing(
+    session: Session, model: type[InstanceType] | type[Market], values: dict[str, Any]
+) -> None:
+    """Insert a catalog row unless its natural key exists: safe when an import and a collector
+    running at the same time create the same new instance type or market (no IntegrityError)."""
+    insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    session.execute(insert(model).values(**values).on_conflict_do_nothing())
+
+
 def upsert_instance_type(session: Session, spec: InstanceTypeSpec, origin: str) -> InstanceType:
     """Insert or refresh one instance type.
 
     The bundled catalog owns the specs of the types it lists: a collector may fill in a type the
     catalog lacks, or refresh one it created itself, but never overwrite catalog facts.
     """
-    row = session.scalar(
-        select(InstanceType).where(InstanceType.cloud == spec.cloud, InstanceType.name == spec.name)
+    _insert_missing(
+        session, InstanceType, {"cloud": spec.cloud, "name": spec.name, "origin": origin, "retired": False}
     )
-    if row is None:
-        row = InstanceType(cloud=spec.cloud, name=spec.name, origin=origin, retired=False)
-        session.add(row)
-    elif row.origin == "catalog" and origin != "catalog":
+    row = session.scalars(
+        select(InstanceType).where(InstanceType.cloud == spec.cloud, InstanceType.name == spec.name)
+    ).one()
+    if row.origin == "catalog" and origin != "catalog":
         return row
     row.gpu_model = spec.gpu_model
     row.gpu_count = spec.gpu_count
@@ -122,6 +133,8 @@ class Ingestor:
 
     def add(self, record: Record) -> None:
         if isinstance(record, PriceObservation):
+            if record.observed_at.tzinfo is None:  # PostgreSQL would read it as server-local time
+                raise ValueError(f"naive datetime in {record!r}; records carry UTC times")
             market_id = self._market_by_key.get(record.market)
             if market_id is None:
                 market_id = self._market_by_key[record.market] = self.market_id(record.market)
@@ -131,6 +144,8 @@ class Ingestor:
             if len(self._prices) >= BATCH_ROWS:
                 self._flush_prices()
         elif isinstance(record, InterruptionObservation):
+            if record.observed_at.tzinfo is None:
+                raise ValueError(f"naive datetime in {record!r}; records carry UTC times")
             self._interruptions.append(
                 (
                     self.instance_type_id(record.cloud, record.instance_type),
@@ -183,13 +198,13 @@ class Ingestor:
         found = self._markets.get(key)
         if found is not None:
             return found
-        row = Market(
-            instance_type_id=type_id, region=market.region, zone=market.zone or "", kind=market.kind.value
-        )
-        self.session.add(row)
-        self.session.flush()
-        self._markets[key] = row.id
-        return row.id
+        values = {"instance_type_id": type_id, "region": key[1], "zone": key[2], "kind": key[3]}
+        _insert_missing(self.session, Market, values)
+        market_id = self.session.scalars(
+            select(Market.id).where(*(getattr(Market, column) == value for column, value in values.items()))
+        ).one()
+        self._markets[key] = market_id
+        return market_id
 
     def flush(self) -> IngestStats:
         self._flush_prices()

@@ -170,3 +170,64 @@ def test_same_instant_from_two_sources_is_one_quote(db: Database) -> None:
         quotes = prices_at(session, t("2024-01-02 00:00"), MarketFilter(instance_types=["p3.2xlarge"]))
         assert session.scalar(select(func.count()).select_from(Market).where(Market.kind == "spot")) == 1
     assert [(q.source, q.usd_per_hour) for q in quotes if q.market == MarketKind.SPOT] == [("a", 1.0)]
+
+
+def test_database_from_a_newer_spotopt_is_refused_clearly(db_url: str) -> None:
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    engine.dispose()
+    with pytest.raises(ConfigError, match="newer than this spotopt"):
+        open_history(db_url)
+
+
+def test_two_sources_at_one_instant_resolve_alike_everywhere(db: Database) -> None:
+    # Inserted in reverse name order: every query must still pick the first source by name.
+    ingest(db, [price("p3.2xlarge", "2024-01-01 00:00", 1.9)], source="zz-later")
+    ingest(db, [price("p3.2xlarge", "2024-01-01 00:00", 1.0)], source="aa-first")
+    flt = MarketFilter(instance_types=["p3.2xlarge"], kinds=["spot"])
+    with db.session() as session:
+        history = [(q.source, q.usd_per_hour) for q in price_history(session, flt)]
+        now = [(q.source, q.usd_per_hour) for q in prices_at(session, t("2024-01-02 00:00"), flt)]
+    assert history == now == [("aa-first", 1.0)]
+
+
+def test_naive_times_never_reach_the_database(db: Database) -> None:
+    from datetime import datetime
+
+    from spotopt.types import MarketKey, PriceObservation
+
+    before = counts(db)
+    naive = PriceObservation(
+        MarketKey("aws", "us-east-1", None, "p3.2xlarge", MarketKind.SPOT), datetime(2024, 1, 1), 1.0
+    )
+    with pytest.raises(ValueError, match="naive"):
+        run_ingest(db, "test", "naive", [naive])
+    assert counts(db) == before
+
+
+def _create_market(url: str) -> int:
+    from spotopt.types import MarketKey, PriceObservation
+
+    database = open_history(url)
+    market = MarketKey("aws", "us-east-1", "us-east-1a", "brand.new9", MarketKind.SPOT)
+    records = [PriceObservation(market, t(f"2024-01-01 {h:02d}:00"), 1.0 + h) for h in range(24)]
+    summary = run_ingest(database, "race", "race", records)
+    database.dispose()
+    return summary.stats.inserted
+
+
+def test_concurrent_imports_create_the_same_new_market_safely(db_url: str) -> None:
+    with multiprocessing.get_context("spawn").Pool(3) as pool:
+        inserted = pool.map(_create_market, [db_url] * 3)
+    assert sum(inserted) == 24
+    database = open_history(db_url)
+    with database.session() as session:
+        n = session.scalar(
+            select(func.count())
+            .select_from(Market)
+            .join(InstanceType)
+            .where(InstanceType.name == "brand.new9")
+        )
+    database.dispose()
+    assert n == 1

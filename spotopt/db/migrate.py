@@ -18,6 +18,8 @@ from alembic.script import ScriptDirectory
 from filelock import FileLock
 from sqlalchemy import Engine, text
 
+from spotopt.errors import ConfigError
+
 # An arbitrary constant that names spotopt's migration lock among PostgreSQL advisory locks.
 _PG_LOCK_KEY = 0x5370_6F74
 
@@ -39,7 +41,17 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def is_current(engine: Engine) -> bool:
-    return current_revision(engine) == head_revision(engine)
+    """True at head; a ``ConfigError`` if the database was migrated by a newer spotopt."""
+    current = current_revision(engine)
+    known = {
+        script.revision for script in ScriptDirectory.from_config(alembic_config(engine)).walk_revisions()
+    }
+    if current is not None and current not in known:
+        raise ConfigError(
+            f"the database schema is at {current}, newer than this spotopt knows "
+            f"(head {head_revision(engine)}): upgrade spotopt (pip install -U spotopt)"
+        )
+    return current == head_revision(engine)
 
 
 @contextmanager

@@ -183,7 +183,10 @@ def price_history(
         stmt = stmt.where(PricePoint.observed_at <= until)
     if since is not None:
         stmt = stmt.where(PricePoint.observed_at >= since)
-    stmt = stmt.order_by(PricePoint.observed_at, InstanceType.cloud, Market.region, Market.zone, Market.id)
+    # ``source`` last: of two sources at one instant the first by name wins, as in ``prices_at``.
+    stmt = stmt.order_by(
+        PricePoint.observed_at, InstanceType.cloud, Market.region, Market.zone, Market.id, PricePoint.source
+    )
     if limit is not None:
         stmt = stmt.limit(limit)
     quotes = _quotes(session, stmt)

@@ -2,7 +2,7 @@
 
 SQLite (the embedded default) is migrated automatically under a lock, so a new user never
 thinks about migrations. PostgreSQL is shared by a team: spotopt refuses to touch an outdated
-schema there and tells the operator to run ``spotopt db upgrade`` (unless auto-migration is on).
+schema there and tells the operator to run ``spotopt db upgrade``.
 """
 
 from __future__ import annotations
