@@ -263,6 +263,10 @@ def solve(policy_name: str, inp: PolicyInput) -> Allocation:
     return get_policy(policy_name)(inp)
 
 
+STALE_PRICE_AFTER = timedelta(days=7)
+"""A chosen market whose price point is older than this at plan time gets a warning."""
+
+
 def _hours(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
@@ -316,7 +320,24 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
         "options": inp.n_options,
         "pruned_options": problem.pruned,
         "jobs": jobs,
+        "warnings": stale_price_warnings(problem.at, jobs),
     }
+
+
+def stale_price_warnings(at: datetime, jobs: list[dict[str, Any]]) -> list[str]:
+    """Say when a plan rests on old prices: a point holds until the next one, so an old point
+    is the price "at" t as far as the history knows, but the history may simply have stopped."""
+    chosen = [item for job in jobs for item in job["allocation"]]
+    stale = [item for item in chosen if at - item["price_observed_at"] > STALE_PRICE_AFTER]
+    if not stale:
+        return []
+    oldest = min(item["price_observed_at"] for item in stale)
+    return [
+        f"{len(stale)} of the {len(chosen)} chosen markets have prices last observed more than "
+        f"{STALE_PRICE_AFTER.days} days before {at:%Y-%m-%d %H:%M} UTC (oldest {oldest:%Y-%m-%d}); "
+        "AWS records a spot price only when it changes, so an old point may still hold, but check "
+        "coverage (`spotopt report run coverage`) and refresh with `spotopt collect` or `spotopt import`"
+    ]
 
 
 def _market_fields(o: OptionInfo) -> dict[str, Any]:
@@ -331,6 +352,8 @@ def _market_fields(o: OptionInfo) -> dict[str, Any]:
         "gpus": o.gpus,
         "jobs_per_instance": o.slots,
         "usd_per_hour": q.usd_per_hour,
+        "price_observed_at": q.observed_at,
+        "price_source": q.source,
         "steps_per_s": o.figure.steps_per_s * o.efficiency,
         "throughput_source": o.figure.source,
         "preemptions_per_hour": o.market.preemptions_per_hour,

@@ -139,3 +139,33 @@ def test_throughput_import_and_list(db_url: str) -> None:
         app, ["--db", db_url, "throughput", "list", "--workload", "cyclegan", "-f", "json"]
     )
     assert [r["gpu_model"] for r in json.loads(listed.output)] == ["K80", "P100", "V100"]
+
+
+def test_plan_on_old_prices_warns_and_shows_when_each_price_was_seen(db_url: str, tmp_path: Path) -> None:
+    seed(db_url)
+    jobs = write_jobs(tmp_path, "300h")
+    fresh = runner.invoke(
+        app, ["--db", db_url, "plan", str(jobs), "--policy", "min-cost", "--at", "2025-03-02T00:00Z"]
+    )
+    assert fresh.exit_code == 0 and "warning" not in fresh.stderr
+    old = runner.invoke(
+        app,
+        [
+            "--db",
+            db_url,
+            "plan",
+            str(jobs),
+            "--policy",
+            "min-cost",
+            "--at",
+            "2025-06-01T00:00Z",
+            "-f",
+            "json",
+        ],
+    )
+    assert old.exit_code == 0, old.output
+    report = json.loads(old.stdout)
+    assert len(report["warnings"]) == 1 and "2025-03-01" in report["warnings"][0]
+    assert "warning:" in old.stderr
+    item = report["jobs"][0]["allocation"][0]
+    assert item["price_observed_at"] == "2025-03-01T00:00:00Z" and item["price_source"] == "test"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from spotopt.cli.common import parse_time, state
 from spotopt.db.queries import MarketFilter
@@ -79,6 +80,8 @@ def plan(
         capacity=math.inf if capacity is None else capacity,
     )
     report = plan_report(problem, solve(policy, problem.input))
+    for warning in report["warnings"]:
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     if fmt is Format.JSON:
         typer.echo(to_json(report))
         return
