@@ -156,7 +156,7 @@ REPORT = Report(
         params.market("all"),
         Param(
             "since",
-            "window start: ISO 8601, 'now' or an offset like -30d; default the first point",
+            "window start: ISO 8601, 'now' or an offset like -30d; default 7 days before until",
             params.time,
         ),
         params.until(),
