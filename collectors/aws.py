@@ -127,21 +127,52 @@ class AwsCatalog(AwsCollector):
 
 @register
 class AwsSpotPrices(AwsCollector):
-    """Spot price history (Linux/UNIX) of the region's GPU types, per availability zone."""
+    """Spot price history (Linux/UNIX) of the region's GPU types, per availability zone.
+
+    The watermark is kept per instance type (scope ``<region>/<type>``): a ``--gpu`` run covers
+    only some types, and AWS adds types over time; either way a type never collected before gets
+    its 90-day backfill, while the others start at their own watermark.
+    """
 
     name = "aws-spot-prices"
     collects = "spot price history"
+    keyed_watermarks = True
 
     def collect(self, since: datetime | None) -> Iterator[Record]:
         end = self.ctx.now
         oldest = end - timedelta(days=SPOT_HISTORY_DAYS)
-        start = oldest if since is None else max(oldest, since - WATERMARK_OVERLAP)
         types = self.wanted_type_names()
         if not types:
             self.notes.append(f"{self.scope}: no GPU instance types offered")
             return
+        # Types sharing a start time share requests: usually one group, plus the new types.
+        groups: dict[datetime, list[str]] = {}
+        for name in types:
+            mark = since or self.since_by_key.get(name)
+            start = oldest if mark is None else max(oldest, mark - WATERMARK_OVERLAP)
+            groups.setdefault(start, []).append(name)
+        page_no = 0
+        for start, names in sorted(groups.items()):
+            for page in self._history_pages(start, end, names):
+                for i, item in enumerate(page.get("SpotPriceHistory", [])):
+                    where = f"{self.scope} DescribeSpotPriceHistory page {page_no} SpotPriceHistory[{i}]"
+                    record = self.parsed(parse_spot_price, item, where)
+                    if isinstance(record, PriceObservation) and isinstance(
+                        item.get("AvailabilityZoneId"), str
+                    ):
+                        self.zone_ids[(record.market.region, record.market.zone or "")] = item[
+                            "AvailabilityZoneId"
+                        ]
+                    yield record
+                page_no += 1
+        self.until_by_key = dict.fromkeys(types, end)
+        if self.ctx.gpus:  # only some types were asked for: the region as a whole is not done
+            self.until = None
+
+    def _history_pages(self, start: datetime, end: datetime, types: list[str]) -> Iterator[dict[str, Any]]:
+        """Every page of ``DescribeSpotPriceHistory`` for ``types`` over [start, end]."""
         ec2 = self.clients.ec2(self.scope)
-        token, page_no, seen = "", 0, set[str]()
+        token, seen = "", set[str]()
         while True:
             kwargs: dict[str, Any] = {
                 "StartTime": start,
@@ -153,21 +184,10 @@ class AwsSpotPrices(AwsCollector):
             if token:
                 kwargs["NextToken"] = token
             page = self.call("ec2:DescribeSpotPriceHistory", ec2.describe_spot_price_history, **kwargs)
-            for i, item in enumerate(page.get("SpotPriceHistory", [])):
-                where = f"{self.scope} DescribeSpotPriceHistory page {page_no} SpotPriceHistory[{i}]"
-                record = self.parsed(parse_spot_price, item, where)
-                if isinstance(record, PriceObservation) and isinstance(item.get("AvailabilityZoneId"), str):
-                    self.zone_ids[(record.market.region, record.market.zone or "")] = item[
-                        "AvailabilityZoneId"
-                    ]
-                yield record
-            token, page_no = (
-                self.next_token("ec2:DescribeSpotPriceHistory", seen, page.get("NextToken")) or "",
-                page_no + 1,
-            )
+            yield page
+            token = self.next_token("ec2:DescribeSpotPriceHistory", seen, page.get("NextToken")) or ""
             if not token:
-                break
-        self.until = end
+                return
 
 
 # The Price List filters that leave one product per instance type: shared-tenancy Linux without

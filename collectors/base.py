@@ -190,13 +190,21 @@ class Collector(ABC):
     needs: ClassVar[str]
     only_changes: ClassVar[bool] = False
     global_scope: ClassVar[bool] = False
+    keyed_watermarks: ClassVar[bool] = False
+    """The collector also keeps a watermark per key within its scope (stored as scope
+    ``<scope>/<key>``): for APIs queried per item, where a run may cover only some items."""
 
     def __init__(self, clients: Any, scope: str, ctx: Context) -> None:
         self.clients = clients
         self.scope = scope
         self.ctx = ctx
-        self.until: datetime = ctx.now
-        """The new watermark once ``collect`` has run to the end: data up to here is stored."""
+        self.until: datetime | None = ctx.now
+        """The new watermark once ``collect`` has run to the end: data up to here is stored
+        (None: the run did not cover the whole scope, so the scope's watermark stays)."""
+        self.since_by_key: dict[str, datetime] = {}
+        """With ``keyed_watermarks``: the stored watermark of each key (empty under ``--since``)."""
+        self.until_by_key: dict[str, datetime] = {}
+        """With ``keyed_watermarks``: key → new watermark, set once ``collect`` has run to the end."""
         self.zone_ids: dict[tuple[str, str], str] = {}
         """(region, zone name) → zone ID learnt while collecting (AWS AZ IDs)."""
         self.notes: list[str] = []

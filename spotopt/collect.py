@@ -5,6 +5,8 @@ collectors see the types they add). Each (collector, scope) is recorded in ``run
 starts and after it ends; its records are fetched completely, then written in one transaction
 together with its new watermark (and the AWS zone IDs it learnt). A scope that fails therefore
 leaves its watermark where its last committed data ends and costs no other scope anything.
+Collectors queried per item (AWS spot prices, per instance type) also keep a watermark per item
+within the scope, so a run that covers only some items leaves the others' watermarks alone.
 
 A cloud without credentials is reported as "configure X to collect Y" and the other clouds are
 still collected. Credentials are never read here: the adaptors hand them to the SDKs.
@@ -129,6 +131,17 @@ def watermark(session: Session, collector: str, scope: str) -> datetime | None:
     return row.until if row is not None else None
 
 
+def keyed_watermarks(session: Session, collector: str, scope: str) -> dict[str, datetime]:
+    """key → watermark of the per-key watermarks ``collector`` keeps within ``scope``."""
+    prefix = f"{scope}/"
+    rows = session.execute(
+        select(Watermark.scope, Watermark.until).where(
+            Watermark.collector == collector, Watermark.scope.startswith(prefix, autoescape=True)
+        )
+    )
+    return {key[len(prefix) :]: until for key, until in rows}
+
+
 def run_collect(
     db: Database,
     request: CollectRequest,
@@ -225,9 +238,14 @@ def _run_scope(
     if not request.dry_run:
         result.run_id = _start_run(db, cls.name, scope)
     try:
-        with db.session() as session:
-            since = request.since or watermark(session, cls.name, scope)
         collector = cls(clients, scope, ctx)
+        with db.session() as session:
+            if cls.keyed_watermarks:  # the per-key watermarks replace the scope's
+                since = request.since
+                if since is None:
+                    collector.since_by_key = keyed_watermarks(session, cls.name, scope)
+            else:
+                since = request.since or watermark(session, cls.name, scope)
         records = list(collector.collect(since))
         _describe(result, records, collector)
         if not request.dry_run:
@@ -298,20 +316,21 @@ def _write(session: Session, collector: Collector, records: Iterable[Record], re
     if stats.unknown_types:
         names = ", ".join(sorted(n for _, n in stats.unknown_types))
         result.note = "; ".join(filter(None, [result.note, f"instance types not in the catalog: {names}"]))
-    row = session.get(Watermark, (collector.name, collector.scope))
-    if row is None:
-        session.add(
-            Watermark(
-                collector=collector.name,
-                scope=collector.scope,
-                until=collector.until,
-                updated_at=datetime.now(UTC),
-            )
-        )
-    else:
-        row.until = max(row.until, collector.until)
-        row.updated_at = datetime.now(UTC)
+    if collector.until is not None:
+        _advance(session, collector.name, collector.scope, collector.until)
+    for key, until in sorted(collector.until_by_key.items()):
+        _advance(session, collector.name, f"{collector.scope}/{key}", until)
     _set_zone_ids(session, collector.cloud, collector.zone_ids)
+
+
+def _advance(session: Session, collector: str, scope: str, until: datetime) -> None:
+    """Move the watermark of (collector, scope) forward to ``until`` (never back)."""
+    row = session.get(Watermark, (collector, scope))
+    if row is None:
+        session.add(Watermark(collector=collector, scope=scope, until=until, updated_at=datetime.now(UTC)))
+    else:
+        row.until = max(row.until, until)
+        row.updated_at = datetime.now(UTC)
 
 
 def _last_prices(session: Session, source: str) -> dict[int, tuple[datetime, float]]:

@@ -334,3 +334,72 @@ def test_a_page_token_handed_back_twice_fails_instead_of_looping(
     result = by_name(collect(db, fake))["aws-spot-prices/us-east-1"]
     assert result.status == "failed" and "pagination repeated a page token" in result.note
     assert len(fake.requests["DescribeSpotPriceHistory"]) == 2
+
+
+def _spot_requests_by_type(fake: AwsFake) -> dict[str, Any]:
+    """instance type → StartTime of the spot-history requests (first pages) that asked for it."""
+    return {
+        name: asked["StartTime"]
+        for asked in fake.requests["DescribeSpotPriceHistory"]
+        if not asked.get("NextToken")
+        for name in asked["InstanceTypes"]
+    }
+
+
+def test_a_gpu_filtered_run_does_not_cost_the_other_types_their_backfill(
+    db: Database, fake: AwsFake, rsps: responses.RequestsMock
+) -> None:
+    script_aws_defaults(fake)
+    collect(db, fake, gpus=("A10G",))  # g5.xlarge and g5.2xlarge, up to NOW
+    later = NOW + timedelta(hours=6)
+    fake.requests["DescribeSpotPriceHistory"].clear()
+    fake.answer("ec2", "DescribeSpotPriceHistory", lambda p: {"SpotPriceHistory": []})
+    results = by_name(collect(db, fake, now=later))
+
+    assert results["aws-spot-prices/us-east-1"].status == "ok"
+    assert _spot_requests_by_type(fake) == {
+        "g5.xlarge": NOW - timedelta(hours=1),
+        "g5.2xlarge": NOW - timedelta(hours=1),
+        "g9x.4xlarge": later - timedelta(days=90),  # never collected: the full backfill
+    }
+    with db.session() as s:
+        rows = s.execute(
+            select(Watermark.scope, Watermark.until).where(Watermark.collector == "aws-spot-prices")
+        )
+        marks = {scope: until for scope, until in rows}
+    assert marks == {
+        "us-east-1": later,  # only the unfiltered run covered the whole region
+        "us-east-1/g5.xlarge": later,
+        "us-east-1/g5.2xlarge": later,
+        "us-east-1/g9x.4xlarge": later,
+    }
+
+
+def test_a_type_aws_adds_later_gets_its_backfill(
+    db: Database, fake: AwsFake, rsps: responses.RequestsMock
+) -> None:
+    script_aws_defaults(fake)
+    fake.answer(
+        "ec2",
+        "DescribeInstanceTypes",
+        lambda p: fixture("aws", "instance_types_page1.json") | {"NextToken": None},
+    )
+    collect(db, fake)  # the region offers g5.xlarge only
+    assert {n for a in fake.requests["DescribeSpotPriceHistory"] for n in a["InstanceTypes"]} == {"g5.xlarge"}
+    later = NOW + timedelta(days=2)
+    fake.requests["DescribeSpotPriceHistory"].clear()
+    fake.answer(
+        "ec2",
+        "DescribeInstanceTypes",
+        lambda p: fixture(
+            "aws", "instance_types_page2.json" if p.get("NextToken") else "instance_types_page1.json"
+        ),
+    )
+    fake.answer("ec2", "DescribeSpotPriceHistory", lambda p: {"SpotPriceHistory": []})
+    collect(db, fake, now=later)
+
+    assert _spot_requests_by_type(fake) == {
+        "g5.xlarge": NOW - timedelta(hours=1),
+        "g5.2xlarge": later - timedelta(days=90),
+        "g9x.4xlarge": later - timedelta(days=90),
+    }
