@@ -134,6 +134,7 @@ def solve_job(
     state_loc = np.concatenate([loc_e, np.arange(n_loc + 1)])
     dests = np.unique(loc_e)
     dest_of = np.searchsorted(dests, loc_e)
+    by_loc = [np.flatnonzero(state_loc == loc) for loc in range(n_loc + 1)]
     egress = _egress_matrix(sim, j, transfer, dests)  # (L+1, Ld)
     jobs = np.full(n_opt, j)
     lab = _Labels(np.full((n_states, k_grid), np.inf), np.zeros((n_states, k_grid)))
@@ -146,7 +147,8 @@ def solve_job(
         avail = np.isfinite(tl.price[sim.market[eo], t])
         if not np.isfinite(lab.cost).any():
             break
-        ent_c, ent_p, ent_cell = _entries(lab, state_loc, egress, k_grid, bound)
+        sources = _sources(lab, by_loc, k_grid, bound)
+        ent_c, ent_p, ent_cell = _entries(sources, egress, bound)
         src_c = np.stack([lab.cost[:n_opt], ent_c[dest_of]])  # (2, E, K): stay, enter
         src_p = np.stack([lab.prog[:n_opt], ent_p[dest_of]])
         own = np.arange(n_opt)[:, None] * k_grid + np.arange(k_grid)[None, :]
@@ -182,26 +184,24 @@ def solve_job(
         new_p = src_p + saved
         bucket = np.minimum((np.where(go, new_p, 0.0) / q).astype(np.int64), k_grid - 1)
         act = np.broadcast_to(np.arange(n_opt)[None, :, None], go.shape)
-        cand = [
-            (np.broadcast_to(dest_state, go.shape) * k_grid + bucket)[go],
-            (src_c + run_cost)[go],
-            new_p[go],
-            src_cell[go],
-            act[go],
+        parts = [
+            [
+                (np.broadcast_to(dest_state, go.shape) * k_grid + bucket)[go],
+                (src_c + run_cost)[go],
+                new_p[go],
+                *(() if bound else (src_cell[go], act[go])),  # back-pointers: the path only
+            ]
         ]
         if math.isfinite(deadline) or not avail.any():
-            live = np.flatnonzero(np.isfinite(lab.cost.ravel()))
-            to = n_opt + state_loc[live // k_grid]
-            idle = [
-                to * k_grid + live % k_grid,
-                lab.cost.ravel()[live],
-                lab.prog.ravel()[live],
-                live,
-                np.full(len(live), -1),
-            ]
-            cand = [np.concatenate([a, b]) for a, b in zip(cand, idle, strict=True)]
-        d, c, p, pv, ac = cand
-        lab, prev, chosen = _reduce(d, c, p, pv, ac, n_states, k_grid, bound)
+            # Idling leaves a job without instance in its checkpoint's region. The bound merges
+            # per (region, bucket) anyway, so it idles the regions' merged labels (the same
+            # minima and maxima, far fewer candidates); the path idles every label.
+            idle_cost, idle_prog = (sources[0], sources[1]) if bound else (lab.cost, lab.prog)
+            live = np.flatnonzero(np.isfinite(idle_cost.ravel()))
+            to = n_opt + (live // k_grid if bound else state_loc[live // k_grid])
+            idle = [to * k_grid + live % k_grid, idle_cost.ravel()[live], idle_prog.ravel()[live]]
+            parts.append(idle if bound else [*idle, live, np.full(len(live), -1)])
+        lab, prev, chosen = _reduce(parts, n_states, k_grid, bound)
         if not bound:
             prev_cells.append(prev)
             actions.append(chosen)
@@ -223,27 +223,41 @@ def solve_job(
     return OraclePath(best, plan, True, k_grid)
 
 
-def _entries(
-    lab: _Labels, state_loc: Array, egress: Array, k_grid: int, bound: bool
-) -> tuple[Array, Array, Array]:
+def _sources(lab: _Labels, by_loc: list[Array], k_grid: int, bound: bool) -> tuple[Array, Array, Array]:
+    """Per (checkpoint region, bucket): the label a job leaves from (states grouped by region).
+
+    ``bound`` merges (least cost, most progress) over the region's states, else keeps the
+    cheapest one's own label (ties: the first state); the third array is that label's cell.
+    """
+    n_src = len(by_loc)
+    src_c = np.full((n_src, k_grid), np.inf)
+    src_p = np.zeros((n_src, k_grid))
+    src_cell = np.full((n_src, k_grid), -1, dtype=np.int64)
+    cols = np.arange(k_grid)
+    for loc, states in enumerate(by_loc):
+        cost = lab.cost[states]
+        finite = np.isfinite(cost)
+        if not finite.any():
+            continue
+        if bound:
+            src_c[loc] = cost.min(axis=0)
+            src_p[loc] = np.where(finite, lab.prog[states], 0.0).max(axis=0)
+            continue
+        pick = cost.argmin(axis=0)
+        src_c[loc] = cost[pick, cols]
+        reached = np.isfinite(src_c[loc])
+        src_p[loc] = np.where(reached, lab.prog[states][pick, cols], 0.0)
+        src_cell[loc] = np.where(reached, states[pick] * k_grid + cols, -1)
+    return src_c, src_p, src_cell
+
+
+def _entries(sources: tuple[Array, Array, Array], egress: Array, bound: bool) -> tuple[Array, Array, Array]:
     """Per (destination region, bucket): the label to enter from (least cost through egress).
 
     ``bound`` merges (least cost, most progress) over the sources, else keeps the cheapest
     source's own label; the third array is that source's cell (for the path's back-pointers).
     """
-    n_src = egress.shape[0]
-    src_c = np.full((n_src, k_grid), np.inf)
-    src_p = np.zeros((n_src, k_grid))
-    src_cell = np.full((n_src, k_grid), -1, dtype=np.int64)
-    for state in np.flatnonzero(np.isfinite(lab.cost).any(axis=1)).tolist():
-        loc = state_loc[state]
-        better = lab.cost[state] < src_c[loc]
-        src_c[loc] = np.where(better, lab.cost[state], src_c[loc])
-        if bound:
-            src_p[loc] = np.maximum(src_p[loc], np.where(np.isfinite(lab.cost[state]), lab.prog[state], 0.0))
-        else:
-            src_p[loc] = np.where(better, lab.prog[state], src_p[loc])
-            src_cell[loc] = np.where(better, state * k_grid + np.arange(k_grid), src_cell[loc])
+    src_c, src_p, src_cell = sources
     through = src_c[:, None, :] + egress[:, :, None]  # (L+1, Ld, K)
     pick = through.argmin(axis=0)
     ent_c = np.take_along_axis(through, pick[None], axis=0)[0]
@@ -259,26 +273,25 @@ def _entries(
 
 
 def _reduce(
-    d: Array,
-    c: Array,
-    p: Array,
-    pv: Array,
-    ac: Array,
-    n_states: int,
-    k_grid: int,
-    bound: bool,
+    parts: list[list[Array]], n_states: int, k_grid: int, bound: bool
 ) -> tuple[_Labels, Array, Array]:
-    """One label per destination cell from all candidate transitions (see the module docstring)."""
+    """One label per destination cell from all candidate transitions (see the module docstring).
+
+    Each part holds (destination cell, cost, progress) and, for the path, (source cell, action).
+    The bound reduces part by part (minima and maxima need no joint sort, nor one large copy).
+    """
     out = _Labels(np.full(n_states * k_grid, np.inf), np.zeros(n_states * k_grid))
     prev_cell = np.full(n_states * k_grid, -1, dtype=np.int32)
     action = np.full(n_states * k_grid, -1, dtype=np.int32)
-    keep = np.isfinite(c)
-    d, c, p = d[keep], c[keep], p[keep]
     if bound:
-        np.minimum.at(out.cost, d, c)
-        np.maximum.at(out.prog, d, p)
+        for d, c, p in parts:
+            keep = np.isfinite(c)
+            np.minimum.at(out.cost, d[keep], c[keep])
+            np.maximum.at(out.prog, d[keep], p[keep])
     else:
-        pv, ac = pv[keep], ac[keep]
+        d, c, p, pv, ac = (np.concatenate(column) for column in zip(*parts, strict=True))
+        keep = np.isfinite(c)
+        d, c, p, pv, ac = d[keep], c[keep], p[keep], pv[keep], ac[keep]
         order = np.lexsort((-p, c, d))
         first = np.ones(len(order), dtype=bool)
         first[1:] = d[order][1:] != d[order][:-1]
