@@ -6,7 +6,8 @@ Columns (a header row is required; extra columns are ignored)::
     2024-05-01T12:00:00Z,aws,us-east-1,us-east-1a,p3.2xlarge,spot,0.918
 
 ``timestamp`` is ISO 8601 (no offset means UTC), ``cloud`` is aws|gcp|azure, ``zone`` may be empty
-(a region-wide price), ``market`` is spot|on-demand, ``usd_per_hour`` a non-negative number (Linux,
+(a region-wide price) and otherwise lies in ``region`` (``us-east-1a``, ``us-central1-a``; Azure
+zones are ``1``, ``2`` or ``3``), ``market`` is spot|on-demand, ``usd_per_hour`` a non-negative number (Linux,
 per instance). Every row is a price; a malformed row is an error, a zero price a rejection.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from spotopt.collectors import fields
+from spotopt.collectors.aws_spot_history import region_of_zone
 from spotopt.collectors.dump_files import iter_csv_rows
 
 from spotopt.errors import InputError
@@ -23,6 +25,7 @@ from spotopt.types import CLOUDS, MarketKey, MarketKind, PriceObservation, Rejec
 
 COLUMNS = ("timestamp", "cloud", "region", "zone", "instance_type", "market", "usd_per_hour")
 _KINDS = {kind.value: kind for kind in MarketKind}
+_AZURE_ZONES = frozenset({"1", "2", "3"})
 
 
 class _Markets:
@@ -46,13 +49,42 @@ def _market(key: tuple[str, str, str, str, str], where: str) -> MarketKey:
     kind = _KINDS.get(market)
     if kind is None:
         raise InputError(f"{fields.at(where, 'market')}: {market!r} is not a market; use spot or on-demand")
+    region = fields.place(region, where, "region")
+    if zone:
+        _check_zone(cloud, region, fields.place(zone, where, "zone"), where)
     return MarketKey(
         cloud=cloud,
-        region=fields.place(region, where, "region"),
-        zone=fields.place(zone, where, "zone") if zone else None,
+        region=region,
+        zone=zone or None,
         instance_type=fields.instance_type(name, where, "instance_type"),
         kind=kind,
     )
+
+
+def _check_zone(cloud: str, region: str, zone: str, where: str) -> None:
+    """A zone must lie in the row's region: a price filed under the wrong region would be
+    compared with that region's prices and never with its own."""
+    if cloud == "azure":
+        if zone not in _AZURE_ZONES:
+            raise InputError(
+                f"{fields.at(where, 'zone')}: {zone!r} is not an Azure availability zone; "
+                "use 1, 2 or 3, or leave it empty for a region-wide price"
+            )
+        return
+    zone_region = region_of_zone(zone) if cloud == "aws" else _gcp_region_of_zone(zone)
+    if zone_region != region:
+        example = f"{region}a" if cloud == "aws" else f"{region}-a"
+        found = f"lies in {zone_region}" if zone_region else "is no zone name"
+        raise InputError(
+            f"{fields.at(where, 'zone')}: {zone!r} {found}, not in region {region!r}; "
+            f"use a zone of {region} (e.g. {example}) or fix the region"
+        )
+
+
+def _gcp_region_of_zone(zone: str) -> str | None:
+    """``us-central1-a`` → ``us-central1``: a GCP zone is its region, a dash and a letter."""
+    region, dash, letter = zone.rpartition("-")
+    return region if dash and region and len(letter) == 1 and letter.isalpha() else None
 
 
 def read_price_csv(

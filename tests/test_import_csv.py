@@ -91,6 +91,26 @@ def test_gzip_and_extra_columns(db_url: str, tmp_path: Path) -> None:
             "line 3: instance_type: 'p3 2xlarge' is not",
         ),
         ("\n2024-05-01T00:00Z,aws,us-east-1\n", "line 4: too few fields (no zone, instance_type"),
+        (
+            "2024-05-01T00:00Z,aws,us-east-1,us-west-2a,p3.2xlarge,spot,1\n",
+            "zone: 'us-west-2a' lies in us-west-2, not in region 'us-east-1'; use a zone of us-east-1",
+        ),
+        (
+            "2024-05-01T00:00Z,aws,us-east-1,east,p3.2xlarge,spot,1\n",
+            "line 3: zone: 'east' is no zone name, not in region 'us-east-1'",
+        ),
+        (
+            "2024-05-01T00:00Z,gcp,us-central1,europe-west4-a,a2-highgpu-1g,spot,1\n",
+            "line 3: zone: 'europe-west4-a' lies in europe-west4, not in region 'us-central1'",
+        ),
+        (
+            "2024-05-01T00:00Z,gcp,us-central1,us-central1,a2-highgpu-1g,spot,1\n",
+            "line 3: zone: 'us-central1' is no zone name",
+        ),
+        (
+            "2024-05-01T00:00Z,azure,eastus,eastus-1,Standard_NC6s_v3,spot,1\n",
+            "line 3: zone: 'eastus-1' is not an Azure availability zone; use 1, 2 or 3",
+        ),
     ],
 )
 def test_malformed_rows_name_line_and_column(db_url: str, tmp_path: Path, body: str, message: str) -> None:
@@ -101,6 +121,21 @@ def test_malformed_rows_name_line_and_column(db_url: str, tmp_path: Path, body: 
     assert result.exit_code == InputError.exit_code
     assert message in result.stderr
     assert counts(db_url) == before
+
+
+def test_zones_of_the_row_region_are_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text(
+        HEADER
+        + "2024-05-01T00:00Z,aws,us-west-2,us-west-2-lax-1a,g5.xlarge,spot,0.5\n"
+        + "2024-05-01T00:00Z,gcp,europe-west4,europe-west4-b,a2-highgpu-1g,spot,1.1\n"
+        + "2024-05-01T00:00Z,azure,eastus,2,Standard_NC6s_v3,spot,0.9\n"
+    )
+    assert [r.market.zone for r in read_price_csv(path) if isinstance(r, PriceObservation)] == [
+        "us-west-2-lax-1a",
+        "europe-west4-b",
+        "2",
+    ]
 
 
 def test_header_must_have_the_columns(tmp_path: Path) -> None:
