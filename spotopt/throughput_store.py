@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,15 +56,8 @@ def _row(path: Path, number: int, raw: dict[str, Any]) -> dict[str, Any]:
         gpu = gpu_key(str(raw["gpu_model"]).strip())
     except ValueError as exc:
         raise InputError(f"{where}: gpu_model: {exc}") from None
-    try:
-        count = int(raw["gpu_count"])
-        tput = float(raw["steps_per_s"])
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: gpu_count must be an integer and steps_per_s a number") from None
-    if count < 1:
-        raise InputError(f"{where}: gpu_count must be >= 1")
-    if not tput > 0:
-        raise InputError(f"{where}: steps_per_s must be > 0")
+    count = _gpu_count(raw["gpu_count"], where)
+    tput = _steps_per_s(raw["steps_per_s"], where)
     source = str(raw.get("source") or "imported").strip()
     if source not in SOURCES:
         raise InputError(f"{where}: source {source!r} is not one of {', '.join(SOURCES)}")
@@ -76,6 +70,36 @@ def _row(path: Path, number: int, raw: dict[str, Any]) -> dict[str, Any]:
         "source": source,
         "note": str(note) if note not in (None, "") else None,
     }
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float if it is a number or a numeric string (a JSON ``true`` is not)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _gpu_count(value: Any, where: str) -> int:
+    """A whole number of GPUs >= 1; ``1.5`` is refused rather than truncated to 1."""
+    number = _number(value)
+    if number is None or not math.isfinite(number) or not number.is_integer() or number < 1:
+        raise InputError(
+            f"{where}: gpu_count {value!r} is not a whole number >= 1 (GPUs per instance, e.g. 8)"
+        )
+    return int(number)
+
+
+def _steps_per_s(value: Any, where: str) -> float:
+    """A finite throughput > 0: ``inf`` or ``nan`` would make every placement look free."""
+    number = _number(value)
+    if number is None or not math.isfinite(number) or number <= 0:
+        raise InputError(
+            f"{where}: steps_per_s {value!r} is not a finite number > 0 (training steps per second)"
+        )
+    return number
 
 
 def import_rows(session: Session, rows: list[dict[str, Any]], now: datetime | None = None) -> tuple[int, int]:
