@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Table, select
+from sqlalchemy import Table, UniqueConstraint, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -57,6 +57,9 @@ MAX_REJECTION_EXAMPLES = 20
 class IngestStats:
     inserted: int = 0
     duplicate: int = 0
+    conflicting: int = 0
+    """Rows whose key was already stored (or came earlier in the batch) with another value:
+    the first observation is kept, the conflict counted and reported, never applied silently."""
     rejected: int = 0
     rejections: Counter[str] = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
@@ -67,6 +70,7 @@ class IngestStats:
         return {
             "inserted": self.inserted,
             "duplicate": self.duplicate,
+            "conflicting": self.conflicting,
             "rejected": self.rejected,
             "rejections": dict(self.rejections),
             "unknown_instance_types": sorted(f"{c}:{n}" for c, n in self.unknown_types),
@@ -226,8 +230,10 @@ class Ingestor:
             inserted = _pg_copy_insert(self.session, table, columns, rows)
         else:
             inserted = _sqlite_insert_ignore(self.session, table, columns, rows)
+        conflicting = _count_conflicts(self.session, table, columns) if inserted < len(rows) else 0
         self.stats.inserted += inserted
-        self.stats.duplicate += len(rows) - inserted
+        self.stats.conflicting += conflicting
+        self.stats.duplicate += len(rows) - inserted - conflicting
 
 
 def sqlite_utc_text(value: datetime) -> str:
@@ -254,15 +260,22 @@ def _sqlite_insert_ignore(
     for i, column in enumerate(columns):
         if isinstance(table.c[column].type, UTCDateTime):
             rows = [(*row[:i], sqlite_utc_text(row[i]), *row[i + 1 :]) for row in rows]
-    sql = (
-        f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
-        "ON CONFLICT DO NOTHING"
-    )
+    staging = _staging_name(table)
+    cols = ", ".join(columns)
     raw = session.connection().connection.dbapi_connection
     assert raw is not None
     cursor = raw.cursor()
     try:
-        cursor.executemany(sql, rows)
+        cursor.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {staging} AS SELECT {cols} FROM {table.name} WHERE 0"
+        )
+        cursor.execute(f"DELETE FROM {staging}")
+        cursor.executemany(f"INSERT INTO {staging} VALUES ({', '.join('?' * len(columns))})", rows)
+        # ORDER BY rowid: the batch order (key order, stable), so the first of equal keys wins.
+        cursor.execute(
+            f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {staging} WHERE true ORDER BY rowid "
+            "ON CONFLICT DO NOTHING"
+        )
         return int(cursor.rowcount)
     finally:
         cursor.close()
@@ -272,7 +285,7 @@ def _pg_copy_insert(
     session: Session, table: Table, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
 ) -> int:
     """COPY the batch into a temporary table, then insert what is new: fast and exactly counted."""
-    staging = f"_stage_{table.name}"
+    staging = _staging_name(table)
     cols = ", ".join(columns)
     conn = session.connection()
     raw = conn.connection.dbapi_connection
@@ -289,6 +302,35 @@ def _pg_copy_insert(
         f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {staging} ON CONFLICT DO NOTHING"
     )
     return result.rowcount
+
+
+def _staging_name(table: Table) -> str:
+    return f"_stage_{table.name}"
+
+
+# The column that must agree when a key is observed again (the rest of the row is provenance).
+_OBSERVED_VALUE = {"price_points": "usd_per_hour", "interruptions": "value"}
+
+
+def _count_conflicts(session: Session, table: Table, columns: tuple[str, ...]) -> int:
+    """Rows of the staged batch whose key is stored with another value (first one kept).
+
+    Only run when a batch had duplicates, so first imports pay nothing for it.
+    """
+    unique = (
+        table.primary_key.columns
+        if table.name == "price_points"
+        else next(c.columns for c in table.constraints if isinstance(c, UniqueConstraint))
+    )
+    key = [c.name for c in unique if c.name in columns]
+    value = _OBSERVED_VALUE[table.name]
+    differs = "IS DISTINCT FROM" if session.get_bind().dialect.name == "postgresql" else "IS NOT"
+    join = " AND ".join(f"s.{c} = t.{c}" for c in key)
+    sql = (
+        f"SELECT count(*) FROM {_staging_name(table)} s JOIN {table.name} t ON {join} "
+        f"WHERE s.{value} {differs} t.{value}"
+    )
+    return int(session.connection().exec_driver_sql(sql).scalar_one())
 
 
 @dataclass
@@ -334,6 +376,7 @@ def run_ingest(db: Database, source: str, scope: str, records: Iterable[Record])
         done.finished_at = datetime.now(UTC)
         done.inserted = stats.inserted
         done.duplicate = stats.duplicate
+        done.conflicting = stats.conflicting
         done.rejected = stats.rejected
         done.rejections = json.dumps(dict(stats.rejections)) if stats.rejections else None
     return RunSummary(run_id, source, scope, "ok", stats)

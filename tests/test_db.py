@@ -231,3 +231,21 @@ def test_concurrent_imports_create_the_same_new_market_safely(db_url: str) -> No
         )
     database.dispose()
     assert n == 1
+
+
+def test_conflicting_reobservations_are_counted_not_applied(db: Database) -> None:
+    first = ingest(
+        db, [price("p3.2xlarge", "2024-01-01 00:00", 0.5), price("p3.2xlarge", "2024-01-01 00:00", 0.9)]
+    )
+    assert (first.stats.inserted, first.stats.duplicate, first.stats.conflicting) == (1, 0, 1)
+    again = ingest(
+        db, [price("p3.2xlarge", "2024-01-01 00:00", 0.5), price("p3.2xlarge", "2024-01-01 00:00", 0.6)]
+    )
+    assert (again.stats.inserted, again.stats.duplicate, again.stats.conflicting) == (0, 1, 1)
+    with db.session() as session:
+        quotes = prices_at(
+            session, t("2024-01-01 00:00"), MarketFilter(instance_types=["p3.2xlarge"], kinds=["spot"])
+        )
+        run = session.scalars(select(Run).where(Run.source == "test").order_by(Run.id.desc())).first()
+    assert [q.usd_per_hour for q in quotes] == [0.5]
+    assert run is not None and (run.duplicate, run.conflicting) == (1, 1)

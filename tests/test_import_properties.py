@@ -170,7 +170,9 @@ def test_one_corrupted_azure_field_fails_naming_it_or_rejects(
     result = run_cli(url, "import", "azure-retail", path, "--format", "json")
     if result.exit_code == 0:
         summary = json.loads(result.stdout)
-        assert summary["inserted"] + summary["duplicate"] + summary["rejected"] == len(page["Items"])
+        assert summary["inserted"] + summary["duplicate"] + summary["conflicting"] + summary[
+            "rejected"
+        ] == len(page["Items"])
     else:
         assert result.exit_code == InputError.exit_code, result.output
         assert "page.json: line 1: " in result.stderr  # a one-line document

@@ -51,6 +51,7 @@ def upgrade() -> None:
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("inserted", sa.Integer(), nullable=False),
         sa.Column("duplicate", sa.Integer(), nullable=False),
+        sa.Column("conflicting", sa.Integer(), nullable=False),
         sa.Column("rejected", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),

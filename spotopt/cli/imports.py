@@ -111,6 +111,7 @@ def _report(summary: RunSummary, files: list[str], unknown: list[tuple[str, str]
             "files": files,
             "inserted": stats.inserted,
             "duplicate": stats.duplicate,
+            "conflicting": stats.conflicting,
             "rejected": stats.rejected,
             "rejections": dict(stats.rejections.most_common()),
             "rejection_examples": stats.examples,
@@ -121,6 +122,11 @@ def _report(summary: RunSummary, files: list[str], unknown: list[tuple[str, str]
     rows: list[dict[str, Any]] = [
         {"outcome": "inserted", "detail": "", "count": stats.inserted},
         {"outcome": "duplicate", "detail": "already in the history", "count": stats.duplicate},
+        {
+            "outcome": "conflicting",
+            "detail": "key already stored with another price: first kept",
+            "count": stats.conflicting,
+        },
         {"outcome": "rejected", "detail": "total", "count": stats.rejected},
     ]
     rows += [

@@ -123,6 +123,8 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     inserted: Mapped[int] = mapped_column(Integer, default=0)
     duplicate: Mapped[int] = mapped_column(Integer, default=0)
+    # Same key as a stored observation but another value: the first is kept, this is counted.
+    conflicting: Mapped[int] = mapped_column(Integer, default=0)
     rejected: Mapped[int] = mapped_column(Integer, default=0)
     # running | ok | failed | skipped (a collector scope without credentials or permission)
     status: Mapped[str] = mapped_column(String(16), default="running")
