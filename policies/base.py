@@ -27,9 +27,13 @@ the instance's other slots are used, and capacity is aggregated over the horizon
 preemptive open-shop argument, job totals ``<= D`` and market totals ``<= cap * H`` can be
 scheduled without overlap when moves cost nothing).
 
-**Solving it at scale.** Every policy's LP has one column per option and the same column
-shape, so all of them are solved by exact column generation (``policies.columns``): a small
-restricted master in HiGHS, every option priced with the master's duals in numpy, the ones
+**Written in cvxpy, solved at scale.** Each policy module writes its LP in cvxpy, vectorised
+over a given set of options (``policies.columns.Formulation``: ``h = cp.Variable(n,
+nonneg=True)``, constraints ``A_work @ h >= 1``, ``A_wall @ h <= D``, ``A_cap @ h <= cap * H``
+with ``scipy.sparse`` matrices built once per set), solved by HiGHS (pinned). Every policy's
+LP has one column per option and the same column shape, so all of them are solved by exact
+column generation (``policies.columns``): the policy's cvxpy problem over a small restricted
+set of options, every option priced in numpy with its constraints' ``dual_value``, the ones
 with negative reduced cost added, until none is left; the result is the optimum over *all*
 options. Options are explicit arrays (``PolicyInput``'s) or generated block by block from
 job × market matrices (``PolicyInput.from_generator``), so 10k jobs × 5k markets never exist
@@ -44,9 +48,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import cvxpy as cp
 import numpy as np
-import scipy.sparse as sp
-from spotopt.policies.columns import Extra, Result, Spec, solve_by_columns
+from spotopt.policies.columns import Formulation, MasterLP, OptionRows, Result, solve_by_columns
 from spotopt.policies.options import (
     Array,
     ExplicitOptions,
@@ -58,8 +62,8 @@ from spotopt.policies.options import (
 
 from spotopt.errors import InfeasibleError, InputError, PolicyError
 
-SOLVER = "HIGHS"
-"""Pinned LP solver (highspy, also cvxpy's HiGHS): results must not depend on what else is installed."""
+SOLVER = cp.HIGHS
+"""Pinned LP solver (cvxpy's HiGHS): results must not depend on what else is installed."""
 
 
 @dataclass(frozen=True)
@@ -310,8 +314,8 @@ SEED_CHEAPEST = 2
 """Options per job in the first master: this many cheapest per step, and the fastest."""
 
 
-def solve_columns(inp: PolicyInput, spec: Spec, policy: str) -> Result | None:
-    """``spec`` over every option of ``inp`` by exact column generation; ``None`` if infeasible.
+def solve_columns(inp: PolicyInput, form: Formulation, policy: str) -> Result | None:
+    """``form`` over every option of ``inp`` by exact column generation; ``None`` if infeasible.
 
     Raises the "no market can run" error first if a job has no option at all.
     """
@@ -321,7 +325,7 @@ def solve_columns(inp: PolicyInput, spec: Spec, policy: str) -> Result | None:
     has[seed.job] = True
     if not has.all():
         raise no_market_error(inp, policy, np.flatnonzero(~has))
-    return solve_by_columns(spec, source, seed, policy)
+    return solve_by_columns(form, source, seed, policy)
 
 
 def explicit_hours(inp: PolicyInput, result: Result) -> tuple[PolicyInput, Array]:
@@ -365,9 +369,21 @@ def capacity_over(inp: PolicyInput, hours: float) -> Array:
     return np.where(np.isfinite(inp.capacity), inp.capacity * hours, np.inf)
 
 
-def cost_spec(inp: PolicyInput, wall_limit: Array) -> Spec:
-    """The min-cost LP: dollars, with work, wall-time (``wall_limit``) and capacity rows."""
-    return Spec(inp.work_steps, wall_limit, capacity_over(inp, inp.horizon_hours), cost_weight=1.0)
+def cost_formulation(inp: PolicyInput, wall_limit: Array) -> Formulation:
+    """The min-cost LP in cvxpy: dollars, with work, wall-time (``wall_limit``) and capacity rows."""
+    capacity_hours = capacity_over(inp, inp.horizon_hours)
+
+    def build(rows: OptionRows, uncovered: cp.Variable | None) -> MasterLP:
+        h = cp.Variable(rows.n, nonneg=True)
+        return MasterLP(
+            objective=rows.usd @ h,
+            h=h,
+            work=rows.work @ h + uncovered >= 1,
+            wall=rows.wall @ h <= wall_limit,
+            cap=rows.cap @ h <= capacity_hours[rows.finite] if len(rows.finite) else None,
+        )
+
+    return Formulation(inp.work_steps, inp.capacity, build, cost_weight=1.0, bound_wall=wall_limit)
 
 
 def fastest_hours(inp: PolicyInput) -> Array:
@@ -387,31 +403,30 @@ def no_market_error(inp: PolicyInput, policy: str, jobs: Array) -> InfeasibleErr
     )
 
 
-def elastic_spec(inp: PolicyInput, wall_limit: Array) -> Spec:
+def elastic_formulation(inp: PolicyInput, wall_limit: Array) -> Formulation:
     """Minimise how far wall-time limits must stretch: ``longest + 1e-3 * sum(slack)``.
 
     Job ``j`` may run ``D_j + slack_j`` hours, every ``slack_j <= longest``, and markets sell
     capacity for ``H + longest`` hours (for as long as the latest job runs).
     """
-    n = inp.n_jobs
-    base = Spec(
-        inp.work_steps, wall_limit, capacity_over(inp, inp.horizon_hours), penalty=10 * inp.horizon_hours
-    )
-    wall0, _, cap_row, _, n_std = base.layout()
-    finite = np.flatnonzero(cap_row >= 0)
-    longest = n
-    rows = np.r_[wall0 + np.arange(n), n_std + np.arange(n), cap_row[finite], n_std + np.arange(n)]
-    cols = np.r_[np.arange(n), np.arange(n), np.full(len(finite), longest), np.full(n, longest)]
-    vals = np.r_[-np.ones(n), np.ones(n), -inp.capacity[finite], -np.ones(n)]
-    extra = Extra(
-        cost=np.r_[np.full(n, 1e-3), 1.0],
-        lower=np.zeros(n + 1),
-        upper=np.full(n + 1, np.inf),
-        matrix=sp.csc_matrix((vals, (rows, cols)), shape=(n_std + n, n + 1)),
-        row_lower=np.full(n, -np.inf),
-        row_upper=np.zeros(n),
-    )
-    return dataclasses.replace(base, extra=extra)
+    capacity = inp.capacity
+
+    def build(rows: OptionRows, uncovered: cp.Variable | None) -> MasterLP:
+        h = cp.Variable(rows.n, nonneg=True)
+        slack = cp.Variable(inp.n_jobs, nonneg=True)
+        longest = cp.Variable(nonneg=True)
+        cap = capacity[rows.finite]
+        return MasterLP(
+            objective=longest + 1e-3 * cp.sum(slack),
+            h=h,
+            work=rows.work @ h + uncovered >= 1,
+            wall=rows.wall @ h - slack <= wall_limit,
+            cap=rows.cap @ h <= cap * inp.horizon_hours + cap * longest if len(cap) else None,
+            extra=(slack, longest),
+            others=(slack <= longest,),
+        )
+
+    return Formulation(inp.work_steps, capacity, build, penalty=10 * inp.horizon_hours)
 
 
 def explain_infeasible(inp: PolicyInput, policy: str, wall_limit: Array) -> InfeasibleError:
@@ -419,7 +434,7 @@ def explain_infeasible(inp: PolicyInput, policy: str, wall_limit: Array) -> Infe
 
     First the jobs that cannot finish in time even alone on their fastest allowed option; if
     there are none, the shortfall comes from shared capacity, and an elastic LP (minimise the
-    total extension of the wall-time limits, ``elastic_spec``) tells which jobs must give and
+    total extension of the wall-time limits, ``elastic_formulation``) tells which jobs must give and
     how many hours.
     """
     best, best_market = job_best(inp.options(), inp.n_jobs)
@@ -439,7 +454,7 @@ def explain_infeasible(inp: PolicyInput, policy: str, wall_limit: Array) -> Infe
             + "\n".join(lines),
             hint="hint: extend the deadline, allow faster GPUs or more GPUs per job (gpus: {min, max})",
         )
-    result = solve_columns(inp, elastic_spec(inp, wall_limit), policy)
+    result = solve_columns(inp, elastic_formulation(inp, wall_limit), policy)
     if result is None:
         return InfeasibleError(f"{policy}: market capacity over the horizon cannot finish all jobs")
     extra = np.clip(result.extra[: inp.n_jobs], 0.0, None)

@@ -6,12 +6,14 @@ each job's effective throughput normalised by its remaining work (fraction of th
 hour), because raw steps/s of different models are not comparable units. A job's wall time is
 its work over its effective throughput at these shares.
 
-In column generation this is the same master with no work rows, wall rows ``<= 1`` and the
-objective ``-a`` per option (``a = T / W``).
+In cvxpy (``formulation``) over a set of options: ``maximize a @ x`` (``a = T / W``) subject to
+``A_wall @ x <= 1`` and ``A_cap @ x <= cap``; column generation minimises ``-a @ x``, the
+same problem with no work rows.
 """
 
 from __future__ import annotations
 
+import cvxpy as cp
 import numpy as np
 from spotopt.policies.base import (
     Allocation,
@@ -21,17 +23,31 @@ from spotopt.policies.base import (
     register,
     solve_columns,
 )
-from spotopt.policies.columns import Spec
+from spotopt.policies.columns import Formulation, MasterLP, OptionRows
 
 from spotopt.errors import PolicyError
 
 NAME = "max-throughput"
 
 
+def formulation(inp: PolicyInput) -> Formulation:
+    """Time shares per option: each job's at most 1, each finite market's instances at most its capacity."""
+
+    def build(rows: OptionRows, uncovered: cp.Variable | None) -> MasterLP:
+        x = cp.Variable(rows.n, nonneg=True)
+        return MasterLP(
+            objective=-(rows.a @ x),
+            h=x,
+            wall=rows.wall @ x <= 1,
+            cap=rows.cap @ x <= inp.capacity[rows.finite] if len(rows.finite) else None,
+        )
+
+    return Formulation(inp.work_steps, inp.capacity, build, rate_weight=-1.0, work=False)
+
+
 @register(NAME)
 def max_throughput(inp: PolicyInput) -> Allocation:
-    spec = Spec(inp.work_steps, np.ones(inp.n_jobs), inp.capacity, rate_weight=-1.0, work=False)
-    result = solve_columns(inp, spec, NAME)
+    result = solve_columns(inp, formulation(inp), NAME)
     if result is None:  # x = 0 is always feasible
         raise PolicyError(f"{NAME}: the solver found no feasible shares")
     sub, shares = explicit_hours(inp, result)

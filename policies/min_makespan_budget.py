@@ -5,16 +5,14 @@ with ``t_j <= M`` and ``t_j <=`` its deadline (capped by the horizon), each mark
 instance-hours ``<= cap[m] * M`` (the makespan is the window in which capacity is sold), the
 work constraints and ``sum_e c[e] h[e] <= budget``. The thesis writes this with the makespan
 multiplying the cost rate, which is bilinear and needs a binary search over ``M``; in
-job-hours both the cost and the time limits are linear. ``t`` and ``M`` are the master's
-extra variables in column generation; the options' columns are the usual ones plus the budget.
+job-hours both the cost and the time limits are linear. In cvxpy (``formulation``) ``t`` and
+``M`` are variables next to the options' ``h``; the options' columns are the usual ones plus
+the budget row.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
-import numpy as np
-import scipy.sparse as sp
+import cvxpy as cp
 from spotopt.policies.base import (
     Allocation,
     PolicyInput,
@@ -22,7 +20,7 @@ from spotopt.policies.base import (
     register,
     solve_columns,
 )
-from spotopt.policies.columns import Extra, Spec
+from spotopt.policies.columns import Formulation, MasterLP, OptionRows
 from spotopt.policies.min_cost import solve_min_cost
 
 from spotopt.errors import InfeasibleError, InputError
@@ -30,33 +28,34 @@ from spotopt.errors import InfeasibleError, InputError
 NAME = "min-makespan-budget"
 
 
-def makespan_spec(inp: PolicyInput, budget: float) -> Spec:
-    """Rows: work, ``sum h - t_j <= 0``, ``sum s h - cap_m M <= 0``, budget, ``t_j - M <= 0``."""
-    n = inp.n_jobs
-    capacity = np.where(np.isfinite(inp.capacity), 0.0, np.inf)
-    base = Spec(inp.work_steps, np.zeros(n), capacity, budget=budget, penalty=10 * inp.horizon_hours)
-    wall0, _, cap_row, _, n_std = base.layout()
-    finite = np.flatnonzero(cap_row >= 0)
-    span = n
-    rows = np.r_[wall0 + np.arange(n), n_std + np.arange(n), cap_row[finite], n_std + np.arange(n)]
-    cols = np.r_[np.arange(n), np.arange(n), np.full(len(finite), span), np.full(n, span)]
-    vals = np.r_[-np.ones(n), np.ones(n), -inp.capacity[finite], -np.ones(n)]
-    extra = Extra(
-        cost=np.r_[np.zeros(n), 1.0],
-        lower=np.zeros(n + 1),
-        upper=np.r_[inp.wall_limit(), np.inf],
-        matrix=sp.csc_matrix((vals, (rows, cols)), shape=(n_std + n, n + 1)),
-        row_lower=np.full(n, -np.inf),
-        row_upper=np.zeros(n),
-    )
-    return dataclasses.replace(base, extra=extra)
+def formulation(inp: PolicyInput, budget: float) -> Formulation:
+    """``min M``: work, ``A_wall h <= t``, ``A_cap h <= cap M``, ``c h <= budget``, ``t <= M``, ``t <= D``."""
+    wall_limit = inp.wall_limit()
+
+    def build(rows: OptionRows, uncovered: cp.Variable | None) -> MasterLP:
+        h = cp.Variable(rows.n, nonneg=True)
+        t = cp.Variable(inp.n_jobs, nonneg=True)
+        makespan = cp.Variable(nonneg=True)
+        cap = inp.capacity[rows.finite]
+        return MasterLP(
+            objective=makespan,
+            h=h,
+            work=rows.work @ h + uncovered >= 1,
+            wall=rows.wall @ h - t <= 0,
+            cap=rows.cap @ h - cap * makespan <= 0 if len(cap) else None,
+            budget=rows.usd @ h <= budget,
+            extra=(t, makespan),
+            others=(t - makespan <= 0, t <= wall_limit),
+        )
+
+    return Formulation(inp.work_steps, inp.capacity, build, penalty=10 * inp.horizon_hours)
 
 
 @register(NAME)
 def min_makespan_budget(inp: PolicyInput) -> Allocation:
     if inp.budget_usd is None:
         raise InputError(f"{NAME} needs a budget: pass --budget USD")
-    result = solve_columns(inp, makespan_spec(inp, inp.budget_usd), NAME)
+    result = solve_columns(inp, formulation(inp, inp.budget_usd), NAME)
     if result is None:
         cheapest = solve_min_cost(inp, NAME, inp.wall_limit())  # raises if deadlines are the cause
         raise InfeasibleError(
