@@ -324,7 +324,10 @@ def _count_conflicts(session: Session, table: Table, columns: tuple[str, ...]) -
     )
     key = [c.name for c in unique if c.name in columns]
     value = _OBSERVED_VALUE[table.name]
-    differs = "IS DISTINCT FROM" if session.get_bind().dialect.name == "postgresql" else "IS NOT"
+    postgresql = session.get_bind().dialect.name == "postgresql"
+    differs = "IS DISTINCT FROM" if postgresql else "IS NOT"
+    if postgresql:  # without statistics on the fresh staging rows the planner scans the history
+        session.connection().exec_driver_sql(f"ANALYZE {_staging_name(table)}")
     join = " AND ".join(f"s.{c} = t.{c}" for c in key)
     sql = (
         f"SELECT count(*) FROM {_staging_name(table)} s JOIN {table.name} t ON {join} "
