@@ -46,11 +46,9 @@ import dataclasses
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cvxpy as cp
 import numpy as np
-from spotopt.policies.columns import Formulation, MasterLP, OptionRows, Result, solve_by_columns
 from spotopt.policies.options import (
     Array,
     ExplicitOptions,
@@ -62,8 +60,12 @@ from spotopt.policies.options import (
 
 from spotopt.errors import InfeasibleError, InputError, PolicyError
 
-SOLVER = cp.HIGHS
-"""Pinned LP solver (cvxpy's HiGHS): results must not depend on what else is installed."""
+if TYPE_CHECKING:
+    from spotopt.policies.columns import Formulation, Result
+
+SOLVER = "HIGHS"
+"""Pinned LP solver, ``cvxpy.HIGHS``: results must not depend on what else is installed. (cvxpy itself
+is imported only when a policy solves: ``spotopt`` commands that do not plan start without it.)"""
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,8 @@ def solve_columns(inp: PolicyInput, form: Formulation, policy: str) -> Result | 
 
     Raises the "no market can run" error first if a job has no option at all.
     """
+    from spotopt.policies.columns import solve_by_columns  # imports cvxpy: only when a policy solves
+
     source = inp.options()
     seed = seed_columns(source, SEED_CHEAPEST)
     has = np.zeros(inp.n_jobs, dtype=bool)
@@ -369,23 +373,6 @@ def capacity_over(inp: PolicyInput, hours: float) -> Array:
     return np.where(np.isfinite(inp.capacity), inp.capacity * hours, np.inf)
 
 
-def cost_formulation(inp: PolicyInput, wall_limit: Array) -> Formulation:
-    """The min-cost LP in cvxpy: dollars, with work, wall-time (``wall_limit``) and capacity rows."""
-    capacity_hours = capacity_over(inp, inp.horizon_hours)
-
-    def build(rows: OptionRows, uncovered: cp.Variable | None) -> MasterLP:
-        h = cp.Variable(rows.n, nonneg=True)
-        return MasterLP(
-            objective=rows.usd @ h,
-            h=h,
-            work=rows.work @ h + uncovered >= 1,
-            wall=rows.wall @ h <= wall_limit,
-            cap=rows.cap @ h <= capacity_hours[rows.finite] if len(rows.finite) else None,
-        )
-
-    return Formulation(inp.work_steps, inp.capacity, build, cost_weight=1.0, bound_wall=wall_limit)
-
-
 def fastest_hours(inp: PolicyInput) -> Array:
     """Per job: wall hours on its fastest option alone (``inf`` if it has no option)."""
     best, _ = job_best(inp.options(), inp.n_jobs)
@@ -400,82 +387,4 @@ def no_market_error(inp: PolicyInput, policy: str, jobs: Array) -> InfeasibleErr
         f"{policy}: no market can run {names}",
         hint="hint: widen the job's allow filters, add throughputs for more GPU models, "
         "or check prices at --at",
-    )
-
-
-def elastic_formulation(inp: PolicyInput, wall_limit: Array) -> Formulation:
-    """Minimise how far wall-time limits must stretch: ``longest + 1e-3 * sum(slack)``.
-
-    Job ``j`` may run ``D_j + slack_j`` hours, every ``slack_j <= longest``, and markets sell
-    capacity for ``H + longest`` hours (for as long as the latest job runs).
-    """
-    capacity = inp.capacity
-
-    def build(rows: OptionRows, uncovered: cp.Variable | None) -> MasterLP:
-        h = cp.Variable(rows.n, nonneg=True)
-        slack = cp.Variable(inp.n_jobs, nonneg=True)
-        longest = cp.Variable(nonneg=True)
-        cap = capacity[rows.finite]
-        return MasterLP(
-            objective=longest + 1e-3 * cp.sum(slack),
-            h=h,
-            work=rows.work @ h + uncovered >= 1,
-            wall=rows.wall @ h - slack <= wall_limit,
-            cap=rows.cap @ h <= cap * inp.horizon_hours + cap * longest if len(cap) else None,
-            extra=(slack, longest),
-            others=(slack <= longest,),
-        )
-
-    return Formulation(inp.work_steps, capacity, build, penalty=10 * inp.horizon_hours)
-
-
-def explain_infeasible(inp: PolicyInput, policy: str, wall_limit: Array) -> InfeasibleError:
-    """The error for an infeasible deadline/horizon problem, naming each job and by how much.
-
-    First the jobs that cannot finish in time even alone on their fastest allowed option; if
-    there are none, the shortfall comes from shared capacity, and an elastic LP (minimise the
-    total extension of the wall-time limits, ``elastic_formulation``) tells which jobs must give and
-    how many hours.
-    """
-    best, best_market = job_best(inp.options(), inp.n_jobs)
-    if not (best > 0).all():
-        return no_market_error(inp, policy, np.flatnonzero(best <= 0))
-    need = inp.work_steps / best
-    late = np.flatnonzero(need > wall_limit * (1 + 1e-9))
-    if len(late):
-        lines = [
-            f"  {inp.job_name(int(j))}: needs {need[j]:.1f} h even on its fastest allowed market "
-            f"({inp.market_name(int(best_market[j]))}), limit is {wall_limit[j]:.1f} h: "
-            f"misses by {need[j] - wall_limit[j]:.1f} h"
-            for j in late
-        ]
-        return InfeasibleError(
-            f"{policy}: {len(late)} job(s) cannot meet their deadline (or the planning horizon):\n"
-            + "\n".join(lines),
-            hint="hint: extend the deadline, allow faster GPUs or more GPUs per job (gpus: {min, max})",
-        )
-    result = solve_columns(inp, elastic_formulation(inp, wall_limit), policy)
-    if result is None:
-        return InfeasibleError(f"{policy}: market capacity over the horizon cannot finish all jobs")
-    extra = np.clip(result.extra[: inp.n_jobs], 0.0, None)
-    over = max(0.0, float(result.extra[inp.n_jobs]))
-    sub, hours = explicit_hours(inp, result)
-    hours = np.clip(hours, 0.0, None)
-    load = np.bincount(sub.market, weights=hours * sub.instances_per_hour, minlength=sub.n_markets)
-    full = np.isfinite(sub.capacity) & (load >= sub.capacity * (sub.horizon_hours + over) * (1 - 1e-6))
-    running = full[sub.market] & (hours > 1e-9)
-    on_full = np.zeros(sub.n_jobs, dtype=bool)
-    on_full[sub.job[running]] = True
-    lines = []
-    for j in (int(i) for i in np.flatnonzero(on_full | (extra > 1e-6))):
-        markets = sorted({sub.market_name(int(m)) for m in sub.market[(sub.job == j) & running]})
-        late_h = max(float(extra[j]), over if on_full[j] else 0.0)
-        lines.append(
-            f"  {sub.job_name(int(j))}: up to {late_h:.1f} h past its limit of {wall_limit[j]:.1f} h"
-            + (f" (shares full markets: {', '.join(markets[:3])})" if markets else "")
-        )
-    return InfeasibleError(
-        f"{policy}: market capacity is too small to meet every deadline together "
-        f"(the jobs need {over:.1f} h more than the limits allow):\n" + "\n".join(lines),
-        hint="hint: raise market capacity, relax these deadlines, or allow more markets",
     )
