@@ -1,17 +1,23 @@
 """Column generation is exact: on contended random instances it equals the full LP (scipy's
-linprog, an independent dense formulation), for explicit and generated options alike."""
+linprog, an independent dense formulation), for explicit and generated options alike; its
+restricted masters (the policies' cvxpy problems, run warm on cvxpy's data) equal cvxpy's own
+``Problem.solve(solver=cp.HIGHS)``."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
+import cvxpy as cp
 import numpy as np
 import pytest
 from scipy.optimize import linprog
-from spotopt.policies import columns
-from spotopt.policies.base import Allocation, PolicyInput, get_policy
-from spotopt.policies.options import GeneratedOptions
+from spotopt.policies import columns, max_throughput, min_makespan_budget
+from spotopt.policies.base import SEED_CHEAPEST, Allocation, PolicyInput, get_policy
+from spotopt.policies.infeasible import elastic_formulation
+from spotopt.policies.min_cost import cost_formulation
+from spotopt.policies.options import GeneratedOptions, price, seed_columns
 
 from spotopt.errors import InfeasibleError
 
@@ -233,3 +239,68 @@ def test_generated_blocks_span_several_calls(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr("spotopt.policies.options.BLOCK_CELLS", d["tput"].shape[1] * 3)
     for source in (generated(d), explicit(d)):
         assert get_policy("min-cost-slo")(source).total_cost_usd == pytest.approx(whole, rel=1e-9)
+
+
+def formulations(inp: PolicyInput) -> dict[str, columns.Formulation]:
+    """Every LP column generation solves, as its cvxpy formulation."""
+    cheapest = scipy_min_cost(inp, inp.wall_limit())
+    assert cheapest is not None
+    return {
+        "min-cost-slo": cost_formulation(inp, inp.wall_limit()),
+        "max-throughput": max_throughput.formulation(inp),
+        "min-makespan-budget": min_makespan_budget.formulation(inp, cheapest * 1.2),
+        "elastic": elastic_formulation(inp, inp.wall_limit() * 0.5),
+    }
+
+
+def restricted_masters(inp: PolicyInput, form: columns.Formulation) -> Iterator[columns.Master]:
+    """A master on each job's slowest seed option, solved; then after one round's new options."""
+    master = columns.Master(form, "test", penalty=1e4)
+    seed = seed_columns(inp.options(), SEED_CHEAPEST)
+    slow_first = np.lexsort((seed.steps_per_hour, seed.job))
+    master.add(seed.take(slow_first[np.unique(seed.job[slow_first], return_index=True)[1]]))
+    yield master
+    new, _ = price(inp.options(), master.prices(), columns.ADD_PER_JOB, 1e-9)
+    assert master.add(new) > 0
+    yield master
+
+
+@pytest.mark.parametrize("name", ["min-cost-slo", "max-throughput", "min-makespan-budget", "elastic"])
+def test_warm_restarts_give_cvxpy_solve_optimum(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master's own HiGHS run on cvxpy's data (cold, then from the previous basis) has the
+    optimum of ``Problem.solve(solver=cp.HIGHS)`` on the same restricted problem."""
+    monkeypatch.setattr(columns, "WARM_FRACTION", 1.0)  # every re-solve starts from the basis
+    bases = []
+    run_highs = columns.run_highs
+    monkeypatch.setattr(columns, "run_highs", lambda d, o, b=None: bases.append(b) or run_highs(d, o, b))
+    inp = explicit(contended(6, n_jobs=30, n_markets=60))
+    for master in restricted_masters(inp, formulations(inp)[name]):
+        objective = master.run()
+        reference = master.problem().problem
+        reference.solve(solver=cp.HIGHS)
+        assert reference.status == cp.OPTIMAL
+        assert objective == pytest.approx(reference.value, rel=1e-9, abs=1e-9)
+    assert bases[0] is None and bases[1] is not None
+
+
+@pytest.mark.parametrize("name", ["min-cost-slo", "max-throughput", "min-makespan-budget", "elastic"])
+def test_formulation_and_pricing_agree_on_the_column_shape(name: str) -> None:
+    """Pricing reads the cvxpy constraints' duals with the column shape the formulation declares:
+    at a restricted optimum every master option prices >= 0 and every used one prices 0
+    (a wrong dual sign or objective weight breaks this)."""
+    inp = explicit(contended(7, n_jobs=30, n_markets=60))
+    for master in restricted_masters(inp, formulations(inp)[name]):
+        master.run()
+        p = master.prices()
+        cols, hours, _ = master.solution()
+        terms = np.array(
+            [
+                p.cost_weight * cols.usd_per_hour,
+                p.rate_weight[cols.job] / p.work_steps[cols.job] * cols.steps_per_hour,
+                -p.wall[cols.job],
+                -p.cap[cols.market] * cols.instances_per_hour,
+            ]
+        )
+        rc, scale = terms.sum(axis=0), float(np.abs(terms).sum(axis=0).max())
+        assert scale > 0 and rc.min() >= -1e-6 * scale
+        assert np.abs(rc[hours > 1e-6]).max() <= 1e-6 * scale
