@@ -9,7 +9,8 @@ Cloud clients come from a factory given to the constructor (``spotopt.adaptors``
 seam tests replace with offline fakes. Errors leave a collector in one of three shapes:
 ``MissingCredentials`` (nothing configured: skip and say what to configure),
 ``NotPermitted`` (credentials lack a permission: skip and say which), or ``CollectorError``
-(the call failed for good, after retrying known transient codes only).
+(the call failed for good, after retrying known transient codes only; credentials the cloud
+rejects are such a failure, "credentials rejected", not a skip).
 """
 
 from __future__ import annotations
@@ -45,7 +46,23 @@ _NO_CREDENTIALS = frozenset(
         "PartialCredentialsError",
         "DefaultCredentialsError",
         "CredentialUnavailableError",
-        "ClientAuthenticationError",
+    }
+)
+# Credentials were configured and the cloud refused them (wrong or expired secret, revoked
+# grant): a failure the user must fix, never a quiet skip. azure-core raises
+# ``ClientAuthenticationError`` for an HTTP 401/403; without a status it comes from
+# ``DefaultAzureCredential`` having found no credential that gives a token (nothing configured).
+_AUTH_ERRORS = frozenset({"ClientAuthenticationError"})
+_REJECTED_CLASSES = frozenset({"RefreshError"})  # google-auth: the token refresh was refused
+_REJECTED_CODES = frozenset(
+    {
+        "401",
+        "AuthFailure",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "UnrecognizedClientException",
+        "ExpiredToken",
+        "ExpiredTokenException",
     }
 )
 _NOT_PERMITTED = frozenset(
@@ -136,9 +153,11 @@ class Retry:
                 raise
             except Exception as exc:
                 names = {cls.__name__ for cls in type(exc).__mro__}
-                if names & _NO_CREDENTIALS:
-                    raise MissingCredentials(cloud, f"{api}: {_short(exc)}") from exc
                 codes = error_codes(exc)
+                if names & _NO_CREDENTIALS or (names & _AUTH_ERRORS and not codes):
+                    raise MissingCredentials(cloud, f"{api}: {_short(exc)}") from exc
+                if names & (_AUTH_ERRORS | _REJECTED_CLASSES) or codes & _REJECTED_CODES:
+                    raise CollectorError(cloud, api, f"credentials rejected: {_short(exc)}", region) from exc
                 if codes & _NOT_PERMITTED:
                     raise NotPermitted(cloud, api, _short(exc), region) from exc
                 if not codes & TRANSIENT_CODES:

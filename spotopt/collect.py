@@ -9,7 +9,9 @@ Collectors queried per item (AWS spot prices, per instance type) also keep a wat
 within the scope, so a run that covers only some items leaves the others' watermarks alone.
 
 A cloud without credentials is reported as "configure X to collect Y" and the other clouds are
-still collected. Credentials are never read here: the adaptors hand them to the SDKs.
+still collected. A cloud asked for by name (a request for fewer than all clouds) is different:
+if every one of its scopes was skipped, they count as failed, so the run does not end quietly.
+Credentials are never read here: the adaptors hand them to the SDKs.
 """
 
 from __future__ import annotations
@@ -160,7 +162,9 @@ def run_collect(
     now = now or datetime.now(UTC)
     retry = retry or Retry()
     results: list[ScopeResult] = []
+    named = set(request.clouds) != set(CLOUDS)
     for cloud in request.clouds:
+        first = len(results)
         clients = factory(cloud)
         for cls in for_cloud(cloud):
             with db.session() as session:
@@ -184,7 +188,21 @@ def run_collect(
                         blocked = result
                 results.append(result)
                 reporter.finished(result)
+        if named:
+            _fail_skips_of_named_cloud(db, cloud, results[first:])
     return results
+
+
+def _fail_skips_of_named_cloud(db: Database, cloud: str, results: list[ScopeResult]) -> None:
+    """A cloud the user named must not end as a quiet skip: when every one of its scopes was
+    skipped (no credentials, no permission), they become failures saying so."""
+    if not results or any(r.status != "skipped" for r in results):
+        return
+    for result in results:
+        result.status = "failed"
+        result.note = f"{result.note} ({cloud} was asked for by name and collected nothing)"
+        if result.run_id is not None:
+            _finish_run(db, result)
 
 
 def _skip_note(cls: type[Collector], exc: CollectorError) -> str:

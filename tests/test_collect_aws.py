@@ -403,3 +403,15 @@ def test_a_type_aws_adds_later_gets_its_backfill(
         "g5.2xlarge": later - timedelta(days=90),
         "g9x.4xlarge": later - timedelta(days=90),
     }
+
+
+@pytest.mark.parametrize(("code", "status"), [("AuthFailure", 401), ("InvalidClientTokenId", 403)])
+def test_rejected_credentials_fail_the_scope_instead_of_skipping_it(
+    db: Database, fake: AwsFake, rsps: responses.RequestsMock, code: str, status: int
+) -> None:
+    script_aws_defaults(fake)
+    fake.answer("ec2", "DescribeSpotPriceHistory", lambda p: AwsError(code, status))
+    spot = by_name(collect(db, fake))["aws-spot-prices/us-east-1"]
+    assert spot.status == "failed"
+    assert spot.note.startswith("aws/us-east-1: ec2:DescribeSpotPriceHistory failed: credentials rejected:")
+    assert len(fake.requests["DescribeSpotPriceHistory"]) == 1  # not retried

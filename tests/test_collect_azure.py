@@ -15,7 +15,7 @@ from sqlalchemy import select
 from spotopt.adaptors.azure import AzureClients
 from spotopt.collect import CollectRequest, ScopeResult, run_collect
 from spotopt.db.engine import Database
-from spotopt.db.models import InstanceType, Interruption, Market, PricePoint
+from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run
 from tests.collect_fakes import (
     GRAPH_URL,
     NOW,
@@ -135,9 +135,35 @@ def test_retail_prices_need_no_credentials_with_region(db: Database, rsps: respo
 
 
 def test_no_credentials_and_no_region_says_what_to_configure(db: Database) -> None:
+    # Azure was asked for by name and every scope was skipped: that is a failure, not a quiet skip.
     results = collect(db, clients=AzureClients())
-    assert {r.status for r in results.values()} == {"skipped"}
-    assert "to collect on-demand and spot prices" in results["azure-prices/regions"].note
+    assert {r.status for r in results.values()} == {"failed"}
+    note = results["azure-prices/regions"].note
+    assert note.startswith("configure Azure credentials") and "to collect on-demand and spot prices" in note
+    assert note.endswith("(azure was asked for by name and collected nothing)")
+    with db.session() as s:
+        assert set(s.scalars(select(Run.status))) == {"failed"}
+
+
+def test_credentials_the_cloud_rejects_fail_the_scope(db: Database, rsps: responses.RequestsMock) -> None:
+    add_azure_defaults(rsps)
+    rsps.replace(
+        responses.GET,
+        RESOURCE_SKUS_URL,
+        status=401,
+        json={"error": {"code": "InvalidAuthenticationToken", "message": "The access token is invalid."}},
+    )
+    sleeps = Sleeps()
+    results = collect(db, sleeps, regions=("eastus",))
+    catalog = results["azure-catalog/global"]
+    assert catalog.status == "failed"
+    assert catalog.note.startswith(
+        "azure: compute.resourceSkus.list failed: credentials rejected: ClientAuthenticationError"
+    )
+    assert sleeps == [] and results["azure-prices/eastus"].status == "ok"
+    with db.session() as s:
+        run = s.scalar(select(Run).where(Run.source == "azure-catalog"))
+        assert run is not None and run.status == "failed" and "credentials rejected" in (run.error or "")
 
 
 def test_throttling_then_success_and_5xx_exhausting(db: Database, rsps: responses.RequestsMock) -> None:

@@ -180,6 +180,15 @@ def test_without_any_credentials_each_cloud_says_what_to_configure(
     assert {r["status"] for name, r in rows.items() if name != "aws-spot-advisor"} == {"skipped"}
 
 
+def test_a_named_cloud_that_collected_nothing_exits_3(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
+    monkeypatch.setattr("spotopt.cli.collect.RETRY", no_wait_retry())
+    result = invoke(db_url, "collect", "azure", "--format", "csv")
+    assert result.exit_code == 3, result.output
+    assert "(azure was asked for by name and collected nothing)" in result.stdout
+    assert "4 of 4 scopes failed" in result.stderr
+
+
 def test_unknown_collector_name_gets_did_you_mean() -> None:
     with pytest.raises(InputError, match="did you mean 'aws-spot-prices'"):
         get_collector("aws-spot-price")
