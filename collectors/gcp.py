@@ -168,18 +168,25 @@ class _Rate:
     effective: datetime
 
 
-def _unit_price(sku: Any) -> tuple[float, datetime] | None:
-    """The first-tier price of a SKU's latest pricing info, and when it took effect."""
+def _unit_price(sku: Any) -> tuple[float, datetime] | str:
+    """The first-tier price of a SKU's latest pricing info and when it took effect, or why the SKU
+    is unusable. A SKU without an effective time is refused: dating its price "now" would store a
+    new point on every run."""
     if not sku.pricing_info:
-        return None
+        return "unusable price"
     info = sku.pricing_info[-1]
     rates = [r for r in info.pricing_expression.tiered_rates if r.start_usage_amount == 0]
     if not rates:
-        return None
-    price = rates[0].unit_price
+        return "unusable price"
     effective = info.effective_time
-    when = effective if isinstance(effective, datetime) else datetime.now(UTC)
-    return int(price.units) + price.nanos / 1e9, when.astimezone(UTC)
+    if not isinstance(effective, datetime):
+        return "no effective time"
+    price = rates[0].unit_price
+    return int(price.units) + price.nanos / 1e9, effective.astimezone(UTC)
+
+
+RateKey = tuple[str, MarketKind, str, Any]
+"""(region, kind, "core"|"ram"|"gpu", family or GPU key)."""
 
 
 @register
@@ -192,16 +199,19 @@ class GcpPrices(GcpCollector):
     only_changes = True
 
     def collect(self, since: datetime | None) -> Iterator[Record]:
-        rates, rejections = self._rates()
+        rates, conflicts, rejections = self._rates()
         yield from rejections
         for region, machines in sorted(self._machines_by_region().items()):
             for machine in machines:
                 for kind in (MarketKind.ON_DEMAND, MarketKind.SPOT):
-                    yield self._price(region, machine, kind, rates)
+                    yield self._price(region, machine, kind, rates, conflicts)
 
-    def _rates(self) -> tuple[dict[tuple[str, MarketKind, str, Any], _Rate], list[Rejection]]:
-        """(region, kind, "core"|"ram"|"gpu", family or GPU key) → price per unit and hour."""
-        rates: dict[tuple[str, MarketKind, str, Any], _Rate] = {}
+    def _rates(self) -> tuple[dict[RateKey, _Rate], set[RateKey], list[Rejection]]:
+        """Price per unit and hour of each ``RateKey``; the keys two SKUs price differently
+        (neither can be trusted, so machines that need them are rejected); the rejected SKUs."""
+        rates: dict[RateKey, _Rate] = {}
+        first_sku: dict[RateKey, str] = {}
+        conflicts: set[RateKey] = set()
         rejections: list[Rejection] = []
         token, seen = "", set[str]()
         while True:
@@ -219,15 +229,31 @@ class GcpPrices(GcpCollector):
                     continue
                 priced = _unit_price(sku)
                 unit = sku.pricing_info[-1].pricing_expression.usage_unit if sku.pricing_info else ""
-                if priced is None or unit != _UNITS[what]:
-                    rejections.append(Rejection(f"SKU {sku.sku_id} {description!r}", "unusable price"))
+                if isinstance(priced, str) or unit != _UNITS[what]:
+                    reason = priced if isinstance(priced, str) else "unusable price"
+                    rejections.append(Rejection(f"SKU {sku.sku_id} {description!r}", reason))
                     continue
+                rate, clashes = _Rate(*priced), []
                 for region in sku.service_regions:
-                    if self.ctx.wants_region(region):
-                        rates[(region, kind, what, key)] = _Rate(*priced)
+                    rate_key = (region, kind, what, key)
+                    if not self.ctx.wants_region(region):
+                        continue
+                    known = rates.get(rate_key)
+                    if known is None:
+                        rates[rate_key], first_sku[rate_key] = rate, sku.sku_id
+                    elif known.usd != rate.usd:
+                        conflicts.add(rate_key)
+                        clashes.append(f"{region} (SKU {first_sku[rate_key]})")
+                if clashes:
+                    rejections.append(
+                        Rejection(
+                            f"SKU {sku.sku_id} {description!r}: another price for {', '.join(clashes)}"[:300],
+                            "conflicting SKU",
+                        )
+                    )
             token = self.next_token("cloudbilling.services.skus.list", seen, page.next_page_token) or ""
             if not token:
-                return rates, rejections
+                return rates, conflicts, rejections
 
     def _machines_by_region(self) -> dict[str, list[Machine]]:
         """The GPU shapes offered in each requested region: machine types with built-in GPUs, and
@@ -276,7 +302,12 @@ class GcpPrices(GcpCollector):
         return self.ctx.wants_gpu(model)
 
     def _price(
-        self, region: str, m: Machine, kind: MarketKind, rates: dict[tuple[str, MarketKind, str, Any], _Rate]
+        self,
+        region: str,
+        m: Machine,
+        kind: MarketKind,
+        rates: dict[RateKey, _Rate],
+        conflicts: set[RateKey],
     ) -> PriceObservation | Rejection:
         parts: list[tuple[str, Any, float]] = [("core", m.family, m.vcpus), ("ram", m.family, m.memory_gib)]
         if m.accelerator:
@@ -284,9 +315,10 @@ class GcpPrices(GcpCollector):
         total, latest = 0.0, None
         for what, key, amount in parts:
             rate = rates.get((region, kind, what, key))
-            if rate is None:
+            if rate is None or (region, kind, what, key) in conflicts:
                 label = key if isinstance(key, str) else " ".join(sorted(key))
-                return Rejection(f"{region} {m.name} {kind.value}", f"no {what} SKU for {label}")
+                problem = "no" if rate is None else "conflicting"
+                return Rejection(f"{region} {m.name} {kind.value}", f"{problem} {what} SKU for {label}")
             total += rate.usd * amount
             latest = rate.effective if latest is None else max(latest, rate.effective)
         assert latest is not None

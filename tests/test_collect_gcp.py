@@ -198,3 +198,42 @@ def test_gpu_key_matches_both_spellings() -> None:
     assert gpu_key("nvidia-h100-mega-80gb") == gpu_key("H100 80GB Mega")
     assert gpu_key("nvidia-tesla-v100") == gpu_key("Tesla V100")
     assert gpu_key("nvidia-a100-80gb") != gpu_key("Tesla A100")
+
+
+def _sku(page: dict[str, Any], description: str) -> dict[str, Any]:
+    (found,) = [s for s in page["skus"] if s["description"] == description]
+    result: dict[str, Any] = found
+    return result
+
+
+def test_two_skus_pricing_the_same_part_differently_are_rejected_not_overwritten(
+    db: Database, rsps: responses.RequestsMock
+) -> None:
+    serve_compute(rsps)
+    page = fixture("gcp", "skus_page1.json")
+    rival = json.loads(json.dumps(_sku(page, "Nvidia L4 GPU running in Americas")))
+    rival["skuId"] = "FFFF-0000-0001"
+    rival["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"]["nanos"] += 100_000_000
+    twin = json.loads(json.dumps(_sku(page, "G2 Instance Core running in Americas")))
+    twin["skuId"] = "FFFF-0000-0002"  # the same price again: no conflict
+    page["skus"] += [rival, twin]
+    serve_skus(rsps, page)
+    result = collect(db)["gcp-prices"]
+
+    assert result.status == "ok"
+    assert "conflicting SKU ×1" in result.note and "conflicting gpu SKU for l4 ×1" in result.note
+    names = {(name, kind) for name, kind, _, _ in prices(db)}
+    assert ("g2-standard-8", "on-demand") not in names  # neither price is trusted
+    assert ("g2-standard-8", "spot") in names
+
+
+def test_a_sku_without_effective_time_is_rejected(db: Database, rsps: responses.RequestsMock) -> None:
+    serve_compute(rsps)
+    page = fixture("gcp", "skus_page1.json")
+    del _sku(page, "Spot Preemptible Nvidia L4 GPU running in Americas")["pricingInfo"][0]["effectiveTime"]
+    serve_skus(rsps, page)
+    result = collect(db)["gcp-prices"]
+
+    assert "no effective time ×1" in result.note
+    names = {(name, kind) for name, kind, _, _ in prices(db)}
+    assert ("g2-standard-8", "spot") not in names and ("g2-standard-8", "on-demand") in names
