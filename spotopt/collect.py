@@ -274,11 +274,11 @@ def _run_scope(
         result.status, result.note = "skipped", _skip_note(cls, exc)
         result.no_credentials = isinstance(exc, MissingCredentials)
     except CollectorError as exc:
-        result.status, result.note = "failed", str(exc)
+        _failed(result, str(exc))
     except Exception as exc:
-        result.status, result.note = "failed", f"{type(exc).__name__}: {exc}"
+        _failed(result, f"{type(exc).__name__}: {exc}")
     except BaseException as exc:
-        result.status, result.note = "failed", f"interrupted ({type(exc).__name__})"
+        _failed(result, f"interrupted ({type(exc).__name__})")
         if result.run_id is not None:
             result.seconds = time.monotonic() - started
             _finish_run(db, result)
@@ -287,6 +287,13 @@ def _run_scope(
     if result.run_id is not None:
         _finish_run(db, result)
     return result
+
+
+def _failed(result: ScopeResult, note: str) -> None:
+    """Mark ``result`` failed. Its write was one transaction, rolled back, so whatever it had
+    counted as inserted, duplicate or unchanged was not stored."""
+    result.status, result.note = "failed", note
+    result.inserted = result.duplicate = result.unchanged = 0
 
 
 def _describe(result: ScopeResult, records: Sequence[Record], collector: Collector) -> None:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 import responses
 from moto import mock_aws
 from spotopt.collectors.aws_advisor import bucket_upper_bound
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
+from spotopt import collect as collect_module
 from spotopt.collect import CollectRequest, ScopeResult, run_collect
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run, Watermark
@@ -415,3 +417,50 @@ def test_rejected_credentials_fail_the_scope_instead_of_skipping_it(
     assert spot.status == "failed"
     assert spot.note.startswith("aws/us-east-1: ec2:DescribeSpotPriceHistory failed: credentials rejected:")
     assert len(fake.requests["DescribeSpotPriceHistory"]) == 1  # not retried
+
+
+def test_a_crash_in_the_write_after_a_flushed_batch_leaves_nothing_of_that_scope(
+    db: Database, fake: AwsFake, rsps: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script_aws_defaults(fake)
+    collect(db, fake)  # committed up to NOW
+    before = spot_points(db)
+    with db.session() as s:
+        marks_before = {
+            scope: until
+            for scope, until in s.execute(
+                select(Watermark.scope, Watermark.until).where(Watermark.collector == "aws-spot-prices")
+            )
+        }
+    monkeypatch.setattr("spotopt.ingest.BATCH_ROWS", 1)  # every price is flushed as it comes
+    flushed: list[int] = []
+
+    advance = collect_module._advance
+
+    def crash(session: Session, collector: str, scope: str, until: datetime) -> None:
+        advance(session, collector, scope, until)
+        if collector == "aws-spot-prices" and "/" in scope:
+            # Inside the spot scope's write: its rows flushed, region and one type watermark moved.
+            spot = select(func.count()).where(PricePoint.source == "aws-spot-prices")
+            flushed.append(session.scalar(spot))
+            raise RuntimeError("disk full")
+
+    monkeypatch.setattr(collect_module, "_advance", crash)
+    fake.script("ec2", "DescribeSpotPriceHistory", fixture("aws", "spot_history_later.json"))
+    results = by_name(collect(db, fake, now=NOW + timedelta(hours=6)))
+
+    spot = results["aws-spot-prices/us-east-1"]
+    assert spot.status == "failed" and spot.note == "RuntimeError: disk full"
+    assert flushed[0] == len(before) + 1  # the new point had been written when the crash came
+    assert spot_points(db) == before
+    with db.session() as s:
+        marks_after = {
+            scope: until
+            for scope, until in s.execute(
+                select(Watermark.scope, Watermark.until).where(Watermark.collector == "aws-spot-prices")
+            )
+        }
+        run = s.scalars(select(Run).where(Run.source == "aws-spot-prices").order_by(Run.id)).all()[-1]
+    assert marks_after == marks_before
+    assert marks_after["us-east-1/g5.xlarge"] == NOW
+    assert (run.status, run.inserted) == ("failed", 0)
