@@ -272,7 +272,12 @@ def test_warm_restarts_give_cvxpy_solve_optimum(name: str, monkeypatch: pytest.M
     monkeypatch.setattr(columns, "WARM_FRACTION", 1.0)  # every re-solve starts from the basis
     bases = []
     run_highs = columns.run_highs
-    monkeypatch.setattr(columns, "run_highs", lambda d, o, b=None: bases.append(b) or run_highs(d, o, b))
+
+    def spy(data: dict[str, Any], options: dict[str, Any], basis: Any = None) -> dict[str, Any]:
+        bases.append(basis)
+        return run_highs(data, options, basis)
+
+    monkeypatch.setattr(columns, "run_highs", spy)
     inp = explicit(contended(6, n_jobs=30, n_markets=60))
     for master in restricted_masters(inp, formulations(inp)[name]):
         objective = master.run()
