@@ -24,7 +24,7 @@ only a few options, the next problem is the previous one plus a few columns, and
 restart from the previous optimal *basis* (the new columns enter nonbasic, a few primal pivots
 finish). cvxpy's ``warm_start`` only passes a previous solution of the *same* problem object.
 Measured on the benchmark's 10k jobs × 5k markets: every round from scratch makes 4 interior
-point solves of 2.2-2.8 s each (about 12 s end to end, over the 10 s target); from the basis,
+point solves of 2.2-2.8 s each (about 12 s end to end, summed from the measured rounds); from the basis,
 the last two rounds take 0.05-0.15 s. A test checks that this path gives ``Problem.solve
 (solver=cp.HIGHS)``'s optimum.
 
