@@ -16,7 +16,9 @@ rejects are such a failure, "credentials rejected", not a skip).
 from __future__ import annotations
 
 import difflib
+import os
 import random
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -117,10 +119,41 @@ def error_codes(exc: BaseException) -> set[str]:
     return codes
 
 
+# Environment variables holding secrets the SDKs read. A cloud's error message can echo one (a
+# token endpoint's reply, a request URL), and messages end up in ``runs.error``, the summary
+# table and logs, so every message built from an exception goes through ``redact``.
+SECRET_ENV = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_CLIENT_CERTIFICATE_PASSWORD",
+    "AZURE_PASSWORD",
+    "SPOTOPT_GCP_API_KEY",
+    "GOOGLE_API_KEY",
+)
+# Shorter values are not redacted: they would blank ordinary words, and no real secret is that short.
+_MIN_SECRET_CHARS = 8
+# Credentials that travel in URLs: an API key, OAuth token, SAS or presigned-URL signature.
+_URL_SECRET = re.compile(
+    r"([?&](?:key|api_key|access_token|sig|x-amz-signature|x-amz-security-token)=)[^&\s'\"]+",
+    re.IGNORECASE,
+)
+REDACTED = "[redacted]"
+
+
+def redact(text: str) -> str:
+    """``text`` without the values of ``SECRET_ENV`` and without credentials in URL parameters."""
+    for name in SECRET_ENV:
+        value = os.environ.get(name, "")
+        if len(value) >= _MIN_SECRET_CHARS:
+            text = text.replace(value, REDACTED)
+    return _URL_SECRET.sub(rf"\1{REDACTED}", text)
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:500]
+    return redact(f"{type(exc).__name__}: {first}")[:500]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from spotopt.collectors.base import (
     NotPermitted,
     Retry,
     for_cloud,
+    redact,
 )
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Market, PricePoint, Run, Watermark
@@ -207,15 +208,15 @@ def _fail_skips_of_named_cloud(db: Database, cloud: str, results: list[ScopeResu
 
 def _skip_note(cls: type[Collector], exc: CollectorError) -> str:
     if isinstance(exc, MissingCredentials):
-        return f"{exc.hint} to collect {cls.collects}"
-    return f"not permitted: {exc} (grant it to collect {cls.collects})"
+        return redact(f"{exc.hint} to collect {cls.collects}")
+    return redact(f"not permitted: {exc} (grant it to collect {cls.collects})")
 
 
 def _not_run(
     db: Database, cls: type[Collector], scope: str, exc: CollectorError, dry_run: bool
 ) -> ScopeResult:
     skipped = isinstance(exc, (MissingCredentials, NotPermitted))
-    note = _skip_note(cls, exc) if skipped else str(exc)
+    note = _skip_note(cls, exc) if skipped else redact(str(exc))
     result = ScopeResult(cls.cloud, cls.name, scope, "skipped" if skipped else "failed", note=note)
     if not dry_run:
         result.run_id = _start_run(db, cls.name, scope)
@@ -292,7 +293,7 @@ def _run_scope(
 def _failed(result: ScopeResult, note: str) -> None:
     """Mark ``result`` failed. Its write was one transaction, rolled back, so whatever it had
     counted as inserted, duplicate or unchanged was not stored."""
-    result.status, result.note = "failed", note
+    result.status, result.note = "failed", redact(note)
     result.inserted = result.duplicate = result.unchanged = 0
 
 

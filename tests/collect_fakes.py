@@ -60,6 +60,7 @@ def no_wait_retry(sleeps: Sleeps | None = None, attempts: int = 3) -> Retry:
 class AwsError:
     code: str
     status: int
+    message: str = ""
 
 
 Reply = dict[str, Any] | AwsError
@@ -122,7 +123,7 @@ class AwsFake:
             answer = self._handlers[op](self.requests[op][-1])
             if isinstance(answer, AwsError):
                 body = {
-                    "Error": {"Code": answer.code, "Message": f"scripted {answer.code}"},
+                    "Error": {"Code": answer.code, "Message": answer.message or f"scripted {answer.code}"},
                     "ResponseMetadata": {"HTTPStatusCode": answer.status},
                 }
                 return AWSResponse("https://stub", answer.status, {}, None), body

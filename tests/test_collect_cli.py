@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import responses
 from moto import mock_aws
-from spotopt.collectors.base import get_collector
+from spotopt.collectors.base import get_collector, redact
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -187,6 +188,56 @@ def test_a_named_cloud_that_collected_nothing_exits_3(db_url: str, monkeypatch: 
     assert result.exit_code == 3, result.output
     assert "(azure was asked for by name and collected nothing)" in result.stdout
     assert "4 of 4 scopes failed" in result.stderr
+
+
+SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY",
+    "AZURE_CLIENT_SECRET": "azure-client-secret-8Q~xYz123",
+    "SPOTOPT_GCP_API_KEY": "AIzaSyFAKE-gcp-api-key-0123456789",
+}
+
+
+def test_secrets_in_api_errors_are_neither_stored_nor_printed_nor_logged(
+    db_url: str, fakes: AwsFake, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
+    echoed = (
+        "request rejected: " + ", ".join(SECRETS.values()) + f" (url ?key={SECRETS['SPOTOPT_GCP_API_KEY']})"
+    )
+
+    def raises(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError(echoed)
+
+    # Each path a message takes: an AWS error reply, SDK exceptions of GCP and Azure calls, and
+    # an exception outside any API call.
+    fakes.answer("ec2", "DescribeSpotPriceHistory", lambda p: AwsError("InvalidParameterValue", 400, echoed))
+    monkeypatch.setattr("spotopt.adaptors.gcp.GcpClients.skus_page", raises)
+    monkeypatch.setattr("spotopt.adaptors.azure.AzureClients.retail_page", raises)
+    monkeypatch.setattr("spotopt.collectors.aws.on_demand_price", raises)
+    caplog.set_level(logging.DEBUG)
+    result = invoke(db_url, "collect", "all", "--region", "us-east-1", "--format", "json")
+
+    assert result.exit_code == 3, result.output
+    failed = {r["collector"] for r in json.loads(result.stdout) if r["status"] == "failed"}
+    assert failed == {"aws-spot-prices", "aws-on-demand", "gcp-prices", "azure-prices"}
+    db = open_history(db_url)
+    try:
+        with db.session() as s:
+            errors = [e for e in s.scalars(select(Run.error).where(Run.status == "failed")) if e]
+    finally:
+        db.dispose()
+    assert len(errors) == len(failed) and all("request rejected" in e for e in errors)
+    texts = {"runs.error": "\n".join(errors), "stdout": result.stdout, "stderr": result.stderr}
+    texts["logs"] = caplog.text
+    for name, value in SECRETS.items():
+        for where, text in texts.items():
+            assert value not in text, f"{name} appears in {where}"
+
+
+def test_credentials_in_urls_are_redacted() -> None:
+    text = "GET https://x/skus?pageToken=a&key=AIzaNotInTheEnv&sig=abc%2Fdef failed"
+    assert redact(text) == "GET https://x/skus?pageToken=a&key=[redacted]&sig=[redacted] failed"
 
 
 def test_unknown_collector_name_gets_did_you_mean() -> None:
