@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -32,12 +32,18 @@ def bucket_upper_bound(label: str) -> float | None:
 
 
 def snapshot_time(headers: Mapping[str, str], fallback: datetime) -> datetime:
+    """The document's ``Last-Modified`` time in UTC, else ``fallback`` rounded to the hour.
+
+    ``parsedate_to_datetime`` returns a naive datetime for the zone ``-0000`` (RFC 2822's "UTC,
+    origin unknown"); HTTP dates are UTC, so a naive result is UTC.
+    """
     for key, value in headers.items():
         if key.lower() == "last-modified":
             try:
-                return parsedate_to_datetime(value)
+                parsed = parsedate_to_datetime(value)
             except (TypeError, ValueError):
                 break
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
     return hour(fallback)
 
 

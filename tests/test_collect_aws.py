@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import responses
 from moto import mock_aws
-from spotopt.collectors.aws_advisor import bucket_upper_bound
+from spotopt.collectors.aws_advisor import bucket_upper_bound, snapshot_time
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -464,3 +464,13 @@ def test_a_crash_in_the_write_after_a_flushed_batch_leaves_nothing_of_that_scope
     assert marks_after == marks_before
     assert marks_after["us-east-1/g5.xlarge"] == NOW
     assert (run.status, run.inserted) == ("failed", 0)
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["Thu, 19 Nov 2026 23:05:12 GMT", "Thu, 19 Nov 2026 23:05:12 -0000", "Fri, 20 Nov 2026 00:05:12 +0100"],
+)
+def test_advisor_snapshot_time_is_utc_whatever_the_zone_spelling(header: str) -> None:
+    at = snapshot_time({"Last-Modified": header}, NOW)
+    assert at.tzinfo is not None and at.utcoffset() == timedelta(0)
+    assert at == datetime(2026, 11, 19, 23, 5, 12, tzinfo=UTC)
