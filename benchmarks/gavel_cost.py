@@ -19,9 +19,9 @@ import argparse
 import time
 
 import numpy as np
-from spotopt.policies.base import PolicyInput
 
 from spotopt.plan import solve
+from spotopt.policies.base import PolicyInput
 
 PRICE = np.array([0.639999, 1.839998, 2.859998])  # K80, P100, V100 (data/list_prices.csv, 2020-02-01)
 SPEED = {"resnet50": np.array([1.0, 3.7, 9.6]), "a3c": np.array([1.0, 1.2, 2.2])}

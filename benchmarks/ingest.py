@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from spotopt.collectors.csv_prices import read_price_csv  # noqa: E402
-
 from spotopt.db.engine import Database  # noqa: E402
 from spotopt.db.setup import open_history, upgrade_history  # noqa: E402
 from spotopt.ingest import run_ingest  # noqa: E402

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
+
 from spotopt.policies.base import PolicyInput, fastest_hours, get_policy
 from spotopt.policies.options import Columns, GeneratedOptions
 

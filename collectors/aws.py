@@ -13,11 +13,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from spotopt.catalog import canonical_gpu
 from spotopt.collectors import fields
 from spotopt.collectors.aws_spot_history import parse_spot_price
 from spotopt.collectors.base import Collector, Context, hour, register
-
-from spotopt.catalog import canonical_gpu
 from spotopt.errors import InputError
 from spotopt.types import (
     InstanceTypeSpec,

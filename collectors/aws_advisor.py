@@ -16,7 +16,6 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from spotopt.collectors.base import Collector, hour, register
-
 from spotopt.types import InterruptionObservation, Record, Rejection
 
 ADVISOR_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"

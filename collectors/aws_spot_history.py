@@ -16,7 +16,6 @@ from typing import Any
 
 from spotopt.collectors import fields
 from spotopt.collectors.dump_files import iter_json_items
-
 from spotopt.errors import InputError
 from spotopt.types import MarketKey, MarketKind, PriceObservation, Rejection
 

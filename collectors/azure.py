@@ -16,11 +16,10 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from spotopt.catalog import canonical_gpu, gpu_models
 from spotopt.collectors import fields
 from spotopt.collectors.azure_retail import parse_retail_item
 from spotopt.collectors.base import Collector, Context, hour, register
-
-from spotopt.catalog import canonical_gpu, gpu_models
 from spotopt.errors import InputError
 from spotopt.types import (
     InstanceTypeSpec,

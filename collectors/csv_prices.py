@@ -19,7 +19,6 @@ from pathlib import Path
 from spotopt.collectors import fields
 from spotopt.collectors.aws_spot_history import region_of_zone
 from spotopt.collectors.dump_files import iter_csv_rows
-
 from spotopt.errors import InputError
 from spotopt.types import CLOUDS, MarketKey, MarketKind, PriceObservation, Rejection
 

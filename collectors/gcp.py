@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from spotopt.collectors.base import Collector, register
-
 from spotopt.catalog import canonical_gpu, gpu_models
+from spotopt.collectors.base import Collector, register
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation, Record, Rejection
 
 NEEDS = "Application Default Credentials (gcloud auth application-default login) and GOOGLE_CLOUD_PROJECT"

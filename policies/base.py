@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from spotopt.errors import InfeasibleError, InputError, PolicyError
 from spotopt.policies.options import (
     Array,
     ExplicitOptions,
@@ -57,8 +59,6 @@ from spotopt.policies.options import (
     job_best,
     seed_columns,
 )
-
-from spotopt.errors import InfeasibleError, InputError, PolicyError
 
 if TYPE_CHECKING:
     from spotopt.policies.columns import Formulation, Result

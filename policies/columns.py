@@ -46,9 +46,9 @@ from typing import Any
 import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
-from spotopt.policies.options import Array, Columns, OptionSource, Prices, price
 
 from spotopt.errors import PolicyError
+from spotopt.policies.options import Array, Columns, OptionSource, Prices, price
 
 ADD_PER_JOB = 4
 """Most negative options per job added per pricing round."""

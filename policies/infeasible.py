@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import cvxpy as cp
 import numpy as np
+
+from spotopt.errors import InfeasibleError
 from spotopt.policies.base import (
     Array,
     PolicyInput,
@@ -18,8 +20,6 @@ from spotopt.policies.base import (
     solve_columns,
 )
 from spotopt.policies.columns import Formulation, MasterLP, OptionRows
-
-from spotopt.errors import InfeasibleError
 
 
 def elastic_formulation(inp: PolicyInput, wall_limit: Array) -> Formulation:

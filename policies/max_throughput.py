@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import cvxpy as cp
 import numpy as np
+
+from spotopt.errors import PolicyError
 from spotopt.policies.base import (
     Allocation,
     PolicyInput,
@@ -24,8 +26,6 @@ from spotopt.policies.base import (
     solve_columns,
 )
 from spotopt.policies.columns import Formulation, MasterLP, OptionRows
-
-from spotopt.errors import PolicyError
 
 NAME = "max-throughput"
 

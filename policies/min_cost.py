@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import cvxpy as cp
 import numpy as np
+
 from spotopt.policies.base import (
     Allocation,
     Array,

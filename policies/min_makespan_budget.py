@@ -13,6 +13,8 @@ the budget row.
 from __future__ import annotations
 
 import cvxpy as cp
+
+from spotopt.errors import InfeasibleError, InputError
 from spotopt.policies.base import (
     Allocation,
     PolicyInput,
@@ -22,8 +24,6 @@ from spotopt.policies.base import (
 )
 from spotopt.policies.columns import Formulation, MasterLP, OptionRows
 from spotopt.policies.min_cost import solve_min_cost
-
-from spotopt.errors import InfeasibleError, InputError
 
 NAME = "min-makespan-budget"
 

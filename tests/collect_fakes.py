@@ -21,11 +21,11 @@ import boto3
 from azure.core.credentials import AccessToken
 from botocore.awsrequest import AWSResponse
 from google.auth.credentials import AnonymousCredentials
-from spotopt.collectors.base import Retry
 
 from spotopt.adaptors.aws import AwsClients
 from spotopt.adaptors.azure import AzureClients
 from spotopt.adaptors.gcp import GcpClients
+from spotopt.collectors.base import Retry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

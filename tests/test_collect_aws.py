@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import responses
 from moto import mock_aws
-from spotopt.collectors.aws_advisor import bucket_upper_bound, snapshot_time
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spotopt import collect as collect_module
 from spotopt.collect import CollectRequest, ScopeResult, run_collect
+from spotopt.collectors.aws_advisor import bucket_upper_bound, snapshot_time
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run, Watermark
 from tests.collect_fakes import (

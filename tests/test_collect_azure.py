@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import responses
-from spotopt.collectors.azure import eviction_upper_bound, gpu_of_size
 from sqlalchemy import select
 
 from spotopt.adaptors.azure import AzureClients
 from spotopt.collect import CollectRequest, ScopeResult, run_collect
+from spotopt.collectors.azure import eviction_upper_bound, gpu_of_size
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run
 from tests.collect_fakes import (

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import responses
 from moto import mock_aws
-from spotopt.collectors.base import get_collector, redact
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from spotopt.cli.app import app
+from spotopt.collectors.base import get_collector, redact
 from spotopt.db.models import PricePoint, Run
 from spotopt.db.setup import open_history
 from spotopt.errors import InputError

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import responses
 from responses import matchers
-from spotopt.collectors.gcp import gpu_key
 from sqlalchemy import select
 
 from spotopt.collect import CollectRequest, ScopeResult, run_collect
+from spotopt.collectors.gcp import gpu_key
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Market, PricePoint, Watermark
 from tests.collect_fakes import (

@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
-from spotopt.collectors.base import load_all
-from spotopt.policies.base import policy_names
 
 from spotopt.cli.app import app
+from spotopt.collectors.base import load_all
+from spotopt.policies.base import policy_names
 from spotopt.reports.registry import REPORTS
 from spotopt.settings import Settings
 from spotopt.whatif.strategies import STRATEGIES

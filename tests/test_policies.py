@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 from scipy.optimize import linprog
-from spotopt.policies.base import PolicyInput, get_policy, policy_names
 
 from spotopt.errors import InfeasibleError, InputError
 from spotopt.plan import prune_dominated, select_options
+from spotopt.policies.base import PolicyInput, get_policy, policy_names
 
 POLICIES = ["min-cost", "min-cost-slo", "min-makespan-budget", "max-throughput"]
 

@@ -13,13 +13,13 @@ import cvxpy as cp
 import numpy as np
 import pytest
 from scipy.optimize import linprog
+
+from spotopt.errors import InfeasibleError
 from spotopt.policies import columns, max_throughput, min_makespan_budget
 from spotopt.policies.base import SEED_CHEAPEST, Allocation, PolicyInput, get_policy
 from spotopt.policies.infeasible import elastic_formulation
 from spotopt.policies.min_cost import cost_formulation
 from spotopt.policies.options import GeneratedOptions, price, seed_columns
-
-from spotopt.errors import InfeasibleError
 
 Array = np.ndarray[Any, Any]
 

@@ -125,9 +125,12 @@ def collect(
     render(rows, fmt, title=title, columns=COLUMNS)
     failed = [r for r in results if r.status == "failed"]
     if failed:
+        others = (
+            "the others were committed (see the note column)"
+            if len(failed) < len(results)
+            else "nothing was written (see the note column)"
+        )
         Console(stderr=True).print(
-            f"[bold red]{len(failed)} of {len(results)} scopes failed[/bold red]; "
-            "the others were committed (see the note column)",
-            highlight=False,
+            f"[bold red]{len(failed)} of {len(results)} scopes failed[/bold red]; {others}", highlight=False
         )
         raise typer.Exit(CollectorError.exit_code)

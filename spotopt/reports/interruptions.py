@@ -80,7 +80,9 @@ def statements(args: Args) -> dict[str, AnySelect]:
             .join(InstanceType, InstanceType.id == Market.instance_type_id)
             .where(InstanceLifetime.started_at >= args["since"], InstanceLifetime.started_at < args["until"])
         )
-        out["lifetimes"] = filter_markets(lifetimes, {**args, "market": "spot"})  # lifetimes of spot instances
+        out["lifetimes"] = filter_markets(
+            lifetimes, {**args, "market": "spot"}
+        )  # lifetimes of spot instances
     return out
 
 
