@@ -16,8 +16,9 @@ def _engine() -> Engine:
     engine = config.attributes.get("engine")
     if engine is not None:
         return engine
-    url = config.get_main_option("sqlalchemy.url") or Settings().resolved_db_url()
-    return make_engine(url)
+    # The developer CLI (`alembic check`, `alembic revision`) has no alembic.ini: the URL comes
+    # from SPOTOPT_DB_URL or the default, like every spotopt command.
+    return make_engine(Settings().resolved_db_url())
 
 
 def run_migrations_online() -> None:
