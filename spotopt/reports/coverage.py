@@ -70,14 +70,7 @@ def _first_or_last(agg: Any, until: Any) -> Any:
 def statements(args: Args) -> dict[str, AnySelect]:
     markets = filter_markets(
         select(
-            Market.id.label("market_id"),
-            InstanceType.cloud,
-            Market.region,
-            Market.zone,
-            InstanceType.name.label("instance_type"),
-            Market.kind.label("market"),
-            InstanceType.gpu_model,
-            InstanceType.gpu_count,
+            *MARKET_COLUMNS,
             _first_or_last(func.min, args["until"]).label("first_observed"),
             _first_or_last(func.max, args["until"]).label("last_observed"),
         ).join(InstanceType, InstanceType.id == Market.instance_type_id),

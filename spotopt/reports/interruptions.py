@@ -63,14 +63,7 @@ def statements(args: Args) -> dict[str, AnySelect]:
     if args["part"] in ("all", "survival"):
         lifetimes = (
             select(
-                Market.id.label("market_id"),
-                InstanceType.cloud,
-                Market.region,
-                Market.zone,
-                InstanceType.name.label("instance_type"),
-                Market.kind.label("market"),
-                InstanceType.gpu_model,
-                InstanceType.gpu_count,
+                *MARKET_COLUMNS,
                 raw(InstanceLifetime.started_at).label("started_at"),
                 raw(InstanceLifetime.ended_at).label("ended_at"),
                 InstanceLifetime.end_reason,

@@ -29,14 +29,7 @@ def statements(args: Args) -> dict[str, AnySelect]:
     )
     stmt = (
         select(
-            Market.id.label("market_id"),
-            InstanceType.cloud,
-            Market.region,
-            Market.zone,
-            InstanceType.name.label("instance_type"),
-            Market.kind.label("market"),
-            InstanceType.gpu_model,
-            InstanceType.gpu_count,
+            *MARKET_COLUMNS,
             PricePoint.usd_per_hour,
             raw(PricePoint.observed_at).label("observed_at"),
             PricePoint.source,

@@ -48,6 +48,19 @@ def filter_markets(stmt: AnySelect, args: Mapping[str, Any]) -> AnySelect:
     return stmt
 
 
+MARKET_COLUMNS = (
+    Market.id.label("market_id"),
+    InstanceType.cloud,
+    Market.region,
+    Market.zone,
+    InstanceType.name.label("instance_type"),
+    Market.kind.label("market"),
+    InstanceType.gpu_model,
+    InstanceType.gpu_count,
+)
+"""What every report says about a market (select from ``markets`` joined with ``instance_types``)."""
+
+
 def markets_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> AnySelect:
     """The filtered markets with their catalog facts (one row per market).
 
@@ -55,17 +68,7 @@ def markets_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> An
     when ``market=spot`` is asked for, because spot-vs-on-demand comparisons need them.
     """
     stmt = (
-        select(
-            Market.id.label("market_id"),
-            Market.instance_type_id,
-            InstanceType.cloud,
-            Market.region,
-            Market.zone,
-            InstanceType.name.label("instance_type"),
-            Market.kind.label("market"),
-            InstanceType.gpu_model,
-            InstanceType.gpu_count,
-        )
+        select(*MARKET_COLUMNS, Market.instance_type_id)
         .join(InstanceType, InstanceType.id == Market.instance_type_id)
         .order_by(Market.id)
     )
