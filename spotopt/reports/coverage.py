@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from spotopt.db.models import InstanceType, Market, PricePoint, Run
 from spotopt.reports import frames, params
 from spotopt.reports.base import AnySelect, Args, Param, Report, ReportResult
-from spotopt.reports.sql import MARKET_COLUMNS, filter_markets, raw
+from spotopt.reports.sql import MARKET_COLUMNS, MARKET_SELECT, filter_markets, raw
 
 MARKETS_COLUMNS = [
     *MARKET_COLUMNS,
@@ -70,7 +70,7 @@ def _first_or_last(agg: Any, until: Any) -> Any:
 def statements(args: Args) -> dict[str, AnySelect]:
     markets = filter_markets(
         select(
-            *MARKET_COLUMNS,
+            *MARKET_SELECT,
             _first_or_last(func.min, args["until"]).label("first_observed"),
             _first_or_last(func.max, args["until"]).label("last_observed"),
         ).join(InstanceType, InstanceType.id == Market.instance_type_id),

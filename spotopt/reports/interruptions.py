@@ -19,7 +19,7 @@ from sqlalchemy import select
 from spotopt.db.models import InstanceLifetime, InstanceType, Interruption, Market
 from spotopt.reports import frames, params, survival
 from spotopt.reports.base import AnySelect, Args, Param, Report, ReportResult
-from spotopt.reports.sql import MARKET_COLUMNS, filter_markets, raw
+from spotopt.reports.sql import MARKET_COLUMNS, MARKET_SELECT, filter_markets, raw
 
 PARTS = ("all", "observations", "survival")
 OBS_KEYS = ["bucket", "cloud", "region", "zone", "instance_type", "gpu_model", "kind"]
@@ -63,7 +63,7 @@ def statements(args: Args) -> dict[str, AnySelect]:
     if args["part"] in ("all", "survival"):
         lifetimes = (
             select(
-                *MARKET_COLUMNS,
+                *MARKET_SELECT,
                 raw(InstanceLifetime.started_at).label("started_at"),
                 raw(InstanceLifetime.ended_at).label("ended_at"),
                 InstanceLifetime.end_reason,

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from spotopt.db.models import InstanceType, Market, PricePoint
 from spotopt.reports import frames, params
 from spotopt.reports.base import AnySelect, Args, Report, ReportResult
-from spotopt.reports.sql import MARKET_COLUMNS, filter_markets, raw
+from spotopt.reports.sql import MARKET_COLUMNS, MARKET_SELECT, filter_markets, raw
 
 COLUMNS = [*MARKET_COLUMNS, "usd_per_hour", "usd_per_gpu_hour", "since", "source"]
 
@@ -29,7 +29,7 @@ def statements(args: Args) -> dict[str, AnySelect]:
     )
     stmt = (
         select(
-            *MARKET_COLUMNS,
+            *MARKET_SELECT,
             PricePoint.usd_per_hour,
             raw(PricePoint.observed_at).label("observed_at"),
             PricePoint.source,

@@ -48,7 +48,7 @@ def filter_markets(stmt: AnySelect, args: Mapping[str, Any]) -> AnySelect:
     return stmt
 
 
-MARKET_COLUMNS = (
+MARKET_SELECT = (
     Market.id.label("market_id"),
     InstanceType.cloud,
     Market.region,
@@ -68,7 +68,7 @@ def markets_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> An
     when ``market=spot`` is asked for, because spot-vs-on-demand comparisons need them.
     """
     stmt = (
-        select(*MARKET_COLUMNS, Market.instance_type_id)
+        select(*MARKET_SELECT, Market.instance_type_id)
         .join(InstanceType, InstanceType.id == Market.instance_type_id)
         .order_by(Market.id)
     )
