@@ -276,8 +276,8 @@ class Collector(ABC):
 
     @classmethod
     def default_regions(cls, clients: Any, ctx: Context) -> list[str]:
-        """Every region the cloud offers to the caller (regional collectors override this)."""
-        raise NotImplementedError(f"{cls.name} needs --region")
+        """Every region the cloud offers to the caller; a collector that cannot list them needs --region."""
+        raise InputError(f"{cls.name} cannot list its regions: pass --region R")
 
     @abstractmethod
     def collect(self, since: datetime | None) -> Iterator[Record]:
