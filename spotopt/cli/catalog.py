@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from sqlalchemy import select
 
 from spotopt.catalog import check_gpu_query, gpu_matches
 from spotopt.cli.common import FormatOption, check_cloud, state
-from spotopt.db.models import InstanceType
+from spotopt.db.queries import instance_types
 from spotopt.render import Format, render
 
 app = typer.Typer(no_args_is_help=True, help="GPU instance types of AWS, GCP and Azure.")
@@ -42,9 +41,6 @@ def list_(
         check_cloud(cloud)
     if gpu:
         gpu = check_gpu_query(gpu)
-    stmt = select(InstanceType).order_by(InstanceType.cloud, InstanceType.gpu_model, InstanceType.name)
-    if cloud:
-        stmt = stmt.where(InstanceType.cloud == cloud)
     with state(ctx).db().session() as session:
         rows = [
             {
@@ -58,7 +54,7 @@ def list_(
                 "retired": t.retired,
                 "origin": t.origin,
             }
-            for t in session.scalars(stmt)
+            for t in instance_types(session, cloud)
             if (gpu is None or gpu_matches(gpu, t.gpu_model)) and (include_retired or not t.retired)
         ]
     render(rows, fmt, title="GPU instance types", columns=COLUMNS)

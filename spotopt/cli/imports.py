@@ -15,14 +15,13 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from sqlalchemy import select
 
 from spotopt.cli.common import FormatOption, state
 from spotopt.collectors.aws_spot_history import read_spot_history
 from spotopt.collectors.azure_retail import read_retail_pages
 from spotopt.collectors.csv_prices import read_price_csv
 from spotopt.collectors.dump_files import file_size
-from spotopt.db.models import InstanceType
+from spotopt.db.queries import unknown_gpu_types
 from spotopt.ingest import RunSummary, run_ingest
 from spotopt.render import Format, render, to_json
 from spotopt.types import PriceObservation, Record, Rejection
@@ -90,13 +89,7 @@ def _import(ctx: typer.Context, source: str, files: list[Path], reader: Reader, 
         scope = ",".join(path.name for path in files)[:SCOPE_CHARS]
         summary = run_ingest(db, source, scope, records())
     with db.session() as session:
-        unknown = sorted(
-            (cloud, name)
-            for cloud, name in session.execute(
-                select(InstanceType.cloud, InstanceType.name).where(InstanceType.gpu_model.is_(None))
-            )
-            if (cloud, name) in seen
-        )
+        unknown = sorted(unknown_gpu_types(session) & seen)
     _report(summary, [str(path) for path in files], unknown, fmt)
 
 

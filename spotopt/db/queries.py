@@ -221,3 +221,17 @@ def preemption_ends(session: Session, since: datetime, until: datetime) -> list[
         .order_by(InstanceLifetime.market_id, InstanceLifetime.ended_at)
     )
     return [(int(m), ended) for m, ended in session.execute(stmt).all() if ended is not None]
+
+
+def instance_types(session: Session, cloud: str | None = None) -> list[InstanceType]:
+    """The catalog as the history holds it (bundled types plus those seen in imports and collections)."""
+    stmt = select(InstanceType).order_by(InstanceType.cloud, InstanceType.gpu_model, InstanceType.name)
+    if cloud:
+        stmt = stmt.where(InstanceType.cloud == cloud)
+    return list(session.scalars(stmt))
+
+
+def unknown_gpu_types(session: Session) -> set[tuple[str, str]]:
+    """(cloud, name) of the instance types whose GPU the catalog does not know."""
+    stmt = select(InstanceType.cloud, InstanceType.name).where(InstanceType.gpu_model.is_(None))
+    return {(cloud, name) for cloud, name in session.execute(stmt)}
