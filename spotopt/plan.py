@@ -1,16 +1,19 @@
 """From job specs and a market snapshot to a policy's allocation, and back to a readable plan.
 
-The seam the CLI and the what-if engine share:
+The seam ``spotopt plan``, the what-if engine and the daemon share:
 
-- ``build_problem(spec, markets, at, figures, ...) -> PlanProblem``: dict ⇄ array conversion,
-  done once: every (job, market, GPUs per job) option with its effective throughput and cost,
-  dominated options pruned (exactly, see ``prune_dominated``).
+- ``enumerate_options(spec, markets, at, figures, ...) -> OptionTable``: dict ⇄ array
+  conversion, done once: every (job, market, GPUs per job) option with its effective throughput.
+- ``build_problem(...) -> PlanProblem``: the policy input for the fleet before any job runs,
+  built by the decision core's one builder (``spotopt.mover.core.policy_input``), dominated
+  options pruned (exactly, see ``spotopt.policies.prune``).
 - ``solve(policy_name, problem.input) -> Allocation``: the registered pure policy.
 - ``plan_report(problem, allocation) -> dict``: the JSON document ``spotopt plan`` prints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -24,8 +27,11 @@ from spotopt.catalog import gpu_matches
 from spotopt.errors import InputError
 from spotopt.jobspec import Job, JobSpec
 from spotopt.market import MarketState
-from spotopt.mover import egress
+from spotopt.mover.core import policy_input
+from spotopt.mover.egress import entry_usd, transfer_matrix
+from spotopt.mover.fleet import FleetState, Options
 from spotopt.policies.base import Allocation, Array, PolicyInput, get_policy
+from spotopt.policies.prune import prune_dominated, select_options
 from spotopt.throughput import (
     Figure,
     JobThroughput,
@@ -60,18 +66,8 @@ class PlanProblem:
     ranked: dict[int, list[tuple[float, OptionInfo]]] = field(default_factory=dict)
     """Per job, its cheapest options per step (before pruning), to explain the choice."""
     pruned: int = 0
-
-
-def egress_usd(job: Job, market: MarketState, at: datetime) -> float:
-    """One dataset transfer to the market's region (0 with no dataset or in the same region),
-    at the prices of ``data/egress.csv`` in effect at ``at`` (the ones the what-if engine uses)."""
-    data = job.dataset
-    if data is None or data.gb == 0:
-        return 0.0
-    q = market.quote
-    if data.cloud != q.cloud:
-        return data.gb * egress.usd_per_gb(data.cloud, "internet", at)
-    return 0.0 if data.region == q.region else data.gb * egress.usd_per_gb(data.cloud, "inter-region", at)
+    state: FleetState | None = None
+    """The fleet before any job runs, as the decision core sees it."""
 
 
 def allowed(job: Job, market: MarketState) -> bool:
@@ -108,22 +104,46 @@ def work_steps(job: Job, book: JobThroughput) -> float:
     return job.work.gpu_days * 86400.0 * ref.steps_per_s
 
 
-def build_problem(
+BILLING = ("instance", "gpu")
+"""How an option on ``d`` of an instance's ``G`` GPUs is billed: ``instance`` (the default) rents
+the whole instance, as the daemon does; ``gpu`` is the thesis' packed accounting, ``price / k``
+for ``k = floor(G / d)`` jobs sharing it, as if other jobs filled the rest (labelled wherever used)."""
+
+
+@dataclass
+class OptionTable:
+    """Every (job, market, GPUs per job) option of a spec on a snapshot, before any pricing
+    decision: what ``spotopt plan``, the what-if engine and the daemon all start from."""
+
+    job: Array
+    market: Array
+    steps_per_hour: Array
+    """Expected effective throughput (discounted for preemption loss at the planning period)."""
+    slots: Array
+    """Jobs billed per instance: ``floor(G / d)`` with ``gpu`` billing, else 1."""
+    infos: list[OptionInfo]
+    work_steps: Array
+    deadline_hours: Array
+
+
+def enumerate_options(
     spec: JobSpec,
     markets: Sequence[MarketState],
     at: datetime,
     figures: Sequence[StoredFigure] = (),
     *,
-    horizon_hours: float | None = None,
-    budget_usd: float | None = None,
-    capacity: float = math.inf,
-    prune: bool = True,
-) -> PlanProblem:
-    """All options of all jobs on ``markets`` (a snapshot at ``at``) as a ``PolicyInput``.
+    period_h: float | None = 1.0,
+    billing: str = "instance",
+) -> OptionTable:
+    """All options of all jobs on ``markets`` (a snapshot at ``at``).
 
-    ``capacity`` is instances per market one may hold at once (``inf``: unlimited).
-    A market whose GPU count is unknown or smaller than the job's minimum is skipped for it.
+    A market whose GPU count is unknown or smaller than the job's minimum is skipped for it, and
+    so is an option whose preemption loss leaves no progress. ``period_h`` is the planning period
+    (checkpoints fall on its boundaries, see ``spotopt.throughput``).
     """
+    if billing not in BILLING:
+        raise InputError(f"--billing {billing!r}: must be one of {', '.join(BILLING)}")
+    period_s = None if period_h is None else period_h * 3600.0
     by_gpu: dict[tuple[str, float], list[int]] = defaultdict(list)
     for i, m in enumerate(markets):
         if m.quote.gpu is not None and m.quote.gpu_count:
@@ -143,49 +163,125 @@ def build_problem(
                 fig = book.at(gpu, d)
                 if fig is None:
                     continue
-                slots = math.floor(count / d + 1e-9)
+                slots = math.floor(count / d + 1e-9) if billing == "gpu" else 1
                 for i in idx:
                     m = markets[i]
                     if not allowed(job, m):
                         continue
-                    eff = preemption_efficiency(m.preemptions_per_hour, job.checkpoint_seconds, job.restart_s)
+                    rate = m.preemptions_per_hour
+                    eff = preemption_efficiency(rate, job.checkpoint_seconds, job.restart_s, period_s)
                     if eff <= 0:
                         continue
-                    tput = fig.steps_per_s * 3600.0 * eff
-                    move = egress_usd(job, m, at)
                     rows["job"].append(j)
                     rows["market"].append(i)
-                    rows["tput"].append(tput)
-                    rows["usd"].append(m.quote.usd_per_hour / slots + move * tput / work[-1])
-                    rows["share"].append(1.0 / slots)
-                    infos.append(
-                        OptionInfo(
-                            m,
-                            d,
-                            slots,
-                            fig,
-                            eff,
-                            checkpoint_interval_s(job.checkpoint_seconds, m.preemptions_per_hour),
-                            move,
-                        )
-                    )
-    finite_deadlines = [d for d in deadlines if math.isfinite(d)]
-    horizon = horizon_hours or max([DEFAULT_HORIZON_HOURS, *finite_deadlines])
-    inp = PolicyInput(
+                    rows["tput"].append(fig.steps_per_s * 3600.0 * eff)
+                    rows["slots"].append(slots)
+                    interval = checkpoint_interval_s(job.checkpoint_seconds, rate, period_s)
+                    infos.append(OptionInfo(m, d, slots, fig, eff, interval, 0.0))
+    return OptionTable(
         job=np.asarray(rows["job"], dtype=np.int64),
         market=np.asarray(rows["market"], dtype=np.int64),
         steps_per_hour=np.asarray(rows["tput"], dtype=float),
-        usd_per_hour=np.asarray(rows["usd"], dtype=float),
-        instances_per_hour=np.asarray(rows["share"], dtype=float),
+        slots=np.asarray(rows["slots"], dtype=np.int64),
+        infos=infos,
         work_steps=np.asarray(work, dtype=float),
         deadline_hours=np.asarray(deadlines, dtype=float),
-        capacity=np.full(len(markets), capacity, dtype=float),
-        horizon_hours=float(horizon),
-        budget_usd=budget_usd,
-        job_names=tuple(job.name for job in spec.jobs),
-        market_names=tuple(m.label for m in markets),
     )
-    problem = PlanProblem(inp, infos, list(spec.jobs), at, list(markets), _ranked(inp, infos))
+
+
+def initial_state(
+    spec: JobSpec, table: OptionTable, markets: Sequence[MarketState], at: datetime
+) -> tuple[FleetState, Options]:
+    """The fleet before any job runs, and the table's options priced at the snapshot (no
+    history: the forecast is today's price), for ``spotopt.mover.core``."""
+    locations: list[tuple[str, str]] = []
+
+    def loc(cloud: str, region: str) -> int:
+        if (cloud, region) not in locations:
+            locations.append((cloud, region))
+        return locations.index((cloud, region))
+
+    market_loc = np.array([loc(m.quote.cloud, m.quote.region) for m in markets], dtype=np.int64)
+    data_loc = [
+        -1 if job.dataset is None or job.dataset.gb == 0 else loc(job.dataset.cloud, job.dataset.region)
+        for job in spec.jobs
+    ]
+    n = len(spec.jobs)
+    state = FleetState(
+        names=tuple(job.name for job in spec.jobs),
+        locations=tuple(locations),
+        option=np.full(n, -1, dtype=np.int64),
+        location=np.full(n, -1, dtype=np.int64),
+        remaining_steps=table.work_steps.copy(),
+        dwell_h=np.zeros(n),
+        since_checkpoint_h=np.zeros(n),
+        deadline_h=table.deadline_hours.copy(),
+        notice=np.zeros(n, dtype=bool),
+        lost=np.zeros(n, dtype=bool),
+        spent_usd=np.zeros(n),
+        restart_h=np.array([job.restart_s / 3600.0 for job in spec.jobs]),
+        save_h=np.array([job.checkpoint_seconds / 3600.0 for job in spec.jobs]),
+        checkpoint_gb=np.array([job.checkpoint_gb for job in spec.jobs]),
+        dataset_gb=np.array([job.dataset.gb if job.dataset else 0.0 for job in spec.jobs]),
+        dataset_location=np.asarray(data_loc, dtype=np.int64),
+    )
+    price = np.array([markets[i].quote.usd_per_hour for i in table.market.tolist()]) / np.maximum(
+        table.slots, 1
+    )
+    opts = Options(
+        key=np.arange(len(table.job), dtype=np.int64),
+        job=table.job,
+        market=table.market,
+        location=market_loc[table.market],
+        steps_per_hour=table.steps_per_hour,
+        usd_per_hour=price,
+        instances_per_hour=1.0 / np.maximum(table.slots, 1),
+        on_demand=np.array(
+            [markets[i].quote.market == "on-demand" for i in table.market.tolist()], dtype=bool
+        ),
+        baseline_usd_per_hour=price,
+        revert_h=np.zeros(len(price)),
+        transfer=transfer_matrix(locations, at),
+        capacity=np.full(len(markets), math.inf),
+    )
+    return state, opts
+
+
+def build_problem(
+    spec: JobSpec,
+    markets: Sequence[MarketState],
+    at: datetime,
+    figures: Sequence[StoredFigure] = (),
+    *,
+    horizon_hours: float | None = None,
+    budget_usd: float | None = None,
+    capacity: float = math.inf,
+    prune: bool = True,
+    period_h: float = 1.0,
+    billing: str = "instance",
+) -> PlanProblem:
+    """The policy input ``spotopt plan`` solves: the core's builder (``policy_input``) on the
+    fleet before any job runs, so a plan is what the daemon would start with.
+
+    ``capacity`` is instances per market one may hold at once (``inf``: unlimited).
+    """
+    table = enumerate_options(spec, markets, at, figures, period_h=period_h, billing=billing)
+    state, opts = initial_state(spec, table, markets, at)
+    opts = dataclasses.replace(opts, capacity=np.full(len(markets), capacity, dtype=float))
+    built = policy_input(state, opts, horizon_h=horizon_hours, budget_usd=budget_usd, prune=False)
+    inp = dataclasses.replace(built.input, market_names=tuple(m.label for m in markets))
+    egress = entry_usd(
+        opts.transfer,
+        state.location[opts.job],
+        opts.location,
+        state.checkpoint_gb[opts.job],
+        state.dataset_gb[opts.job],
+        state.dataset_location[opts.job],
+    )
+    infos = [
+        dataclasses.replace(table.infos[e], egress_usd=float(egress[e])) for e in built.positions.tolist()
+    ]
+    problem = PlanProblem(inp, infos, list(spec.jobs), at, list(markets), _ranked(inp, infos), state=state)
     if prune:
         keep = prune_dominated(inp)
         problem.pruned = int((~keep).sum())
@@ -204,58 +300,6 @@ def _ranked(
         if len(ranked[int(inp.job[e])]) < top:
             ranked[int(inp.job[e])].append((float(per_step[e]), infos[e]))
     return dict(ranked)
-
-
-def prune_dominated(inp: PolicyInput) -> Array:
-    """Mask of options to keep: drop an option another option of its job beats on both $/step and speed.
-
-    Exact for every policy here: if option ``e'`` is at most as expensive per step and at least
-    as fast as ``e``, moving ``e``'s hours to ``e'`` keeps work and deadlines and costs no more,
-    *provided ``e'`` has room*. So only dominators whose market can host every job at once
-    (unlimited capacity, or ``capacity × slots >= number of jobs``) may prune; then room is
-    guaranteed whatever the other jobs do. Vectorised: one lexsort and a grouped running max.
-
-    Pruning only shrinks the explicit arrays (and the reports' option lists); the policies
-    solve over every option anyway, by column generation (``spotopt.policies.columns``), so no
-    inexact cut is needed for scale.
-    """
-    n = inp.n_options
-    if n == 0:
-        return np.ones(0, dtype=bool)
-    per_step = inp.usd_per_hour / inp.steps_per_hour
-    roomy = inp.capacity[inp.market] / inp.instances_per_hour >= inp.n_jobs
-    order = np.lexsort((-inp.steps_per_hour, per_step, inp.job))
-    speed_rank = np.unique(inp.steps_per_hour, return_inverse=True)[1].astype(np.int64) + 1
-    jobs = inp.job[order]
-    offset = jobs * (n + 2)
-    value = np.where(roomy[order], speed_rank[order], 0) + offset
-    running = np.maximum.accumulate(value)
-    before = np.empty(n, dtype=np.int64)
-    before[0] = 0
-    before[1:] = running[:-1]
-    first = np.ones(n, dtype=bool)
-    first[1:] = jobs[1:] != jobs[:-1]
-    best_before = np.where(first, 0, before - offset)
-    keep = np.empty(n, dtype=bool)
-    keep[order] = best_before < speed_rank[order]
-    return keep
-
-
-def select_options(inp: PolicyInput, keep: Array) -> PolicyInput:
-    return PolicyInput(
-        job=inp.job[keep],
-        market=inp.market[keep],
-        steps_per_hour=inp.steps_per_hour[keep],
-        usd_per_hour=inp.usd_per_hour[keep],
-        instances_per_hour=inp.instances_per_hour[keep],
-        work_steps=inp.work_steps,
-        deadline_hours=inp.deadline_hours,
-        capacity=inp.capacity,
-        horizon_hours=inp.horizon_hours,
-        budget_usd=inp.budget_usd,
-        job_names=inp.job_names,
-        market_names=inp.market_names,
-    )
 
 
 def solve(policy_name: str, inp: PolicyInput) -> Allocation:

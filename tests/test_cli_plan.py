@@ -78,7 +78,8 @@ def test_plan_json_schema_and_choice(db_url: str, tmp_path: Path) -> None:
     assert (item["instance_type"], item["market"], item["zone"]) == ("test.v100x1", "spot", "us-east-1a")
     assert item["share"] == pytest.approx(1.0)
     assert item["rate_source"] == "advisor-bucket" and item["checkpoint_interval_s"] > 0
-    assert job["cost_usd"] == pytest.approx(0.9 * job["finish_hours"])
+    # the run plus the start-up (restart_s defaults to 300 s), both at the spot price
+    assert job["cost_usd"] == pytest.approx(0.9 * (job["finish_hours"] + 300 / 3600))
     assert job["runner_up"]["usd_per_step"] > item["usd_per_step"]
     assert doc["total_cost_usd"] == pytest.approx(job["cost_usd"])
 

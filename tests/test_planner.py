@@ -1,9 +1,10 @@
-"""The planner: moves only when they pay, guardrails, preemption notices, deadline safety; and
-``spotopt plan`` prices egress from the same table."""
+"""The move test: moves only when their forecast saving beats their cost, riding out spikes,
+guardrails, preemption notices, deadline safety; and the one egress rule ``spotopt plan`` uses."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,26 +14,40 @@ from spotopt.errors import InputError
 from spotopt.jobspec import parse_jobs
 from spotopt.market import MarketState
 from spotopt.mover.egress import transfer_matrix
+from spotopt.mover.fleet import FleetState, Options
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.planner import PlannerJobs, PlannerOptions, plan_moves
-from spotopt.plan import egress_usd
+from spotopt.mover.planner import plan_moves
+from spotopt.plan import build_problem
 
 # One job, two regions of one cloud; options: 0 spot here, 1 spot there, 2 on-demand here.
 TRANSFER = np.array([[0.0, 0.02], [0.02, 0.0], [0.0, 0.0]])
 
 
-def options(prices: list[float], steps: float = 100.0) -> PlannerOptions:
-    return PlannerOptions(
+def options(
+    prices: list[float],
+    steps: float | list[float] = 100.0,
+    baseline: list[float] | None = None,
+    revert_h: list[float] | None = None,
+) -> Options:
+    usd = np.array(prices, dtype=float)
+    return Options(
+        key=np.arange(3),
         job=np.zeros(3, dtype=np.int64),
+        market=np.arange(3),
         location=np.array([0, 1, 0]),
-        steps_per_hour=np.full(3, steps),
-        usd_per_hour=np.array(prices, dtype=float),
+        steps_per_hour=np.broadcast_to(np.asarray(steps, dtype=float), (3,)).copy(),
+        usd_per_hour=usd,
+        instances_per_hour=np.ones(3),
         on_demand=np.array([False, False, True]),
+        baseline_usd_per_hour=usd if baseline is None else np.array(baseline, dtype=float),
+        revert_h=np.zeros(3) if revert_h is None else np.array(revert_h, dtype=float),
+        transfer=TRANSFER,
+        capacity=np.full(3, np.inf),
     )
 
 
-def jobs(option: int = 0, remaining: float = 1000.0, **kw: object) -> PlannerJobs:
-    base: dict[str, object] = {
+def jobs(option: int = 0, remaining: float = 1000.0, **kw: Any) -> FleetState:
+    base: dict[str, Any] = {
         "option": np.array([option]),
         "location": np.array([0 if option >= 0 else -1]),
         "remaining_steps": np.array([remaining]),
@@ -40,6 +55,7 @@ def jobs(option: int = 0, remaining: float = 1000.0, **kw: object) -> PlannerJob
         "since_checkpoint_h": np.array([0.0]),
         "deadline_h": np.array([np.inf]),
         "notice": np.array([False]),
+        "lost": np.array([False]),
         "spent_usd": np.array([0.0]),
         "restart_h": np.array([0.5]),
         "save_h": np.array([0.01]),
@@ -48,74 +64,131 @@ def jobs(option: int = 0, remaining: float = 1000.0, **kw: object) -> PlannerJob
         "dataset_location": np.array([0]),
     }
     base.update({k: np.atleast_1d(np.asarray(v)) for k, v in kw.items()})
-    return PlannerJobs(**base)  # type: ignore[arg-type]
+    return FleetState(names=("j",), locations=(("aws", "a"), ("aws", "b")), **base)
+
+
+def moves(state: FleetState, opts: Options, target: int, guard: Guardrails | None = None) -> list[Any]:
+    cur = opts.position(state.option)
+    return plan_moves(state, opts, cur, np.array([target]), guard or Guardrails())
 
 
 def test_a_move_that_does_not_pay_for_itself_is_not_made() -> None:
     # 10 h left at $1/h here vs $0.8/h there: saves $2, but the move costs 0.5 h × $0.8 plus
     # 10 GB checkpoint and 100 GB dataset at $0.02/GB = $2.60.
-    assert plan_moves(jobs(), options([1.0, 0.8, 3.0]), np.array([1]), TRANSFER, Guardrails()) == []
+    assert moves(jobs(), options([1.0, 0.8, 3.0]), 1) == []
 
 
-def test_a_move_that_pays_is_made_with_its_saving_and_cost() -> None:
-    (move,) = plan_moves(
-        jobs(remaining=10_000), options([1.0, 0.8, 3.0]), np.array([1]), TRANSFER, Guardrails()
-    )
+def test_a_move_that_pays_is_made_with_its_net_saving_and_cost() -> None:
+    (move,) = moves(jobs(remaining=10_000), options([1.0, 0.8, 3.0]), 1)
     assert (move.to, move.reason) == (1, "price")
-    assert move.saving_usd == pytest.approx(100 * 1.0 - 100 * 0.8)
-    assert move.cost_usd == pytest.approx(0.5 * 0.8 + 10 * 0.02 + 100 * 0.02)
+    cost = 0.5 * 0.8 + 10 * 0.02 + 100 * 0.02
+    assert move.cost_usd == pytest.approx(cost)
+    assert move.saving_usd == pytest.approx(100 * 1.0 - 100 * 0.8 - cost)
 
 
-def test_hysteresis_and_dwell_block_voluntary_moves() -> None:
-    opts = options([1.0, 0.95, 3.0])
-    assert (
-        plan_moves(jobs(remaining=1e6), opts, np.array([1]), TRANSFER, Guardrails(price_improvement=1.1))
-        == []
+def test_a_small_price_gap_over_much_work_moves_where_a_ratio_test_would_not() -> None:
+    # 5 % cheaper per step (a 1.1 ratio test refuses it), but 10,000 h of work left: $500 saved
+    # against a $2.65 move.
+    (move,) = moves(jobs(remaining=1e6), options([1.0, 0.95, 3.0]), 1)
+    assert move.saving_usd == pytest.approx(10_000 * 0.05 - (0.5 * 0.95 + 2.2))
+
+
+def test_the_margin_and_dwell_block_voluntary_moves() -> None:
+    opts = options([1.0, 0.8, 3.0])
+    # net saving $20 - $2.60 = $17.40: below a margin of 10 × $2.60
+    assert moves(jobs(remaining=10_000), opts, 1, Guardrails(move_margin=10)) == []
+    assert moves(jobs(remaining=1e6, dwell_h=1.0), opts, 1, Guardrails(min_dwell_h=2)) == []
+    with pytest.raises(InputError, match="move_margin"):
+        Guardrails(move_margin=-1)
+
+
+def test_a_short_spike_is_ridden_out_in_place_a_long_one_on_cheaper_capacity() -> None:
+    # Here spikes to $3/h (baseline $1/h); there costs $1.2/h. Leaving for good loses $0.2/h over
+    # 1000 h. Escaping for the spike saves $1.8/h but pays two moves of 2 h restart plus a 100 GB
+    # checkpoint ($2) each way, about $8.41: not worth it for 4 h, worth it for 40 h.
+    state = jobs(remaining=100_000, checkpoint_gb=100.0, dataset_gb=0.0, restart_h=2.0)
+    short = options([3.0, 1.2, 5.0], baseline=[1.0, 1.2, 5.0], revert_h=[4.0, 0, 0])
+    assert moves(state, short, 1) == []
+    long = options([3.0, 1.2, 5.0], baseline=[1.0, 1.2, 5.0], revert_h=[40.0, 0, 0])
+    (move,) = moves(state, long, 1)
+    assert move.saving_usd == pytest.approx(40 * 1.8 - (2.0 * 1.2 + 2.0) - (2.01 * 1.0 + 2.0))
+
+
+def test_a_long_job_escapes_a_spike_on_slower_cheap_capacity_and_the_plan_is_to_return() -> None:
+    # Here (fast) spikes to $10/h for an expected 20 h; there is half as fast at $0.8/h: per step
+    # twice as dear as here's baseline, so nobody moves there for good, but riding out the spike
+    # there saves 20 h × ($10 - $0.8) minus the progress lost (half of 20 h at $1/h) and two moves.
+    opts = options(
+        [10.0, 0.8, 20.0], steps=[100.0, 50.0, 100.0], baseline=[1.0, 0.8, 20.0], revert_h=[20, 0, 0]
     )
-    cheap = options([1.0, 0.5, 3.0])
-    assert (
-        plan_moves(
-            jobs(remaining=1e6, dwell_h=1.0), cheap, np.array([1]), TRANSFER, Guardrails(min_dwell_h=2)
-        )
-        == []
+    state = jobs(remaining=100_000, checkpoint_gb=0.0, dataset_gb=0.0, restart_h=0.1, save_h=0.0)
+    (move,) = moves(state, opts, 0)  # the escape is found even though the policy's target is "stay"
+    assert move.to == 1
+    expected = 20 * (10.0 - 0.8) - 1.0 * 20 * (1 - 50 / 100) - 0.1 * 0.8 - 0.1 * 1.0
+    assert move.saving_usd == pytest.approx(expected)
+
+
+def test_a_job_that_would_finish_inside_the_spike_compares_finishing_costs() -> None:
+    # 10 h of work left at the slow option, the spike lasts 20 h: no return; finishing there
+    # costs 1000/50 h × $0.8 = $16 against 10 h × $10 here.
+    opts = options(
+        [10.0, 0.8, 20.0], steps=[100.0, 50.0, 100.0], baseline=[1.0, 0.8, 20.0], revert_h=[20, 0, 0]
     )
+    state = jobs(remaining=1000, checkpoint_gb=0.0, dataset_gb=0.0, restart_h=0.1, save_h=0.0)
+    (move,) = moves(state, opts, 1)
+    assert move.saving_usd == pytest.approx(10 * 10.0 - (0.1 * 0.8 + 20 * 0.8))
 
 
-def test_preemption_notice_bypasses_dwell_and_price_but_not_the_budget() -> None:
+def test_preemption_notice_and_lost_instances_bypass_dwell_and_saving_but_not_the_budget() -> None:
     opts = options([1.0, 0.99, 3.0])
-    notice = jobs(dwell_h=0.0, notice=True)
-    (move,) = plan_moves(
-        notice, opts, np.array([1]), TRANSFER, Guardrails(min_dwell_h=5, price_improvement=2)
-    )
-    assert (move.to, move.reason) == (1, "preempted")
-    capped = Guardrails(budget_usd=1.0)  # finishing anywhere costs >= $9.90
-    assert plan_moves(notice, opts, np.array([1]), TRANSFER, capped) == []
+    for flag in ("notice", "lost"):
+        forced = jobs(dwell_h=0.0, **{flag: True})
+        (move,) = moves(forced, opts, 1, Guardrails(min_dwell_h=5, move_margin=100))
+        assert (move.to, move.reason) == (1, "preempted")
+        capped = Guardrails(budget_usd=1.0)  # finishing anywhere costs >= $9.90
+        assert moves(forced, opts, 1, capped) == []
+
+
+def test_a_lost_instance_redoes_its_work_a_notice_only_writes_a_checkpoint() -> None:
+    opts = options([1.0, 1.0, 3.0])
+    (lost,) = moves(jobs(lost=True, since_checkpoint_h=2.0, dataset_gb=0.0, checkpoint_gb=0.0), opts, 0)
+    (notice,) = moves(jobs(notice=True, since_checkpoint_h=2.0, dataset_gb=0.0, checkpoint_gb=0.0), opts, 0)
+    assert lost.cost_usd == pytest.approx((0.5 + 2.0) * 1.0)
+    assert notice.cost_usd == pytest.approx((0.5 + 0.01) * 1.0)
 
 
 def test_spend_rate_cap_excludes_dear_markets_at_start() -> None:
-    (move,) = plan_moves(
-        jobs(option=-1), options([2.0, 1.5, 3.0]), np.array([0]), TRANSFER, Guardrails(max_usd_per_hour=1.8)
-    )
+    (move,) = moves(jobs(option=-1), options([2.0, 1.5, 3.0]), 0, Guardrails(max_usd_per_hour=1.8))
     assert (move.to, move.reason) == (1, "start")
 
 
 def test_deadline_safety_moves_to_on_demand_when_slack_runs_out() -> None:
     # 1000 steps at 100/h = 10 h on demand + 0.5 h restart; with 11 h left and a 1 h period it must go now.
     opts = options([0.1, 0.1, 3.0])
-    (move,) = plan_moves(jobs(deadline_h=11.0), opts, np.array([0]), TRANSFER, Guardrails(period_h=1.0))
+    (move,) = moves(jobs(deadline_h=11.0), opts, 0, Guardrails(period_h=1.0))
     assert (move.to, move.reason) == (2, "deadline")
-    assert plan_moves(jobs(deadline_h=12.0), opts, np.array([0]), TRANSFER, Guardrails(period_h=1.0)) == []
+    assert moves(jobs(deadline_h=12.0), opts, 0, Guardrails(period_h=1.0)) == []
 
 
 def test_moves_per_tick_keeps_the_largest_net_saving() -> None:
-    two = PlannerOptions(
+    usd = np.array([1.0, 0.5, 1.0, 0.2])
+    two = Options(
+        key=np.arange(4),
         job=np.array([0, 0, 1, 1]),
+        market=np.arange(4),
         location=np.zeros(4, dtype=np.int64),
         steps_per_hour=np.full(4, 100.0),
-        usd_per_hour=np.array([1.0, 0.5, 1.0, 0.2]),
+        usd_per_hour=usd,
+        instances_per_hour=np.ones(4),
         on_demand=np.zeros(4, dtype=bool),
+        baseline_usd_per_hour=usd,
+        revert_h=np.zeros(4),
+        transfer=np.zeros((2, 1)),
+        capacity=np.full(4, np.inf),
     )
-    state = PlannerJobs(
+    state = FleetState(
+        names=("a", "b"),
+        locations=(("aws", "a"),),
         option=np.array([0, 2]),
         location=np.zeros(2, dtype=np.int64),
         remaining_steps=np.full(2, 1e5),
@@ -123,6 +196,7 @@ def test_moves_per_tick_keeps_the_largest_net_saving() -> None:
         since_checkpoint_h=np.zeros(2),
         deadline_h=np.full(2, np.inf),
         notice=np.zeros(2, dtype=bool),
+        lost=np.zeros(2, dtype=bool),
         spent_usd=np.zeros(2),
         restart_h=np.full(2, 0.1),
         save_h=np.zeros(2),
@@ -130,18 +204,24 @@ def test_moves_per_tick_keeps_the_largest_net_saving() -> None:
         dataset_gb=np.zeros(2),
         dataset_location=np.full(2, -1),
     )
-    moves = plan_moves(state, two, np.array([1, 3]), np.zeros((2, 1)), Guardrails(max_moves_per_tick=1))
-    assert [(m.job, m.to) for m in moves] == [(1, 3)]
+    found = plan_moves(
+        state, two, two.position(state.option), np.array([1, 3]), Guardrails(max_moves_per_tick=1)
+    )
+    assert [(m.job, m.to) for m in found] == [(1, 3)]
 
 
-def test_guardrails_are_validated() -> None:
-    with pytest.raises(InputError, match="price_improvement"):
-        Guardrails(price_improvement=0.5)
+def test_fleet_state_round_trips_through_json() -> None:
+    import json
+
+    state = jobs(remaining=123.0, lost=True)
+    again = FleetState.from_dict(json.loads(json.dumps(state.to_dict())))
+    for name, value in state.to_dict().items():
+        assert again.to_dict()[name] == value
 
 
 @pytest.mark.parametrize("at", [datetime(2021, 1, 1, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)])
 def test_plan_prices_dataset_egress_like_the_whatif_engine(at: datetime) -> None:
-    job = parse_jobs(
+    spec = parse_jobs(
         {
             "jobs": [
                 {
@@ -152,10 +232,17 @@ def test_plan_prices_dataset_egress_like_the_whatif_engine(at: datetime) -> None
                 }
             ]
         }
-    ).jobs[0]
+    )
     places = [("gcp", "us-central1"), ("gcp", "us-east1"), ("aws", "us-east-1")]
     per_gb = transfer_matrix(places, at)[0]
-    for (cloud, region), usd in zip(places, per_gb, strict=True):
-        quote = Quote(1, cloud, region, None, "x", "spot", "V100-16GB", 1, 1.0, at, "t")
-        assert egress_usd(job, MarketState(quote, 0.0, "default", None), at) == pytest.approx(100 * usd)
+    markets = [
+        MarketState(
+            Quote(i, cloud, region, None, "x", "spot", "V100-16GB", 1, 1.0, at, "t"), 0.0, "default", None
+        )
+        for i, (cloud, region) in enumerate(places)
+    ]
+    problem = build_problem(spec, markets, at, prune=False)
+    by_region = {(o.market.quote.cloud, o.market.quote.region): o.egress_usd for o in problem.options}
+    for place, usd in zip(places, per_gb, strict=True):
+        assert by_region[place] == pytest.approx(100 * usd)
     assert per_gb[1] != per_gb[2]  # inter-region and internet differ, and 2024's inter-region is dearer

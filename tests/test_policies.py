@@ -9,8 +9,8 @@ import pytest
 from scipy.optimize import linprog
 
 from spotopt.errors import InfeasibleError, InputError
-from spotopt.plan import prune_dominated, select_options
 from spotopt.policies.base import PolicyInput, get_policy, policy_names
+from spotopt.policies.prune import prune_dominated, select_options
 
 POLICIES = ["min-cost", "min-cost-slo", "min-makespan-budget", "max-throughput"]
 

@@ -50,10 +50,13 @@ def job(name: str, **extra: Any) -> dict[str, Any]:
 
 
 def setup(
-    prices: dict[int, list[tuple[float, float]]], jobs: list[dict[str, Any]], hours: float = 200
+    prices: dict[int, list[tuple[float, float]]],
+    jobs: list[dict[str, Any]],
+    hours: float = 200,
+    billing: str = "instance",
 ) -> Any:
     tl = build_timeline(quotes(prices), T0, hours, 1.0)
-    sim = build_jobs(parse_jobs({"jobs": jobs}), tl)
+    sim = build_jobs(parse_jobs({"jobs": jobs}), tl, billing=billing)
     return tl, sim, transfer_matrix(tl.locations, T0)
 
 
@@ -83,7 +86,7 @@ STATIC = {1: [(0, 1.0)], 2: [(0, 3.06)], 3: [(0, 0.3)], 4: [(0, 3.0)], 5: [(0, 0
 def test_each_fixed_strategy_picks_what_the_seeds_define(
     throughput: dict[str, float], expected: dict[str, int]
 ) -> None:
-    tl, sim, transfer = setup(STATIC, [job("j", throughput=throughput)])
+    tl, sim, transfer = setup(STATIC, [job("j", throughput=throughput)], billing="gpu")  # the seeds' packing
     events = no_preemptions(tl)
     for name, market in expected.items():
         run = run_strategy(name, tl, sim, events, transfer, 0)

@@ -16,6 +16,7 @@ import pytest
 from spotopt.db.queries import Quote
 from spotopt.jobspec import parse_jobs
 from spotopt.mover.egress import transfer_matrix
+from spotopt.mover.forecast import forecast
 from spotopt.mover.guardrails import Guardrails
 from spotopt.whatif.engine import RunResult, simulate
 from spotopt.whatif.frontier import OptionFrontier
@@ -92,7 +93,7 @@ def run(tl: Timeline, sim: SimJobs, events: Any, transfer: Any, narrow: bool, gu
 
 GUARDS = [
     Guardrails(),
-    Guardrails(price_improvement=1.0, min_dwell_h=0.0, max_moves_per_tick=1),
+    Guardrails(move_margin=0.0, min_dwell_h=0.0, max_moves_per_tick=1),
     Guardrails(max_usd_per_hour=1.5, budget_usd=400.0),
 ]
 
@@ -108,19 +109,22 @@ def test_narrowed_and_full_runs_decide_identically(seed: int) -> None:
     assert np.array_equal(narrowed.finish_h, full.finish_h, equal_nan=True)
     assert np.array_equal(narrowed.moves, full.moves)
     assert (narrowed.trace >= 0).any()
-    assert len(OptionFrontier(tl, sim, sim.expected_steps_per_hour).candidates(0)) < sim.n_options
+    floor = forecast(tl.price, tl.tick_h)[0]
+    assert len(OptionFrontier(tl, sim, sim.expected_steps_per_hour, floor).candidates(0)) < sim.n_options
 
 
 @pytest.mark.parametrize("window", [1, 5, 24])
 def test_every_dropped_option_has_a_strictly_better_one_in_its_region(window: int) -> None:
     tl, sim, _, _ = scenario(11)
     speed = sim.expected_steps_per_hour
-    frontier = OptionFrontier(tl, sim, speed, window=window)
+    floor = forecast(tl.price, tl.tick_h)[0]
+    frontier = OptionFrontier(tl, sim, speed, floor, window=window)
     dropped_any = False
     for t in range(tl.n_ticks):
         kept = frontier.candidates(t)
         dropped = np.setdiff1d(np.arange(sim.n_options), kept)
         usd = tl.price[sim.market, t] / sim.slots
+        base = floor[sim.market, t] / sim.slots
         first = t - t % window
         prices = tl.price[sim.market, first : first + window] / sim.slots[:, None]
         for e in dropped.tolist():
@@ -134,5 +138,31 @@ def test_every_dropped_option_has_a_strictly_better_one_in_its_region(window: in
                 & np.isin(np.arange(sim.n_options), kept)
                 & (sim.on_demand | ~sim.on_demand[e])
             )
-            assert (rivals & (usd < usd[e])).any() or not np.isfinite(usd[e]), (t, e)
+            assert (rivals & (usd < base[e])).any() or not np.isfinite(usd[e]), (t, e)
     assert dropped_any
+
+
+class HiddenFuture:
+    """The decider seeing, at tick ``t``, a timeline whose prices after ``t`` are unknown (NaN)."""
+
+    def __init__(self, tl: Timeline, sim: SimJobs, transfer: Any, guard: Guardrails) -> None:
+        self.full = tl.price
+        self.masked = Timeline(**{**tl.__dict__, "price": np.full_like(tl.price, np.nan)})
+        self.decider = SpotoptDecider(self.masked, sim, transfer, guard, narrow=False)
+
+    def __call__(self, t: int, st: Any) -> Any:
+        self.masked.price[:, t] = self.full[:, t]
+        self.decider.baseline, self.decider.revert_h = forecast(self.masked.price, self.masked.tick_h)
+        return self.decider(t, st)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_decisions_are_the_same_with_the_future_hidden(seed: int) -> None:
+    """The frontier reads its window's future prices; the decisions must not depend on them."""
+    tl, sim, events, transfer = scenario(seed)
+    guard = GUARDS[seed % len(GUARDS)]
+    seeing = run(tl, sim, events, transfer, True, guard)
+    hidden = simulate(tl, sim, events, transfer, HiddenFuture(tl, sim, transfer, guard), 0)
+    assert np.array_equal(seeing.trace, hidden.trace)
+    assert np.array_equal(seeing.cost_usd, hidden.cost_usd)
+    assert (seeing.moves > 0).any() or (seeing.trace >= 0).any()

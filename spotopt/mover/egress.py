@@ -78,3 +78,24 @@ def transfer_matrix(locations: Sequence[tuple[str, str]], at: datetime) -> np.nd
             elif region_a != region_b:
                 out[a, b] = usd_per_gb(cloud_a, "inter-region", at)
     return out
+
+
+def entry_usd(
+    transfer: np.ndarray[Any, Any],
+    here: np.ndarray[Any, Any],
+    dest: np.ndarray[Any, Any],
+    checkpoint_gb: np.ndarray[Any, Any],
+    dataset_gb: np.ndarray[Any, Any],
+    dataset_home: np.ndarray[Any, Any],
+) -> np.ndarray[Any, Any]:
+    """Dollars of egress to start a job at location ``dest`` with its checkpoint at ``here``.
+
+    The one egress rule of spotopt (plan, decisions and the what-if engine's charges): the
+    checkpoint moves from ``here`` (-1: no checkpoint yet, nothing to move) and the dataset
+    moves from its home ``dataset_home`` (-1: no dataset) unless ``dest`` holds a copy: its
+    home, or ``here``, where the job ran with it. All arguments broadcast elementwise.
+    """
+    ckpt = checkpoint_gb * transfer[here, dest]
+    needs = (dataset_home >= 0) & (dest != dataset_home) & (dest != here)
+    data = np.where(needs, dataset_gb * transfer[np.maximum(dataset_home, 0), dest], 0.0)
+    return np.asarray(ckpt + data)

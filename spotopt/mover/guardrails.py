@@ -1,9 +1,9 @@
 """Guardrails: the limits a planner obeys, as plain data (the daemon reads them from settings).
 
 Why each exists:
-- ``price_improvement``: prices wobble; without hysteresis a job chases every cent and pays a
-  restart each time. A voluntary move needs the target's expected $/step to be at least this
-  factor below the current one's.
+- ``move_margin``: forecasts err; without hysteresis a job chases every cent and pays a restart
+  each time. A voluntary move needs a forecast saving, net of the move's own cost (restart,
+  checkpoint, egress), above this multiple of that cost (``spotopt.mover.planner``).
 - ``min_dwell_h``: a job that just arrived stays this long before moving voluntarily again.
 - ``max_moves_per_tick``: caps voluntary moves per planning round (the biggest net savings go
   first), so one price shock cannot restart a whole fleet at once.
@@ -12,7 +12,7 @@ Why each exists:
 - ``period_h``: how often the planner runs; deadline safety looks one period ahead.
 - ``deadline_margin_h``: extra slack kept before falling back to on-demand.
 
-A preemption notice (or an unavailable market) bypasses dwell and price improvement, never the
+A preemption notice (or an unavailable market) bypasses dwell and the saving test, never the
 budget or the spend-rate cap.
 """
 
@@ -25,7 +25,7 @@ from spotopt.errors import InputError
 
 @dataclass(frozen=True, slots=True)
 class Guardrails:
-    price_improvement: float = 1.1
+    move_margin: float = 0.5
     min_dwell_h: float = 2.0
     max_moves_per_tick: int | None = None
     max_usd_per_hour: float | None = None
@@ -34,8 +34,8 @@ class Guardrails:
     deadline_margin_h: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.price_improvement < 1.0:
-            raise InputError(f"guardrails.price_improvement is {self.price_improvement}; it must be >= 1")
+        if not self.move_margin >= 0:
+            raise InputError(f"guardrails.move_margin is {self.move_margin}; it must be >= 0")
         if self.min_dwell_h < 0 or self.period_h <= 0 or self.deadline_margin_h < 0:
             raise InputError("guardrails: min_dwell_h and deadline_margin_h must be >= 0, period_h > 0")
         if self.max_moves_per_tick is not None and self.max_moves_per_tick < 0:

@@ -1,155 +1,111 @@
-"""The planner: given where jobs run, the market now and a policy's targets, which jobs to move.
+"""The move test: given where jobs run, the options now and a policy's targets, which jobs move.
 
-Pure: arrays in, a list of ``Move`` out; no clock, no I/O. The what-if engine calls it every
-simulated tick and the mover daemon will call it every real period, so a what-if number is a
-prediction of what the daemon does.
+Pure: arrays in (``spotopt.mover.fleet``), a list of ``Move`` out; no clock, no I/O. It is the
+last step of ``spotopt.mover.core.decide``, which every caller goes through.
 
-A job moves only when it pays for itself. For job ``j`` now on option ``c`` and a candidate
-option ``e`` (a market slot, see ``PlannerOptions``):
+**Costs.** For job ``j`` and an option ``e`` with ``R`` steps left:
 
-- cost to finish on ``e``: ``remaining / steps_per_hour[e] * usd_per_hour[e]`` (expected
-  effective throughput, i.e. already discounted for expected preemption loss);
-- move cost: ``(restart_h + redo_h) * usd_per_hour[e]`` (provisioning + loading the checkpoint,
-  and either writing a fresh checkpoint first or redoing the work since the last one, whichever
-  is shorter) plus egress dollars: the checkpoint from the job's region to ``e``'s, and the
-  dataset when ``e``'s region holds no copy (copies exist at the dataset's home and where the
-  job runs now);
-- a voluntary move needs: ``saving = finish(c) - finish(e) > move cost``, ``$/step(c) >=
-  price_improvement * $/step(e)``, the job has dwelt ``min_dwell_h``, the spend-rate cap and the
-  budget hold, and at most ``max_moves_per_tick`` voluntary moves are made (largest net saving
-  first).
+- *forecast cost* of running ``h`` hours on ``e``: ``usd_per_hour[e]`` for the first
+  ``revert_h[e]`` hours, then ``baseline_usd_per_hour[e]`` (``spotopt.mover.forecast``); the
+  cost to finish on ``e`` is that for ``h = R / steps_per_hour[e]`` (expected effective
+  throughput, already discounted for preemption loss);
+- *move cost* (``move_cost_usd``): the hours paid on ``e`` without progress — the restart
+  (provision + load the checkpoint) plus either writing a fresh checkpoint first or redoing the
+  work since the last one (whichever is shorter; a lost instance can only redo) — at ``e``'s
+  price, plus egress (``spotopt.mover.egress.entry_usd``, the one egress rule).
 
-Forced placements (a job not yet started, a preemption notice, the current market gone) bypass
-dwell and price improvement but never the budget or the spend-rate cap.
+**A voluntary move** of ``j`` from ``c`` to ``e`` needs a forecast *saving net of the move's
+cost* above ``move_margin`` × the move's cost, where the saving is the better of two plans
+against staying on ``c`` until the end:
 
-Deadline safety (the "uniform progress" idea of Can't-Be-Late, in its simplest safe form): a job
-is *safe* while, after one more period anywhere (where a preemption could erase the period's
-progress), an on-demand run plus a restart still fits before its deadline. When that no longer
-holds, the job moves to the on-demand option that finishes cheapest in time (none in time: the
-cheapest of the fastest) and stays there.
-On-demand capacity is never preempted, so a job that was safe at the previous period finishes in
-time whenever some on-demand market stays available.
+- go for good: ``finish(c) - (move(e) + finish(e))``;
+- ride out ``c``'s excursion on ``e`` (only while ``c`` is above its baseline): run on ``e`` for
+  ``h = min(revert_h[c], R / steps[e])`` hours, then move back and finish on ``c`` at its
+  baseline. When the job would finish inside the excursion this is the first plan.
+
+The candidates are the policy's target and, while ``c`` is in an excursion, the option cheapest
+per step now. Also needed: the job has dwelt ``min_dwell_h``, the spend-rate cap and the budget
+hold, at most ``max_moves_per_tick`` voluntary moves (largest net saving first).
+
+**Forced placements** (a job not yet started, a preemption notice, a lost instance, a market
+gone) bypass dwell and the saving test but never the budget or the spend-rate cap: the policy's
+target if allowed, else the option cheapest to finish including the move.
+
+**Deadline safety** (the safety net of Can't-Be-Late's uniform progress): a job is *safe* while,
+after one more period anywhere (where a preemption could erase the period's progress), an
+on-demand run plus a restart still fits before its deadline. When that no longer holds, the job
+moves to the on-demand option that finishes cheapest in time (none in time: the cheapest of the
+fastest) and stays there. On-demand capacity is never preempted, so a job that was safe at the
+previous period finishes in time whenever some on-demand market stays available.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from spotopt.mover.egress import entry_usd
+from spotopt.mover.fleet import FleetState, Move, Options
 from spotopt.mover.guardrails import Guardrails
 
 Array = np.ndarray[Any, Any]
 
-REASONS = ("start", "preempted", "unavailable", "deadline", "price")
+
+def forecast_usd(opts: Options, idx: Array, hours: Array) -> Array:
+    """Forecast dollars of running options ``idx`` for ``hours`` from now (NaN: unavailable)."""
+    revert = opts.revert_h[idx]
+    now = np.minimum(hours, revert)
+    return np.asarray(opts.usd_per_hour[idx] * now + opts.baseline_usd_per_hour[idx] * (hours - now))
 
 
-@dataclass(frozen=True)
-class PlannerOptions:
-    """Every (job, market slot) a job may use now; length ``E``.
-
-    ``usd_per_hour`` is what one slot costs now (NaN: the market has no price, i.e. is
-    unavailable); ``steps_per_hour`` is the expected effective throughput; ``location`` indexes
-    the ``(cloud, region)`` list the transfer matrix was built for.
-    """
-
-    job: Array
-    location: Array
-    steps_per_hour: Array
-    usd_per_hour: Array
-    on_demand: Array
-
-
-@dataclass(frozen=True)
-class PlannerJobs:
-    """Per job (length ``J``); ``option`` is -1 when the job has no instance.
-
-    ``location`` is where its latest checkpoint is (-1: none yet); ``notice`` means its instance
-    is being (or was) preempted; ``deadline_h`` is the time left (``inf``: none).
-    ``remaining_steps <= 0`` means finished: such jobs are ignored.
-    """
-
-    option: Array
-    location: Array
-    remaining_steps: Array
-    dwell_h: Array
-    since_checkpoint_h: Array
-    deadline_h: Array
-    notice: Array
-    spent_usd: Array
-    restart_h: Array
-    save_h: Array
-    checkpoint_gb: Array
-    dataset_gb: Array
-    dataset_location: Array
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """Put job ``job`` on option ``to`` (``from_option`` -1: it had none). Dollars are expectations."""
-
-    job: int
-    from_option: int
-    to: int
-    reason: str
-    saving_usd: float
-    cost_usd: float
-
-
-def move_costs(jobs: PlannerJobs, opts: PlannerOptions, transfer: Array) -> Array:
-    """Expected dollars of moving each option's job onto it now (see the module docstring)."""
+def move_cost_usd(state: FleetState, opts: Options, cur: Array) -> Array:
+    """Expected dollars of putting each option's job on it now (``cur``: positions of the jobs'
+    current options in ``opts``, -1 none); see the module docstring."""
     j = opts.job
-    cur = jobs.option[j]
-    has_cur = cur >= 0
-    cur_steps = np.where(has_cur, opts.steps_per_hour[np.maximum(cur, 0)], 0.0)
-    redo_h = jobs.since_checkpoint_h[j] * cur_steps / opts.steps_per_hour
-    redo_h = np.where(jobs.notice[j], redo_h, np.minimum(redo_h, jobs.save_h[j]))
-    overhead_h = jobs.restart_h[j] + redo_h
-    here = jobs.location[j]
-    ckpt = jobs.checkpoint_gb[j] * transfer[here, opts.location]
-    home = jobs.dataset_location[j]
-    needs_data = (home >= 0) & (opts.location != home) & (opts.location != here)
-    data = np.where(needs_data, jobs.dataset_gb[j] * transfer[home, opts.location], 0.0)
-    return overhead_h * opts.usd_per_hour + ckpt + data
+    c = cur[j]
+    cur_steps = np.where(c >= 0, opts.steps_per_hour[np.maximum(c, 0)], 0.0)
+    redo_h = state.since_checkpoint_h[j] * cur_steps / opts.steps_per_hour
+    redo_h = np.where(state.lost[j], redo_h, np.minimum(redo_h, state.save_h[j]))
+    egress = entry_usd(
+        opts.transfer,
+        state.location[j],
+        opts.location,
+        state.checkpoint_gb[j],
+        state.dataset_gb[j],
+        state.dataset_location[j],
+    )
+    return np.asarray((state.restart_h[j] + redo_h) * opts.usd_per_hour + egress)
 
 
-def plan_moves(
-    jobs: PlannerJobs,
-    opts: PlannerOptions,
-    target: Array,
-    transfer: Array,
-    guard: Guardrails,
-) -> list[Move]:
-    """Moves to make now. ``target[j]`` is the policy's option for job ``j`` (-1: none).
-
-    ``transfer`` is USD per GB between locations, shape ``(L + 1, L)`` with the last row for
-    "no checkpoint yet" (see ``spotopt.mover.egress.transfer_matrix``).
-    """
-    n_jobs = len(jobs.option)
+def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guard: Guardrails) -> list[Move]:
+    """Moves to make now. ``cur[j]`` and ``target[j]`` are positions in ``opts`` (-1: none) of job
+    ``j``'s current option and the policy's choice; moves name options by ``opts.key``."""
+    n_jobs = state.n_jobs
     j_of = opts.job
     avail = np.isfinite(opts.usd_per_hour)
-    price = np.where(avail, opts.usd_per_hour, np.inf)
-    per_step = price / opts.steps_per_hour
+    remaining = state.remaining_steps[j_of]
     with np.errstate(invalid="ignore"):  # finished jobs (0 steps left) on unavailable options
-        finish = np.where(avail, jobs.remaining_steps[j_of] * per_step, np.inf)
-        move = np.where(avail, move_costs(jobs, opts, transfer), np.inf)
+        finish = np.where(
+            avail, forecast_usd(opts, np.arange(opts.n_options), remaining / opts.steps_per_hour), np.inf
+        )
+        move = np.where(avail, move_cost_usd(state, opts, cur), np.inf)
+        per_step_now = np.where(avail, opts.usd_per_hour / opts.steps_per_hour, np.inf)
     eligible = avail.copy()
     if guard.max_usd_per_hour is not None:
         eligible &= opts.usd_per_hour <= guard.max_usd_per_hour
     od = eligible & opts.on_demand.astype(bool)
-    need_od = np.where(od, jobs.restart_h[j_of] + jobs.remaining_steps[j_of] / opts.steps_per_hour, np.inf)
+    need_od = np.where(od, state.restart_h[j_of] + remaining / opts.steps_per_hour, np.inf)
     min_need = np.full(n_jobs, np.inf)
     np.minimum.at(min_need, j_of, need_od)
-    safe = ~np.isfinite(min_need) | (jobs.deadline_h - guard.period_h - guard.deadline_margin_h >= min_need)
+    safe = ~np.isfinite(min_need) | (state.deadline_h - guard.period_h - guard.deadline_margin_h >= min_need)
 
-    active = jobs.remaining_steps > 0
-    cur = jobs.option
-    cur_ok = (cur >= 0) & ~jobs.notice.astype(bool)
+    active = state.active
+    cur_ok = (cur >= 0) & ~state.notice & ~state.lost
     cur_ok &= np.where(cur >= 0, avail[np.maximum(cur, 0)], False)
     cur_finish = np.where(cur_ok, finish[np.maximum(cur, 0)], 0.0)
-    committed = float(np.sum(jobs.spent_usd)) + float(np.sum(cur_finish[active]))
+    committed = float(np.sum(state.spent_usd)) + float(np.sum(cur_finish[active]))
     budget = guard.budget_usd
 
     def fits(j: int, e: int) -> bool:
@@ -157,25 +113,48 @@ def plan_moves(
             return True
         return committed - cur_finish[j] + finish[e] + move[e] <= budget + 1e-9
 
+    def net_saving(j: int, c: int, e: int) -> float:
+        stay = finish[c]
+        go = move[e] + finish[e]
+        revert = opts.revert_h[c]
+        if revert > 0:
+            hours = min(revert, state.remaining_steps[j] / opts.steps_per_hour[e])
+            rest = state.remaining_steps[j] - hours * opts.steps_per_hour[e]
+            ride = move[e] + float(forecast_usd(opts, np.array([e]), np.array([hours]))[0])
+            if rest > 1e-9:
+                base_c = opts.baseline_usd_per_hour[c]
+                back = (state.restart_h[j] + state.save_h[j]) * base_c
+                back += state.checkpoint_gb[j] * opts.transfer[opts.location[e], opts.location[c]]
+                ride += back + base_c * rest / opts.steps_per_hour[c]
+            go = min(go, ride)
+        return float(stay - go)
+
     by_job = np.argsort(j_of, kind="stable")
     bounds = np.searchsorted(j_of[by_job], np.arange(n_jobs + 1))
+    key = opts.key
     moves: list[Move] = []
     voluntary: list[Move] = []
     for j in np.flatnonzero(active).tolist():
         mine = by_job[bounds[j] : bounds[j + 1]]
         c = int(cur[j])
+        from_key = int(state.option[j])
         if not safe[j] and not (cur_ok[j] and od[c]):
             cand = mine[od[mine]]
-            in_time = cand[need_od[cand] <= jobs.deadline_h[j]]
+            in_time = cand[need_od[cand] <= state.deadline_h[j]]
             fastest = cand[need_od[cand] <= need_od[cand].min(initial=np.inf)]
             pool = in_time if len(in_time) else fastest
             pick = _cheapest(pool, finish + move, j, fits)
             if pick is not None:
-                moves.append(Move(j, c, pick, "deadline", 0.0, float(move[pick])))
+                moves.append(Move(j, from_key, int(key[pick]), "deadline", 0.0, float(move[pick])))
                 committed += finish[pick] + move[pick] - cur_finish[j]
             continue
         if not cur_ok[j]:
-            reason = "start" if c < 0 else ("preempted" if jobs.notice[j] else "unavailable")
+            if from_key < 0:
+                reason = "start"
+            elif state.notice[j] or state.lost[j]:
+                reason = "preempted"
+            else:
+                reason = "unavailable"
             pool = mine[eligible[mine]]
             if not safe[j]:
                 pool = pool[od[pool]]
@@ -183,25 +162,34 @@ def plan_moves(
             chosen = t if t >= 0 and t in set(pool.tolist()) and fits(j, t) else None
             pick = chosen if chosen is not None else _cheapest(pool, finish + move, j, fits)
             if pick is not None:
-                moves.append(Move(j, c, pick, reason, 0.0, float(move[pick])))
+                moves.append(Move(j, from_key, int(key[pick]), reason, 0.0, float(move[pick])))
                 committed += finish[pick] + move[pick]
             continue
-        t = int(target[j])
-        if t < 0 or t == c or not eligible[t] or jobs.dwell_h[j] < guard.min_dwell_h:
+        if state.dwell_h[j] < guard.min_dwell_h:
             continue
-        if not safe[j] and not od[t]:
-            continue
-        saving = float(cur_finish[j] - finish[t])
-        if per_step[c] < guard.price_improvement * per_step[t] or saving <= move[t]:
-            continue
-        voluntary.append(Move(j, c, t, "price", saving, float(move[t])))
-    voluntary.sort(key=lambda m: (-(m.saving_usd - m.cost_usd), m.job))
+        candidates = {int(target[j])}
+        if opts.revert_h[c] > 0:
+            pool = mine[eligible[mine]]
+            if len(pool):
+                candidates.add(int(pool[np.argmin(per_step_now[pool])]))
+        best: Move | None = None
+        for t in sorted(candidates):
+            if t < 0 or t == c or not eligible[t] or (not safe[j] and not od[t]):
+                continue
+            saving = net_saving(j, c, t)
+            if saving > guard.move_margin * move[t] and (best is None or saving > best.saving_usd):
+                best = Move(j, from_key, int(key[t]), "price", saving, float(move[t]))
+        if best is not None:
+            voluntary.append(best)
+    voluntary.sort(key=lambda m: (-m.saving_usd, m.job))
     if guard.max_moves_per_tick is not None:
         voluntary = voluntary[: guard.max_moves_per_tick]
+    position = {int(k): i for i, k in enumerate(key.tolist())}
     for m in voluntary:
-        if fits(m.job, m.to):
+        e = position[m.to]
+        if fits(m.job, e):
             moves.append(m)
-            committed += finish[m.to] + move[m.to] - cur_finish[m.job]
+            committed += finish[e] + move[e] - cur_finish[m.job]
     return moves
 
 

@@ -7,8 +7,8 @@ strategies pay the same overheads for the same events:
 - A job entering an option (first start, a move, or a restart after a preemption) spends
   ``restart_h`` of the tick provisioning and loading its checkpoint: paid, no progress. Entering
   another region or cloud pays egress for the checkpoint and, where the region has no copy, the
-  dataset (``spotopt.mover.egress``). ``free_moves`` (the seeds' ``dynamic``) waives both for a
-  move between two running instances.
+  dataset (``spotopt.mover.egress.entry_usd``, the rule the decisions price moves with).
+  ``free_moves`` (the seeds' ``dynamic``) waives both for a move between two running instances.
 - While running, a job advances at ``steps_per_hour × checkpoint_eff`` (writing a checkpoint
   every ``tau_h`` costs its write time) and bills the slot's price per second.
 - A preemption at position ``u`` of the tick ends the instance then: the job keeps the work up
@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from spotopt.mover.egress import entry_usd
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.timeline import Timeline
 
@@ -150,16 +151,6 @@ def tick_outcome(terms: TickTerms, remaining: Array) -> TickOutcome:
     return TickOutcome(terms.price * used_h, gained, used_h, done, terms.preempted & ~done)
 
 
-def entry_egress(sim: SimJobs, transfer: Array, jobs: Array, opts: Array, here: Array) -> Array:
-    """Dollars of egress to enter ``opts`` from location ``here`` (-1: nowhere yet)."""
-    dest = sim.location[opts]
-    ckpt = sim.checkpoint_gb[jobs] * transfer[here, dest]
-    home = sim.dataset_location[jobs]
-    needs = (home >= 0) & (dest != home) & (dest != here)
-    data = np.where(needs, sim.dataset_gb[jobs] * transfer[np.maximum(home, 0), dest], 0.0)
-    return ckpt + data
-
-
 def simulate(
     tl: Timeline,
     sim: SimJobs,
@@ -192,7 +183,15 @@ def simulate(
         free = switching & st.alive[jobs] if free_moves else None
         terms = tick_terms(tl, sim, events, t, jobs, opts, entering, free)
         out = tick_outcome(terms, sim.work[jobs] - st.progress[jobs])
-        paid_egress = np.where(entering, entry_egress(sim, transfer, jobs, opts, st.location[jobs]), 0.0)
+        egress_usd = entry_usd(
+            transfer,
+            st.location[jobs],
+            sim.location[opts],
+            sim.checkpoint_gb[jobs],
+            sim.dataset_gb[jobs],
+            sim.dataset_location[jobs],
+        )
+        paid_egress = np.where(entering, egress_usd, 0.0)
         if free is not None:
             paid_egress = np.where(free, 0.0, paid_egress)
         st.cost_usd[jobs] += out.cost_usd + paid_egress

@@ -9,10 +9,13 @@ changes no decision (``tests/test_whatif_frontier.py`` replays random histories 
 Rule (exact, per window of ``window`` ticks): option ``e`` of job ``j`` in region ``l`` is
 dropped when another option ``e'`` of ``j`` in ``l`` is at least as fast (expected steps/h),
 priced throughout the window, and its dearest price in the window is strictly below ``e``'s
-cheapest one; an on-demand option is only dropped for another on-demand one (deadline safety
-looks at on-demand options alone). Options without any price in the window are dropped too.
-Then at every tick of the window ``e'`` is strictly cheaper per hour, per step, to finish and to
-enter (same region: same egress; the restart is billed at a lower price), so
+lowest *forecast baseline* in it (``spotopt.mover.forecast``; the baseline is never above the
+price, and every forecast cost of ``e`` is at least its baseline); an on-demand option is only
+dropped for another on-demand one (deadline safety looks at on-demand options alone). Options
+without any price in the window are dropped too.
+Then at every tick of the window ``e'`` is strictly cheaper per hour now and over any forecast
+horizon, per step, to finish and to enter (same region: same egress; the restart is billed at a
+lower price), so
 
 - ``prune_dominated`` would drop ``e`` from the policy's input anyway (``e'`` sorts before it
   and is as fast), so the policy solves the very same problem;
@@ -44,9 +47,10 @@ class OptionFrontier:
     """The options worth considering at tick ``t`` (``candidates(t)``), one window at a time."""
 
     def __init__(
-        self, tl: Timeline, sim: SimJobs, steps_per_hour: Array, window: int = DEFAULT_WINDOW
+        self, tl: Timeline, sim: SimJobs, steps_per_hour: Array, floor: Array, window: int = DEFAULT_WINDOW
     ) -> None:
         self.tl, self.sim, self.window = tl, sim, max(1, window)
+        self.floor = floor
         n = sim.n_options
         # Static layout: options grouped by (job, region), fastest first. Per group the window's
         # "cheapest dearest price among the options at least as fast" is a running minimum along
@@ -81,9 +85,10 @@ class OptionFrontier:
 
     def _compute(self, first: int) -> Array:
         tl, sim = self.tl, self.sim
-        prices = tl.price[:, first : min(first + self.window, tl.n_ticks)]
+        cols = slice(first, min(first + self.window, tl.n_ticks))
+        prices = tl.price[:, cols]
         priced = np.isfinite(prices)
-        lo_m = np.where(priced, prices, np.inf).min(axis=1)
+        lo_m = np.where(priced, self.floor[:, cols], np.inf).min(axis=1)
         hi_m = np.where(priced.all(axis=1), np.where(priced, prices, -np.inf).max(axis=1), np.inf)
         slots = sim.slots[self.order]
         lo = lo_m[sim.market[self.order]] / slots

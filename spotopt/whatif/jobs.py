@@ -20,7 +20,7 @@ import numpy as np
 
 from spotopt.catalog import gpu_matches
 from spotopt.jobspec import Job, JobSpec
-from spotopt.plan import build_problem
+from spotopt.plan import enumerate_options
 from spotopt.throughput import StoredFigure, checkpoint_interval_s, preemption_efficiency
 from spotopt.whatif.timeline import Timeline
 
@@ -115,16 +115,18 @@ def checkpoint_terms(
     return tau_s[inverse] / 3600.0, eff[inverse]
 
 
-def build_jobs(spec: JobSpec, tl: Timeline, figures: Sequence[StoredFigure] = ()) -> SimJobs:
-    """All options of all jobs on the timeline's markets (see the module docstring)."""
-    problem = build_problem(spec, tl.markets, tl.start, figures, horizon_hours=1e9, prune=False)
-    inp = problem.input
-    order = np.argsort(inp.job, kind="stable")
-    infos = [problem.options[e] for e in order]
-    market = inp.market[order]
+def build_jobs(
+    spec: JobSpec, tl: Timeline, figures: Sequence[StoredFigure] = (), billing: str = "instance"
+) -> SimJobs:
+    """All options of all jobs on the timeline's markets (see the module docstring); ``billing``
+    as in ``spotopt.plan.BILLING``."""
+    table = enumerate_options(spec, tl.markets, tl.start, figures, period_h=tl.tick_h, billing=billing)
+    order = np.argsort(table.job, kind="stable")
+    infos = [table.infos[e] for e in order]
+    market = table.market[order]
     ckpt_s = np.array([job.checkpoint_seconds for job in spec.jobs], dtype=float)
     restart_s = np.array([job.restart_s for job in spec.jobs], dtype=float)
-    job_idx = inp.job[order]
+    job_idx = table.job[order]
     tau, expected = checkpoint_terms(
         ckpt_s, restart_s, job_idx, np.asarray(tl.rate, dtype=float), market, tl.tick_h
     )
@@ -137,8 +139,8 @@ def build_jobs(spec: JobSpec, tl: Timeline, figures: Sequence[StoredFigure] = ()
     return SimJobs(
         jobs=list(spec.jobs),
         names=[job.name for job in spec.jobs],
-        work=np.asarray(inp.work_steps, dtype=float),
-        deadline_h=np.asarray(inp.deadline_hours, dtype=float),
+        work=table.work_steps,
+        deadline_h=table.deadline_hours,
         restart_h=np.array([job.restart_s / 3600.0 for job in spec.jobs]),
         save_h=ckpt_s / 3600.0,
         checkpoint_gb=np.array([job.checkpoint_gb for job in spec.jobs]),

@@ -1,0 +1,234 @@
+"""The decision core: one ``decide`` for ``spotopt plan``, the what-if engine and the daemon.
+
+``decide(state, options, guardrails, memory) -> list[Move]`` owns every decision:
+
+1. **The policy input** (``policy_input``, the one builder): the available options of unfinished
+   jobs, each priced at its forecast average price over finishing the job there
+   (``spotopt.mover.forecast``) plus its move cost (``spotopt.mover.planner.move_cost_usd``)
+   amortised over the job's remaining work, so the policy already prefers staying put. The
+   horizon is ``max(DEFAULT_HORIZON_HOURS, deadlines)``; capacity is the options' own.
+2. **When to re-solve**: the policy is solved again only when the set of unfinished or placed
+   jobs changed, some job's best forecast $/step moved by more than ``RESOLVE_CHANGE``, a
+   target lost its price, or, with deadlines, every ``RESOLVE_DEADLINE_H`` hours. Otherwise the
+   remembered targets stand.
+3. **Fallback**: ``min-cost-slo`` (the default with deadlines, else ``min-cost``) may be
+   infeasible at some moment; then ``min-cost`` gives the targets and the planner's deadline
+   safety decides (noted once in ``memory.notes``).
+4. **Targets**: per job, the option with the largest time share.
+5. **The move test** (``spotopt.mover.planner.plan_moves``).
+
+``Memory`` is plain data (``to_dict``/``from_dict``), so a daemon restarted from its journal
+decides exactly as before. Nothing here reads a clock, a database or the future: the caller
+hands in the state, the options priced now and the forecast drawn from the past.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spotopt.errors import InfeasibleError
+from spotopt.mover.fleet import FleetState, Move, Options
+from spotopt.mover.guardrails import Guardrails
+from spotopt.mover.planner import forecast_usd, move_cost_usd, plan_moves
+from spotopt.policies.base import Allocation, PolicyInput, get_policy
+from spotopt.policies.prune import prune_dominated, select_options
+
+Array = np.ndarray[Any, Any]
+
+DEFAULT_HORIZON_HOURS = 720.0
+RESOLVE_DEADLINE_H = 6.0
+RESOLVE_CHANGE = 0.05
+"""Re-solve when a job's best forecast $/step moved by more than this fraction since the last
+solve; a smaller change shifts the amortised costs the policy compares by less than the margin
+any move needs."""
+
+
+@dataclass
+class Memory:
+    """What ``decide`` remembers between calls; plain data (see the module docstring)."""
+
+    target: dict[str, int] = field(default_factory=dict)
+    """Per job name, the key of the policy's option for it."""
+    fingerprint: str = ""
+    best_usd_per_step: dict[str, float] = field(default_factory=dict)
+    last_solve_h: float | None = None
+    solves: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": dict(self.target),
+            "fingerprint": self.fingerprint,
+            "best_usd_per_step": dict(self.best_usd_per_step),
+            "last_solve_h": self.last_solve_h,
+            "solves": self.solves,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Memory:
+        return cls(
+            target={str(k): int(v) for k, v in data["target"].items()},
+            fingerprint=str(data["fingerprint"]),
+            best_usd_per_step={str(k): float(v) for k, v in data["best_usd_per_step"].items()},
+            last_solve_h=None if data["last_solve_h"] is None else float(data["last_solve_h"]),
+            solves=int(data["solves"]),
+            notes=[str(n) for n in data["notes"]],
+        )
+
+
+@dataclass(frozen=True)
+class PolicyProblem:
+    """A policy input built from a fleet state, and where its options sit in the ``Options``."""
+
+    input: PolicyInput
+    positions: Array
+    jobs: Array
+    """Fleet job index of each of the input's jobs."""
+
+
+def default_policy(deadline_h: Array) -> str:
+    return "min-cost-slo" if bool(np.isfinite(deadline_h).any()) else "min-cost"
+
+
+def policy_input(
+    state: FleetState,
+    opts: Options,
+    cur: Array | None = None,
+    *,
+    horizon_h: float | None = None,
+    budget_usd: float | None = None,
+    prune: bool = True,
+) -> PolicyProblem:
+    """The one policy-input builder (see the module docstring); ``cur`` as ``opts.position(state.option)``."""
+    cur = opts.position(state.option) if cur is None else cur
+    active = state.active
+    idx = np.flatnonzero(np.isfinite(opts.usd_per_hour) & active[opts.job] & (opts.steps_per_hour > 0))
+    job_of = opts.job[idx]
+    remaining = state.remaining_steps[job_of]
+    tput = opts.steps_per_hour[idx]
+    hours = remaining / tput
+    move = move_cost_usd(state, opts, cur)[idx]
+    staying = (cur[job_of] == idx) & ~state.notice[job_of] & ~state.lost[job_of]
+    move = np.where(staying, 0.0, move)
+    usd = (forecast_usd(opts, idx, hours) + move) / hours
+    live = np.unique(job_of)
+    remap = np.full(state.n_jobs, -1, dtype=np.int64)
+    remap[live] = np.arange(len(live))
+    deadline = np.maximum(state.deadline_h[live], 1e-6)
+    finite = deadline[np.isfinite(deadline)]
+    horizon = horizon_h if horizon_h is not None else max([DEFAULT_HORIZON_HOURS, *finite.tolist()])
+    inp = PolicyInput(
+        job=remap[job_of],
+        market=opts.market[idx],
+        steps_per_hour=tput,
+        usd_per_hour=usd,
+        instances_per_hour=opts.instances_per_hour[idx],
+        work_steps=state.remaining_steps[live],
+        deadline_hours=deadline,
+        capacity=opts.capacity,
+        horizon_hours=float(horizon),
+        budget_usd=budget_usd,
+        job_names=tuple(state.names[j] for j in live),
+    )
+    if prune and inp.n_options:
+        keep = prune_dominated(inp)
+        inp, idx = select_options(inp, keep), idx[keep]
+    return PolicyProblem(inp, idx, live)
+
+
+def solve_policy(name: str, inp: PolicyInput, notes: list[str] | None = None) -> Allocation:
+    """Solve ``name``; an infeasible ``min-cost-slo`` falls back to ``min-cost`` (noted in ``notes``)."""
+    try:
+        return get_policy(name)(inp)
+    except InfeasibleError:
+        if name != "min-cost-slo" or notes is None:
+            raise
+        note = "min-cost-slo infeasible at some moment: used min-cost; deadline safety decides"
+        if note not in notes:
+            notes.append(note)
+        return get_policy("min-cost")(inp)
+
+
+def top_share(problem: PolicyProblem, alloc: Allocation) -> dict[int, int]:
+    """Per fleet job, the position (in the ``Options``) of its option with the largest share."""
+    share = alloc.share
+    inp = problem.input
+    order = np.lexsort((-share, inp.job))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = inp.job[order][1:] != inp.job[order][:-1]
+    pick = order[first & (share[order] > 0)]
+    return {int(problem.jobs[inp.job[e]]): int(problem.positions[e]) for e in pick}
+
+
+def decide(
+    state: FleetState,
+    opts: Options,
+    guard: Guardrails,
+    memory: Memory,
+    policy: str | None = None,
+) -> list[Move]:
+    """The moves to make now (see the module docstring); updates ``memory`` in place."""
+    cur = opts.position(state.option)
+    _refresh_targets(state, opts, guard, memory, policy, cur)
+    keys = np.array([memory.target.get(name, -1) for name in state.names], dtype=np.int64)
+    return plan_moves(state, opts, cur, opts.position(keys), guard)
+
+
+def _fingerprint(state: FleetState) -> str:
+    placed = (state.option >= 0) & ~state.notice & ~state.lost
+    text = "|".join(
+        f"{n}:{int(a)}{int(p)}" for n, a, p in zip(state.names, state.active, placed, strict=True)
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _best_per_step(state: FleetState, opts: Options) -> Array:
+    avail = np.isfinite(opts.usd_per_hour) & state.active[opts.job]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        hours = state.remaining_steps[opts.job] / opts.steps_per_hour
+        cost = forecast_usd(opts, np.arange(opts.n_options), hours) / state.remaining_steps[opts.job]
+    best = np.full(state.n_jobs, np.inf)
+    np.minimum.at(best, opts.job[avail], cost[avail])
+    return best
+
+
+def _refresh_targets(
+    state: FleetState, opts: Options, guard: Guardrails, memory: Memory, policy: str | None, cur: Array
+) -> None:
+    active = state.active
+    best = _best_per_step(state, opts)
+    fingerprint = _fingerprint(state)
+    names = state.names
+    stale = memory.fingerprint != fingerprint or memory.last_solve_h is None
+    if not stale:
+        before = np.array([memory.best_usd_per_step.get(n, math.nan) for n in names])
+        with np.errstate(invalid="ignore"):
+            moved = np.abs(best - before) > before * RESOLVE_CHANGE
+        stale = bool(np.any(moved[active] | ~np.isfinite(before[active])))
+    if not stale:
+        keys = np.array([memory.target.get(n, -1) for n in names], dtype=np.int64)
+        pos = opts.position(keys)
+        lost = active & ((pos < 0) | ~np.isfinite(opts.usd_per_hour[np.maximum(pos, 0)]))
+        stale = bool(np.any(lost & np.isfinite(best)))
+    if not stale and bool(np.isfinite(state.deadline_h[active]).any()):
+        assert memory.last_solve_h is not None
+        stale = state.clock_h - memory.last_solve_h >= RESOLVE_DEADLINE_H - 1e-9
+    if not stale:
+        return
+    memory.fingerprint = fingerprint
+    memory.best_usd_per_step = {n: float(b) for n, b in zip(names, best, strict=True) if math.isfinite(b)}
+    memory.last_solve_h = state.clock_h
+    memory.target = {}
+    problem = policy_input(state, opts, cur, budget_usd=guard.budget_usd)
+    if problem.input.n_options == 0:
+        return
+    name = policy or default_policy(problem.input.deadline_hours)
+    alloc = solve_policy(name, problem.input, memory.notes)
+    memory.solves += 1
+    memory.target = {names[j]: int(opts.key[e]) for j, e in top_share(problem, alloc).items()}
