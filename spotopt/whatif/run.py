@@ -23,7 +23,14 @@ from spotopt.whatif.engine import RunResult, simulate
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.oracle import solve_job
 from spotopt.whatif.spotopt_decider import SpotoptDecider
-from spotopt.whatif.strategies import FIXED, STRATEGIES, ScheduleDecider, rule_decider
+from spotopt.whatif.strategies import (
+    FIXED,
+    PERIODIC,
+    STRATEGIES,
+    ScheduleDecider,
+    UniformProgressDecider,
+    rule_decider,
+)
 from spotopt.whatif.timeline import Timeline
 
 Array = np.ndarray[Any, Any]
@@ -92,11 +99,13 @@ def run_strategy(
     guard: Guardrails | None = None,
     policy: str | None = None,
 ) -> StrategyRun:
-    if name in FIXED or name == "dynamic":
+    if name in FIXED or name in PERIODIC:
         decider = rule_decider(name, tl, sim, start)
         return StrategyRun(
             name, simulate(tl, sim, events, transfer, decider, start, free_moves=name == "dynamic")
         )
+    if name == "uniform-progress":
+        return StrategyRun(name, simulate(tl, sim, events, transfer, UniformProgressDecider(tl, sim), start))
     if name == "spotopt":
         spot = SpotoptDecider(tl, sim, transfer, guard or Guardrails(), policy)
         result = simulate(tl, sim, events, transfer, spot, start)
@@ -132,14 +141,13 @@ def summarise(runs: Sequence[StrategyRun], sim: SimJobs, strategies: Sequence[st
         per: dict[str, dict[str, list[Any]]] = {}
         for run in runs:
             d = per.setdefault(
-                run.strategy, {k: [] for k in ("cost", "schedule", "finish", "met", "moves", "pre")}
+                run.strategy, {k: [] for k in ("cost", "bound", "finish", "met", "moves", "pre")}
             )
             res = run.result
             finished = math.isfinite(res.finish_h[j])
             cost = res.cost_usd[j] if finished else math.inf
             if run.lower_bound_usd is not None:
-                d["schedule"].append(cost)
-                cost = float(run.lower_bound_usd[j])
+                d["bound"].append(float(run.lower_bound_usd[j]))
             d["cost"].append(cost)
             d["finish"].append(res.finish_h[j] if finished else math.inf)
             deadline = sim.deadline_h[j]
@@ -165,8 +173,8 @@ def summarise(runs: Sequence[StrategyRun], sim: SimJobs, strategies: Sequence[st
                 "preemptions": float(np.mean(d["pre"])),
                 "unfinished_starts": unfinished,
             }
-            if d["schedule"]:
-                row["schedule_usd"] = _mean(d["schedule"])
+            if d["bound"]:
+                row["bound_usd"] = _mean(d["bound"])
             rows.append(row)
     return rows
 

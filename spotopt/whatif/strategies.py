@@ -15,6 +15,10 @@ The first six follow the seeds (thesis §6.3.2, Fig. 6.5/6.6), ranked by expecte
 - ``multi-cloud``: as ``multi-gpu`` over every allowed cloud and region, fixed.
 - ``dynamic``: the ``multi-cloud`` choice remade every 24 h with free moves (the seeds' zero
   move overhead; restarts after preemptions still cost).
+- ``dynamic-paid``: the same rule paying for its moves what every other strategy pays (restart,
+  checkpoint, egress): what the thesis' rule would really cost.
+- ``uniform-progress``: Can't-Be-Late's Uniform Progress policy (Wu et al., NSDI '24), the
+  published anchor for deadlines on spot: see ``UniformProgressDecider``.
 
 A fixed choice is kept through preemptions (the job restarts on the same market) and remade by
 the same rule only when its market has no price. When none of the strategy's markets has a price,
@@ -41,7 +45,8 @@ from spotopt.whatif.timeline import Timeline
 Array = np.ndarray[Any, Any]
 
 FIXED = ("on-demand", "spot", "gpu-type", "multi-gpu", "multi-cloud")
-STRATEGIES = (*FIXED, "dynamic", "spotopt", "oracle")
+PERIODIC = ("dynamic", "dynamic-paid")
+STRATEGIES = (*FIXED, *PERIODIC, "uniform-progress", "spotopt", "oracle")
 DYNAMIC_PERIOD_H = 24.0
 
 
@@ -74,7 +79,7 @@ def candidate_mask(name: str, tl: Timeline, sim: SimJobs, start_tick: int) -> Ar
     spot_kind = np.where(has_spot[sim.job], ~sim.on_demand, sim.on_demand)
     if name == "on-demand":
         return sim.on_demand & ref & whole
-    if name in ("multi-cloud", "dynamic"):
+    if name in ("multi-cloud", *PERIODIC):
         return spot_kind & exact
     home = home_cloud(tl, sim, start_tick, spot_kind & ref & whole)
     in_home = sim.cloud == home[sim.job]
@@ -138,7 +143,7 @@ class RuleDecider:
 
 def rule_decider(name: str, tl: Timeline, sim: SimJobs, start_tick: int) -> RuleDecider:
     mask = candidate_mask(name, tl, sim, start_tick)
-    return RuleDecider(tl, sim, mask, DYNAMIC_PERIOD_H if name == "dynamic" else None)
+    return RuleDecider(tl, sim, mask, DYNAMIC_PERIOD_H if name in PERIODIC else None)
 
 
 class ScheduleDecider:
@@ -152,3 +157,73 @@ class ScheduleDecider:
         want = self.plan[:, k] if k < self.plan.shape[1] else np.full(len(state.option), -2)
         keep = want == -2
         return np.where(state.done, -1, np.where(keep, state.option, want))
+
+
+class UniformProgressDecider:
+    """Can't-Be-Late's Uniform Progress (Wu et al., NSDI '24) for jobs with a deadline.
+
+    With ``d`` the restart overhead, ``ep(t)`` the uniform line from no progress at the start to
+    the whole job at the deadline and ``cp(t)`` the progress so far:
+
+    - running on spot: stay until preempted;
+    - running on on-demand: stay until ``cp(t) >= ep(t + 2d)``, then behave as idle;
+    - idle and behind the line (``cp(t) < ep(t)``): go on-demand and catch up;
+    - idle otherwise: take the spot option cheapest per step now, if any has a price;
+    - safety net: idle with the time left under the on-demand time for the work left plus
+      ``2d``: on-demand to the end.
+
+    On-demand is the job's fastest on-demand option (ties: the cheapest). A job without a
+    deadline takes spot like ``multi-cloud`` (any priced option when no spot one is).
+    """
+
+    def __init__(self, tl: Timeline, sim: SimJobs) -> None:
+        self.tl, self.sim = tl, sim
+        self.spot = candidate_mask("multi-cloud", tl, sim, 0) & ~sim.on_demand
+        self.od = sim.on_demand & (sim.gpus == sim.gpus_min[sim.job])
+        self.to_end = np.zeros(sim.n_jobs, dtype=bool)
+        self.start: int | None = None
+
+    def _fastest_od(self, t: int) -> Array:
+        sim = self.sim
+        priced = self.od & np.isfinite(self.tl.price[sim.market, t])
+        speed = np.where(priced, sim.steps_per_hour * sim.checkpoint_eff, np.nan)
+        top = np.full(sim.n_jobs, -np.inf)
+        np.fmax.at(top, sim.job, speed)
+        fastest = priced & (speed >= top[sim.job])
+        return best_per_job(np.where(fastest, usd_per_step(self.tl, sim, t), np.nan), self.sim)
+
+    def __call__(self, t: int, state: SimState) -> Array:
+        if self.start is None:
+            self.start = t
+        tl, sim = self.tl, self.sim
+        elapsed = (t - self.start) * tl.tick_h
+        deadline = sim.deadline_h
+        od = self._fastest_od(t)
+        od_speed = np.where(od >= 0, (sim.steps_per_hour * sim.checkpoint_eff)[np.maximum(od, 0)], np.nan)
+        d = sim.restart_h
+
+        def line(at_h: float) -> Array:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.asarray(sim.work * np.clip(at_h / deadline, 0.0, 1.0))
+
+        with np.errstate(invalid="ignore", divide="ignore"):
+            left_h = (sim.work - state.progress) / od_speed
+        spot_now = best_per_job(np.where(self.spot, usd_per_step(tl, sim, t), np.nan), sim)
+        cur = state.option
+        alive = state.alive
+        on_od = alive & (cur >= 0) & sim.on_demand[np.maximum(cur, 0)]
+        has_deadline = np.isfinite(deadline)
+        self.to_end |= has_deadline & ~alive & (deadline - elapsed < left_h + 2 * d)
+        leave_od = on_od & ~self.to_end & (state.progress >= line(elapsed + 2 * d))
+        idle = ~alive | leave_od
+        behind = has_deadline & (state.progress < line(elapsed))
+        out = np.where(alive, cur, -1)
+        go_od = idle & has_deadline & (self.to_end | behind | (spot_now < 0))
+        out = np.where(go_od & (od >= 0), od, out)
+        take_spot = idle & ~go_od & (spot_now >= 0)
+        out = np.where(take_spot, spot_now, out)
+        out = np.where(self.to_end & (od >= 0) & ~on_od, od, out)
+        no_deadline_fallback = ~has_deadline & (out < 0)
+        if no_deadline_fallback.any():
+            out = np.where(no_deadline_fallback, best_per_job(usd_per_step(tl, sim, t), sim), out)
+        return np.where(state.done, -1, out)

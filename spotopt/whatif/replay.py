@@ -1,0 +1,168 @@
+"""``replay(db, request) -> ReplayResult``: the what-if as a library call (the CLI is a thin layer).
+
+A replay reads the history once (prices of the window, preemption data, stored throughputs),
+builds every job's options through the same builder as ``spotopt plan`` and the daemon, and
+runs every requested strategy from every start. ``example_history()`` is the bundled synthetic
+market in a throwaway database, so ``spotopt whatif --example`` never writes synthetic prices
+into the user's history.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from spotopt.db.engine import Database
+from spotopt.db.queries import MarketFilter, prices_at
+from spotopt.db.setup import open_history
+from spotopt.errors import InputError
+from spotopt.jobspec import JobSpec
+from spotopt.mover.egress import transfer_matrix
+from spotopt.mover.guardrails import Guardrails
+from spotopt.plan import BILLING
+from spotopt.policies.base import get_policy
+from spotopt.settings import Settings
+from spotopt.throughput_store import stored_figures
+from spotopt.whatif.example_market import load_example
+from spotopt.whatif.jobs import SimJobs, build_jobs
+from spotopt.whatif.preemptions import PreemptionMode, preemption_table
+from spotopt.whatif.run import BASELINE, StrategyRun, placements, run_whatif, summarise, window_hours
+from spotopt.whatif.strategies import STRATEGIES
+from spotopt.whatif.timeline import Timeline, load_timeline
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """What to replay. ``start`` None: one window before the history's latest price, so the
+    replay ends where the history does. ``billing``: see ``spotopt.plan.BILLING``."""
+
+    spec: JobSpec
+    start: datetime | None = None
+    starts: int = 1
+    every_h: float = 24.0
+    strategies: tuple[str, ...] = STRATEGIES
+    preemptions: PreemptionMode = PreemptionMode.MODEL
+    seed: int = 0
+    clouds: tuple[str, ...] | None = None
+    policy: str | None = None
+    tick_h: float = 1.0
+    billing: str = "instance"
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.strategies if s not in STRATEGIES]
+        if bad or not self.strategies:
+            raise InputError(
+                f"strategies: unknown {', '.join(bad) or '(none given)'}; valid: {', '.join(STRATEGIES)}"
+            )
+        if self.billing not in BILLING:
+            raise InputError(f"billing {self.billing!r}: must be one of {', '.join(BILLING)}")
+        if self.starts < 1 or self.every_h <= 0 or self.tick_h <= 0:
+            raise InputError("starts must be >= 1, every and tick positive")
+        if self.policy is not None:
+            get_policy(self.policy)
+
+
+@dataclass
+class ReplayResult:
+    request: ReplayRequest
+    first_start: datetime
+    window_hours: float
+    timeline: Timeline
+    jobs: SimJobs
+    runs: list[StrategyRun]
+    rows: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def synthetic(self) -> bool:
+        return self.timeline.synthetic
+
+    def placements(self) -> list[dict[str, Any]]:
+        """Where each job ran (one start only; empty over several starts)."""
+        if self.request.starts != 1:
+            return []
+        shown = [r for r in self.runs if r.strategy in self.request.strategies]
+        return [p for r in shown for p in placements(r, self.timeline, self.jobs)]
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document of ``spotopt whatif --format json`` (schema in the README)."""
+        req = self.request
+        return {
+            "synthetic": self.synthetic,
+            "price_sources": sorted(self.timeline.sources),
+            "first_start": self.first_start,
+            "starts": req.starts,
+            "every_hours": req.every_h,
+            "window_hours": self.window_hours,
+            "preemptions": req.preemptions.value,
+            "seed": req.seed if req.preemptions is PreemptionMode.MODEL else None,
+            "billing": req.billing,
+            "results": self.rows,
+            "placements": self.placements(),
+            "notes": self.notes,
+        }
+
+
+def replay(
+    db: Database, request: ReplayRequest, on_step: Callable[[str, datetime], None] | None = None
+) -> ReplayResult:
+    """Replay ``request`` over ``db``'s history; ``on_step(strategy, start)`` after each run."""
+    flt = MarketFilter(clouds=list(request.clouds) if request.clouds else None)
+    spec = request.spec
+    with db.session() as session:
+        first = request.start or _default_start(session, spec, request.starts, request.every_h, flt)
+        hours = window_hours(spec, first, request.starts, request.every_h)
+        tl = load_timeline(session, first, hours, request.tick_h, flt)
+        figures = stored_figures(session)
+        events = preemption_table(session, tl, request.preemptions, request.seed)
+    sim = build_jobs(spec, tl, figures, billing=request.billing)
+    transfer = transfer_matrix(tl.locations, first)
+    start_ticks = [round(k * request.every_h / request.tick_h) for k in range(request.starts)]
+    step = None if on_step is None else (lambda name, tick: on_step(name, tl.time(tick)))
+    guard = Guardrails(period_h=request.tick_h)
+    runs = run_whatif(tl, sim, events, transfer, request.strategies, start_ticks, guard, request.policy, step)
+    rows = summarise(runs, sim, list(request.strategies))
+    shown = [r for r in runs if r.strategy in request.strategies]
+    notes = sorted({f"{r.strategy}: {n}" for r in shown for n in r.notes})
+    if request.billing == "gpu":
+        notes.append(
+            "billing gpu: a job on k of an instance's n GPUs pays k/n of it (packed, as in the thesis)"
+        )
+    if tl.last_observed is not None and tl.time(tl.n_ticks) > tl.last_observed + timedelta(days=1):
+        notes.append(
+            f"the window ends {tl.time(tl.n_ticks):%Y-%m-%d} but the last price is from "
+            f"{tl.last_observed:%Y-%m-%d}: later prices are held constant"
+        )
+    return ReplayResult(request, first, hours, tl, sim, runs, rows, notes)
+
+
+def total_runs(request: ReplayRequest) -> int:
+    """How many strategy runs ``replay`` makes (the baseline always runs)."""
+    return request.starts * len(set(request.strategies) | {BASELINE})
+
+
+@contextmanager
+def example_history() -> Iterator[Database]:
+    """The bundled synthetic example market in a throwaway SQLite database (deleted after)."""
+    with tempfile.TemporaryDirectory(prefix="spotopt-example-") as tmp:
+        db = open_history(f"sqlite:///{Path(tmp) / 'example.sqlite'}", Settings(auto_migrate=True))
+        try:
+            load_example(db)
+            yield db
+        finally:
+            db.dispose()
+
+
+def _default_start(session: Any, spec: JobSpec, starts: int, every_h: float, flt: MarketFilter) -> datetime:
+    """One window before the latest price point, so the replay ends where the history does."""
+    latest = max((q.observed_at for q in prices_at(session, datetime.now(UTC), flt)), default=None)
+    if latest is None:
+        raise InputError(
+            "the history has no prices; import or collect some, or run `spotopt whatif --example`"
+        )
+    return latest - timedelta(hours=window_hours(spec, latest, starts, every_h))
