@@ -24,7 +24,9 @@ against staying on ``c`` until the end:
   baseline. When the job would finish inside the excursion this is the first plan.
 
 The candidates are the policy's target and, while ``c`` is in an excursion, the option cheapest
-per step now. Also needed: the job has dwelt ``min_dwell_h``, the spend-rate cap and the budget
+per step now; a candidate dearer per step *now* than ``c`` is not taken (a forecast drop is
+waited for, not bet on: this is also what keeps a job that rode out a spike from returning
+before the spike is over). Also needed: the job has dwelt ``min_dwell_h``, the spend-rate cap and the budget
 hold, at most ``max_moves_per_tick`` voluntary moves (largest net saving first).
 
 **Forced placements** (a job not yet started, a preemption notice, a lost instance, a market
@@ -176,6 +178,8 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
         for t in sorted(candidates):
             if t < 0 or t == c or not eligible[t] or (not safe[j] and not od[t]):
                 continue
+            if per_step_now[t] > per_step_now[c]:
+                continue  # dearer now: a forecast drop is waited for, not bet on
             saving = net_saving(j, c, t)
             if saving > guard.move_margin * move[t] and (best is None or saving > best.saving_usd):
                 best = Move(j, from_key, int(key[t]), "price", saving, float(move[t]))
