@@ -30,6 +30,7 @@ from spotopt.market import MarketState
 from spotopt.mover.core import policy_input
 from spotopt.mover.egress import entry_usd, transfer_matrix
 from spotopt.mover.fleet import FleetState, Options
+from spotopt.mover.guardrails import Guardrails
 from spotopt.policies.base import Allocation, Array, PolicyInput, get_policy
 from spotopt.policies.prune import prune_dominated, select_options
 from spotopt.throughput import (
@@ -68,6 +69,7 @@ class PlanProblem:
     pruned: int = 0
     state: FleetState | None = None
     """The fleet before any job runs, as the decision core sees it."""
+    billing: str = "instance"
 
 
 def allowed(job: Job, market: MarketState) -> bool:
@@ -240,7 +242,7 @@ def initial_state(
             [markets[i].quote.market == "on-demand" for i in table.market.tolist()], dtype=bool
         ),
         baseline_usd_per_hour=price,
-        revert_h=np.zeros(len(price)),
+        revert_h=np.full(len(price), np.inf),
         transfer=transfer_matrix(locations, at),
         capacity=np.full(len(markets), math.inf),
     )
@@ -268,7 +270,8 @@ def build_problem(
     table = enumerate_options(spec, markets, at, figures, period_h=period_h, billing=billing)
     state, opts = initial_state(spec, table, markets, at)
     opts = dataclasses.replace(opts, capacity=np.full(len(markets), capacity, dtype=float))
-    built = policy_input(state, opts, horizon_h=horizon_hours, budget_usd=budget_usd, prune=False)
+    guard = Guardrails(period_h=period_h, budget_usd=budget_usd)
+    built = policy_input(state, opts, guard, horizon_h=horizon_hours, prune=False, every_job=True)
     inp = dataclasses.replace(built.input, market_names=tuple(m.label for m in markets))
     egress = entry_usd(
         opts.transfer,
@@ -281,7 +284,9 @@ def build_problem(
     infos = [
         dataclasses.replace(table.infos[e], egress_usd=float(egress[e])) for e in built.positions.tolist()
     ]
-    problem = PlanProblem(inp, infos, list(spec.jobs), at, list(markets), _ranked(inp, infos), state=state)
+    problem = PlanProblem(
+        inp, infos, list(spec.jobs), at, list(markets), _ranked(inp, infos), state=state, billing=billing
+    )
     if prune:
         keep = prune_dominated(inp)
         problem.pruned = int((~keep).sum())
@@ -321,9 +326,9 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
     jobs = []
     for j, job in enumerate(problem.jobs):
         picked = [e for e in np.flatnonzero(inp.job == j) if alloc.share[e] > 1e-6]
-        picked.sort(key=lambda e: -alloc.share[e])
+        picked.sort(key=lambda e: inp.usd_per_hour[e] / inp.steps_per_hour[e])  # the order they run in
         wall = float(alloc.wall_hours[j])
-        deadline = float(inp.deadline_hours[j])
+        deadline = float(problem.state.deadline_h[j]) if problem.state else float(inp.deadline_hours[j])
         steps = float(inp.work_steps[j])
         cost = float(alloc.cost_usd[j])
         chosen = {id(problem.options[e]) for e in picked}
@@ -359,6 +364,7 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
         "at": problem.at,
         "horizon_hours": inp.horizon_hours,
         "budget_usd": inp.budget_usd,
+        "billing": problem.billing,
         "total_cost_usd": alloc.total_cost_usd,
         "makespan_hours": _hours(alloc.makespan_hours),
         "options": inp.n_options,

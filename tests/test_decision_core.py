@@ -77,8 +77,9 @@ def test_plan_whatif_and_a_daemon_loop_choose_the_same_options() -> None:
     alloc = solve_policy(name, problem.input)
     planned = {}
     for j in range(len(spec.jobs)):
-        mine = np.flatnonzero(problem.input.job == j)
-        e = int(mine[np.argmax(alloc.share[mine])])  # the plan's first allocation row
+        mine = np.flatnonzero((problem.input.job == j) & (alloc.share > 1e-6))
+        per_step = problem.input.usd_per_hour[mine] / problem.input.steps_per_hour[mine]
+        e = int(mine[np.argmin(per_step)])  # the plan's first allocation row: what runs first
         planned[j] = label(problem.options[e].market, problem.options[e].gpus)
 
     table = enumerate_options(spec, markets, AT)

@@ -40,7 +40,7 @@ def options(
         instances_per_hour=np.ones(3),
         on_demand=np.array([False, False, True]),
         baseline_usd_per_hour=usd if baseline is None else np.array(baseline, dtype=float),
-        revert_h=np.zeros(3) if revert_h is None else np.array(revert_h, dtype=float),
+        revert_h=np.full(3, np.inf) if revert_h is None else np.array(revert_h, dtype=float),
         transfer=TRANSFER,
         capacity=np.full(3, np.inf),
     )
@@ -107,9 +107,9 @@ def test_a_short_spike_is_ridden_out_in_place_a_long_one_on_cheaper_capacity() -
     # 1000 h. Escaping for the spike saves $1.8/h but pays two moves of 2 h restart plus a 100 GB
     # checkpoint ($2) each way, about $8.41: not worth it for 4 h, worth it for 40 h.
     state = jobs(remaining=100_000, checkpoint_gb=100.0, dataset_gb=0.0, restart_h=2.0)
-    short = options([3.0, 1.2, 5.0], baseline=[1.0, 1.2, 5.0], revert_h=[4.0, 0, 0])
+    short = options([3.0, 1.2, 5.0], baseline=[1.0, 1.2, 5.0], revert_h=[4.0, np.inf, np.inf])
     assert moves(state, short, 1) == []
-    long = options([3.0, 1.2, 5.0], baseline=[1.0, 1.2, 5.0], revert_h=[40.0, 0, 0])
+    long = options([3.0, 1.2, 5.0], baseline=[1.0, 1.2, 5.0], revert_h=[40.0, np.inf, np.inf])
     (move,) = moves(state, long, 1)
     assert move.saving_usd == pytest.approx(40 * 1.8 - (2.0 * 1.2 + 2.0) - (2.01 * 1.0 + 2.0))
 
@@ -119,7 +119,10 @@ def test_a_long_job_escapes_a_spike_on_slower_cheap_capacity_and_the_plan_is_to_
     # twice as dear as here's baseline, so nobody moves there for good, but riding out the spike
     # there saves 20 h × ($10 - $0.8) minus the progress lost (half of 20 h at $1/h) and two moves.
     opts = options(
-        [10.0, 0.8, 20.0], steps=[100.0, 50.0, 100.0], baseline=[1.0, 0.8, 20.0], revert_h=[20, 0, 0]
+        [10.0, 0.8, 20.0],
+        steps=[100.0, 50.0, 100.0],
+        baseline=[1.0, 0.8, 20.0],
+        revert_h=[20, np.inf, np.inf],
     )
     state = jobs(remaining=100_000, checkpoint_gb=0.0, dataset_gb=0.0, restart_h=0.1, save_h=0.0)
     (move,) = moves(state, opts, 0)  # the escape is found even though the policy's target is "stay"
@@ -132,7 +135,10 @@ def test_a_job_that_would_finish_inside_the_spike_compares_finishing_costs() -> 
     # 10 h of work left at the slow option, the spike lasts 20 h: no return; finishing there
     # costs 1000/50 h × $0.8 = $16 against 10 h × $10 here.
     opts = options(
-        [10.0, 0.8, 20.0], steps=[100.0, 50.0, 100.0], baseline=[1.0, 0.8, 20.0], revert_h=[20, 0, 0]
+        [10.0, 0.8, 20.0],
+        steps=[100.0, 50.0, 100.0],
+        baseline=[1.0, 0.8, 20.0],
+        revert_h=[20, np.inf, np.inf],
     )
     state = jobs(remaining=1000, checkpoint_gb=0.0, dataset_gb=0.0, restart_h=0.1, save_h=0.0)
     (move,) = moves(state, opts, 1)
@@ -182,7 +188,7 @@ def test_moves_per_tick_keeps_the_largest_net_saving() -> None:
         instances_per_hour=np.ones(4),
         on_demand=np.zeros(4, dtype=bool),
         baseline_usd_per_hour=usd,
-        revert_h=np.zeros(4),
+        revert_h=np.full(4, np.inf),
         transfer=np.zeros((2, 1)),
         capacity=np.full(4, np.inf),
     )

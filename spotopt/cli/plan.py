@@ -57,6 +57,12 @@ def plan(
         float | None,
         typer.Option(min=1, help="Planning horizon in hours (default max(720, latest deadline))."),
     ] = None,
+    billing: Annotated[
+        str,
+        typer.Option(
+            help="instance (rent whole instances, as the daemon does) or gpu (the thesis' packing)."
+        ),
+    ] = "instance",
     fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json.")] = Format.TABLE,
 ) -> None:
     """Plan jobs on the markets priced at --at with a policy; shows shares, cost, finish and slack."""
@@ -78,6 +84,7 @@ def plan(
         horizon_hours=horizon,
         budget_usd=budget,
         capacity=math.inf if capacity is None else capacity,
+        billing=billing,
     )
     report = plan_report(problem, solve(policy, problem.input))
     for warning in report["warnings"]:

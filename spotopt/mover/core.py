@@ -14,7 +14,8 @@
 3. **Fallback**: ``min-cost-slo`` (the default with deadlines, else ``min-cost``) may be
    infeasible at some moment; then ``min-cost`` gives the targets and the planner's deadline
    safety decides (noted once in ``memory.notes``).
-4. **Targets**: per job, the option with the largest time share.
+4. **Targets**: per job, among the options the policy gives time, the one it runs on, else the
+   cheapest per step (``targets``).
 5. **The move test** (``spotopt.mover.planner.plan_moves``).
 
 ``Memory`` is plain data (``to_dict``/``from_dict``), so a daemon restarted from its journal
@@ -99,13 +100,21 @@ def default_policy(deadline_h: Array) -> str:
 def policy_input(
     state: FleetState,
     opts: Options,
+    guard: Guardrails,
     cur: Array | None = None,
     *,
     horizon_h: float | None = None,
-    budget_usd: float | None = None,
     prune: bool = True,
+    every_job: bool = False,
 ) -> PolicyProblem:
-    """The one policy-input builder (see the module docstring); ``cur`` as ``opts.position(state.option)``."""
+    """The one policy-input builder (see the module docstring); ``cur`` as ``opts.position(state.option)``.
+
+    Deadlines are planned ``guard.period_h + guard.deadline_margin_h`` plus the job's restart
+    early: the planner's deadline safety falls back to on-demand when less slack than that is
+    left, so a policy that planned to use it up would hand the job to on-demand.
+    ``every_job``: keep unfinished jobs without an available option (the policy then says which
+    job cannot be planned; ``spotopt plan`` wants that), else they wait for the next decision.
+    """
     cur = opts.position(state.option) if cur is None else cur
     active = state.active
     idx = np.flatnonzero(np.isfinite(opts.usd_per_hour) & active[opts.job] & (opts.steps_per_hour > 0))
@@ -117,10 +126,11 @@ def policy_input(
     staying = (cur[job_of] == idx) & ~state.notice[job_of] & ~state.lost[job_of]
     move = np.where(staying, 0.0, move)
     usd = (forecast_usd(opts, idx, hours) + move) / hours
-    live = np.unique(job_of)
+    live = np.flatnonzero(active) if every_job else np.unique(job_of)
     remap = np.full(state.n_jobs, -1, dtype=np.int64)
     remap[live] = np.arange(len(live))
-    deadline = np.maximum(state.deadline_h[live], 1e-6)
+    slack = guard.period_h + guard.deadline_margin_h + state.restart_h[live]
+    deadline = np.maximum(state.deadline_h[live] - slack, 1e-6)
     finite = deadline[np.isfinite(deadline)]
     horizon = horizon_h if horizon_h is not None else max([DEFAULT_HORIZON_HOURS, *finite.tolist()])
     inp = PolicyInput(
@@ -133,7 +143,7 @@ def policy_input(
         deadline_hours=deadline,
         capacity=opts.capacity,
         horizon_hours=float(horizon),
-        budget_usd=budget_usd,
+        budget_usd=guard.budget_usd,
         job_names=tuple(state.names[j] for j in live),
     )
     if prune and inp.n_options:
@@ -155,15 +165,26 @@ def solve_policy(name: str, inp: PolicyInput, notes: list[str] | None = None) ->
         return get_policy("min-cost")(inp)
 
 
-def top_share(problem: PolicyProblem, alloc: Allocation) -> dict[int, int]:
-    """Per fleet job, the position (in the ``Options``) of its option with the largest share."""
-    share = alloc.share
+def targets(problem: PolicyProblem, alloc: Allocation, cur: Array) -> dict[int, int]:
+    """Per fleet job, the position (in the ``Options``) of the option it should run on now.
+
+    Among the job's options with a positive share: the one it runs on (``cur``), else the
+    cheapest per step. ``min-cost-slo`` may mix a cheap slow option with a fast one; run in this
+    order, the job switches once, when the policy gives its current option no more time (the
+    policy is solved again as time passes, and the planner moves a job whose option can no
+    longer finish in time).
+    """
     inp = problem.input
-    order = np.lexsort((-share, inp.job))
+    used = alloc.share > 1e-9
+    per_step = inp.usd_per_hour / inp.steps_per_hour
+    fleet_job = problem.jobs[inp.job]
+    running = problem.positions == cur[fleet_job]
+    order = np.lexsort((per_step, ~running, inp.job))
+    order = order[used[order]]
     first = np.ones(len(order), dtype=bool)
     first[1:] = inp.job[order][1:] != inp.job[order][:-1]
-    pick = order[first & (share[order] > 0)]
-    return {int(problem.jobs[inp.job[e]]): int(problem.positions[e]) for e in pick}
+    pick = order[first]
+    return {int(fleet_job[e]): int(problem.positions[e]) for e in pick}
 
 
 def decide(
@@ -225,10 +246,10 @@ def _refresh_targets(
     memory.best_usd_per_step = {n: float(b) for n, b in zip(names, best, strict=True) if math.isfinite(b)}
     memory.last_solve_h = state.clock_h
     memory.target = {}
-    problem = policy_input(state, opts, cur, budget_usd=guard.budget_usd)
+    problem = policy_input(state, opts, guard, cur)
     if problem.input.n_options == 0:
         return
     name = policy or default_policy(problem.input.deadline_hours)
     alloc = solve_policy(name, problem.input, memory.notes)
     memory.solves += 1
-    memory.target = {names[j]: int(opts.key[e]) for j, e in top_share(problem, alloc).items()}
+    memory.target = {names[j]: int(opts.key[e]) for j, e in targets(problem, alloc, cur).items()}

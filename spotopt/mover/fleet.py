@@ -115,7 +115,7 @@ class Options:
     - ``instances_per_hour``: instance-hours per job-hour (1 / jobs per instance).
     - ``baseline_usd_per_hour`` and ``revert_h``: the forecast (``spotopt.mover.forecast``): the
       price is expected to stay at ``usd_per_hour`` for ``revert_h`` hours, then return to the
-      baseline. With no history, baseline = price and ``revert_h`` = 0.
+      baseline (``inf``: it holds). With no history, baseline = price and ``revert_h`` = ``inf``.
     - ``transfer``: USD per GB between locations, ``(L + 1, L)``, last row "nowhere"
       (``spotopt.mover.egress.transfer_matrix``).
     """

@@ -1,22 +1,27 @@
-"""A causal price forecast per market: the recent low it reverts to, and how soon.
+"""A causal price forecast per market: the recent low it may revert to, and how soon.
 
 Why: a move pays a restart, a checkpoint and egress once, and saves money for as long as the
-price gap it exploits lasts. Real spot prices have long calm stretches and *excursions* (spikes)
-that revert within hours or days (thesis §6.3.2; the 2019-20 AWS traces bundled with spotopt).
-Valuing a job's remaining work at today's price as if it lasted until the job ends moves jobs
-out of short spikes for nothing, and valuing it at a ratio refuses moves whose saving is many
-times their cost. So the planner values work against this forecast instead:
+price gap it exploits lasts. Valuing a job's remaining work at today's price as if it lasted
+until the job ends moves jobs out of short spikes for nothing; refusing moves by a price ratio
+leaves money on the table when a small gap lasts. So the planner values work against this
+forecast, learnt from the history the caller hands in (the what-if engine: the replayed window up
+to now; the daemon: the stored history up to now):
 
 - ``baseline[m, t]``: the lowest price of market ``m`` in the ``lookback_h`` hours up to and
-  including ``t`` (the level a spike reverts to; a lasting rise becomes the baseline once it is
-  older than the lookback);
-- ``revert_h[m, t]``: 0 when the price is within ``tolerance`` of its baseline, else the
-  expected remaining length of the excursion: its age so far (an excursion that has lasted
-  ``a`` hours is expected to last about ``a`` more: the median residual life of a heavy-tailed
-  duration, which is what spike lengths in the traces look like), at least ``min_excursion_h``.
+  including ``t``;
+- an *excursion* is a stretch where the price is more than ``tolerance`` above its baseline;
+- ``revert_h[m, t]``: how long today's price is expected to hold before returning to the
+  baseline: ``inf`` when market ``m`` is not in an excursion at ``t`` (its price is within
+  ``tolerance`` of the baseline, and holds); in an excursion, its expected remaining length given
+  how long it has lasted (``age``): the mean of
+  ``length - age`` over the excursions of *every* market that ended at or before ``t`` and lasted
+  longer than ``age`` (their empirical mean residual life), at least ``min_excursion_h``. With
+  fewer than ``min_excursions`` such excursions there is no evidence that prices revert, and
+  ``revert_h`` is ``inf``: today's price is expected to last.
 
-Only prices at or before ``t`` are read (tests check that hiding the future changes nothing),
-so the what-if engine and the live daemon forecast alike. Parameters: ``FORECAST`` below.
+So on a market whose rises revert within hours a job rides spikes out, and on one whose price
+changes persist (AWS's since 2017, in the bundled 2019-20 traces) the forecast is today's price.
+Only prices at or before ``t`` are read: tests check that hiding the future changes nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ Array = np.ndarray[Any, Any]
 class ForecastParams:
     lookback_h: float = 72.0
     tolerance: float = 0.02
-    min_excursion_h: float = 3.0
+    min_excursion_h: float = 1.0
+    min_excursions: int = 10
 
 
 FORECAST = ForecastParams()
@@ -58,6 +64,38 @@ def forecast(prices: Array, tick_h: float, params: ForecastParams = FORECAST) ->
         spiking = np.isfinite(prices) & (prices > baseline * (1.0 + params.tolerance))
     idx = np.broadcast_to(np.arange(n_ticks), prices.shape)
     calm_at = np.maximum.accumulate(np.where(spiking, -1, idx), axis=1)
-    age_h = (idx - calm_at) * tick_h
-    revert = np.where(spiking, np.maximum(age_h, params.min_excursion_h), 0.0)
-    return baseline, revert
+    age = idx - calm_at  # ticks into the excursion, counting this one (0 when calm)
+    return baseline, _remaining_h(spiking, age, tick_h, params)
+
+
+def _remaining_h(spiking: Array, age: Array, tick_h: float, params: ForecastParams) -> Array:
+    """Expected remaining excursion hours per (market, tick), from excursions ended by then."""
+    n_ticks = spiking.shape[1]
+    # An excursion of L ticks that ends at tick t (calm again at t) is known from tick t on.
+    ended = np.zeros_like(spiking)
+    ended[:, 1:] = spiking[:, :-1] & ~spiking[:, 1:]
+    lengths = np.where(ended[:, 1:], age[:, :-1], 0)
+    out = np.full(spiking.shape, np.inf)
+    counts = np.zeros(n_ticks + 1)
+    residual = np.full(n_ticks + 1, np.inf)
+    for t in range(n_ticks):
+        done = lengths[:, t - 1][ended[:, t]] if t > 0 else np.zeros(0, dtype=np.int64)
+        if len(done):
+            np.add.at(counts, done, 1.0)
+            residual = _mean_residual(counts, params.min_excursions)
+        live = spiking[:, t]
+        if live.any():
+            out[live, t] = np.maximum(residual[age[live, t]] * tick_h, params.min_excursion_h)
+    return out
+
+
+def _mean_residual(counts: Array, min_excursions: int) -> Array:
+    """``r[a] = mean(L - a | L > a)`` over lengths with ``counts[L]``; ``inf`` with too few."""
+    lengths = np.arange(len(counts))
+    above = np.cumsum(counts[::-1])[::-1]  # number with L >= a
+    total = np.cumsum((counts * lengths)[::-1])[::-1]  # sum of L over L >= a
+    n_gt = np.r_[above[1:], 0.0]
+    sum_gt = np.r_[total[1:], 0.0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = sum_gt / n_gt - lengths
+    return np.where(n_gt >= min_excursions, r, np.inf)

@@ -19,15 +19,21 @@ cost* above ``move_margin`` × the move's cost, where the saving is the better o
 against staying on ``c`` until the end:
 
 - go for good: ``finish(c) - (move(e) + finish(e))``;
-- ride out ``c``'s excursion on ``e`` (only while ``c`` is above its baseline): run on ``e`` for
+- ride out ``c``'s excursion on ``e`` (only while ``c`` is in one, ``revert_h[c]`` finite): run on ``e`` for
   ``h = min(revert_h[c], R / steps[e])`` hours, then move back and finish on ``c`` at its
   baseline. When the job would finish inside the excursion this is the first plan.
 
-The candidates are the policy's target and, while ``c`` is in an excursion, the option cheapest
-per step now; a candidate dearer per step *now* than ``c`` is not taken (a forecast drop is
-waited for, not bet on: this is also what keeps a job that rode out a spike from returning
-before the spike is over). Also needed: the job has dwelt ``min_dwell_h``, the spend-rate cap and the budget
+The candidates are the policy's target and the option cheapest per step now among those that
+can still finish in time (see below); a candidate dearer per step *now* than ``c`` is not taken
+(a forecast drop is waited for, not bet on: this is also what keeps a job that rode out a spike
+from returning before the spike is over). Also needed: the job has dwelt ``min_dwell_h``, the
+spend-rate cap and the budget
 hold, at most ``max_moves_per_tick`` voluntary moves (largest net saving first).
+
+**Keeping to the policy's deadline plan.** ``min-cost-slo`` may mix a cheap slow option with a
+fast one. A job on an option that can no longer finish in the time deadline safety leaves
+(the deadline less a period, the margin and a restart) moves to the policy's target at once
+(reason ``deadline``): the policy planned with that same time, so its target still makes it.
 
 **Forced placements** (a job not yet started, a preemption notice, a lost instance, a market
 gone) bypass dwell and the saving test but never the budget or the spend-rate cap: the policy's
@@ -102,6 +108,12 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
     min_need = np.full(n_jobs, np.inf)
     np.minimum.at(min_need, j_of, need_od)
     safe = ~np.isfinite(min_need) | (state.deadline_h - guard.period_h - guard.deadline_margin_h >= min_need)
+    # Time a job may still plan with: what deadline safety leaves (the policy plans with it too).
+    usable_h = state.deadline_h - guard.period_h - guard.deadline_margin_h - state.restart_h
+    with np.errstate(invalid="ignore", divide="ignore"):
+        can_finish = remaining / opts.steps_per_hour <= usable_h[j_of]
+    at = np.maximum(cur, 0)
+    behind = (cur >= 0) & np.isfinite(state.deadline_h) & ~np.where(cur >= 0, can_finish[at], True)
 
     active = state.active
     cur_ok = (cur >= 0) & ~state.notice & ~state.lost
@@ -119,7 +131,7 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
         stay = finish[c]
         go = move[e] + finish[e]
         revert = opts.revert_h[c]
-        if revert > 0:
+        if np.isfinite(revert):
             hours = min(revert, state.remaining_steps[j] / opts.steps_per_hour[e])
             rest = state.remaining_steps[j] - hours * opts.steps_per_hour[e]
             ride = move[e] + float(forecast_usd(opts, np.array([e]), np.array([hours]))[0])
@@ -167,13 +179,17 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
                 moves.append(Move(j, from_key, int(key[pick]), reason, 0.0, float(move[pick])))
                 committed += finish[pick] + move[pick]
             continue
+        t = int(target[j])
+        if behind[j] and safe[j] and t >= 0 and t != c and eligible[t] and fits(j, t):
+            moves.append(Move(j, from_key, int(key[t]), "deadline", 0.0, float(move[t])))
+            committed += finish[t] + move[t] - cur_finish[j]
+            continue
         if state.dwell_h[j] < guard.min_dwell_h:
             continue
-        candidates = {int(target[j])}
-        if opts.revert_h[c] > 0:
-            pool = mine[eligible[mine]]
-            if len(pool):
-                candidates.add(int(pool[np.argmin(per_step_now[pool])]))
+        candidates = {t}
+        pool = mine[eligible[mine] & can_finish[mine]]
+        if len(pool):
+            candidates.add(int(pool[np.argmin(per_step_now[pool])]))
         best: Move | None = None
         for t in sorted(candidates):
             if t < 0 or t == c or not eligible[t] or (not safe[j] and not od[t]):
