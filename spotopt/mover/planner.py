@@ -23,17 +23,22 @@ against staying on ``c`` until the end:
   ``h = min(revert_h[c], R / steps[e])`` hours, then move back and finish on ``c`` at its
   baseline. When the job would finish inside the excursion this is the first plan.
 
-The candidates are the policy's target and the option cheapest per step now among those that
-can still finish in time (see below); a candidate dearer per step *now* than ``c`` is not taken
+The candidates are the policy's target and the option cheapest per step now among the
+affordable ones (see below); a candidate dearer per step *now* than ``c`` is not taken
 (a forecast drop is waited for, not bet on: this is also what keeps a job that rode out a spike
 from returning before the spike is over). Also needed: the job has dwelt ``min_dwell_h``, the
 spend-rate cap and the budget
 hold, at most ``max_moves_per_tick`` voluntary moves (largest net saving first).
 
 **Keeping to the policy's deadline plan.** ``min-cost-slo`` may mix a cheap slow option with a
-fast one. A job on an option that can no longer finish in the time deadline safety leaves
-(the deadline less a period, the margin and a restart) moves to the policy's target at once
-(reason ``deadline``): the policy planned with that same time, so its target still makes it.
+fast one, to be run one after the other. The time a job may plan with is what deadline safety
+leaves (the deadline less a period, the margin and a restart); an option is *affordable* when
+the job can run one more period on it, move (a restart) and still finish in that time on its
+fastest spot option (on-demand if it has none), so that deadline safety holds along the way. A
+job on an option that is no longer affordable moves at once (reason ``deadline``) to the
+policy's target if affordable, else to the affordable option cheapest per step now; voluntary
+moves only go to affordable options. So the switch from the slow to the fast leg happens in
+time whatever the policy's re-solve period.
 
 **Forced placements** (a job not yet started, a preemption notice, a lost instance, a market
 gone) bypass dwell and the saving test but never the budget or the spend-rate cap: the policy's
@@ -109,11 +114,20 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
     np.minimum.at(min_need, j_of, need_od)
     safe = ~np.isfinite(min_need) | (state.deadline_h - guard.period_h - guard.deadline_margin_h >= min_need)
     # Time a job may still plan with: what deadline safety leaves (the policy plans with it too).
+    # An option is *affordable* when the job can run one more period on it, then move (a
+    # restart) and still finish in that time on its fastest spot option (on-demand if it has
+    # none): deadline safety then holds all along the fast leg.
     usable_h = state.deadline_h - guard.period_h - guard.deadline_margin_h - state.restart_h
+    fastest = np.zeros(n_jobs)
+    fast_pool = eligible & ~opts.on_demand.astype(bool)
+    np.maximum.at(fastest, j_of[fast_pool], opts.steps_per_hour[fast_pool])
+    np.maximum.at(fastest, j_of[od], np.where(fastest[j_of[od]] > 0, 0.0, opts.steps_per_hour[od]))
     with np.errstate(invalid="ignore", divide="ignore"):
-        can_finish = remaining / opts.steps_per_hour <= usable_h[j_of]
+        rest_after = np.maximum(remaining - opts.steps_per_hour * guard.period_h, 0.0)
+        after_h = rest_after / fastest[j_of] + state.restart_h[j_of]
+        affordable = after_h <= usable_h[j_of] - guard.period_h
     at = np.maximum(cur, 0)
-    behind = (cur >= 0) & np.isfinite(state.deadline_h) & ~np.where(cur >= 0, can_finish[at], True)
+    behind = (cur >= 0) & np.isfinite(state.deadline_h) & ~np.where(cur >= 0, affordable[at], True)
 
     active = state.active
     cur_ok = (cur >= 0) & ~state.notice & ~state.lost
@@ -180,19 +194,22 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
                 committed += finish[pick] + move[pick]
             continue
         t = int(target[j])
-        if behind[j] and safe[j] and t >= 0 and t != c and eligible[t] and fits(j, t):
-            moves.append(Move(j, from_key, int(key[t]), "deadline", 0.0, float(move[t])))
-            committed += finish[t] + move[t] - cur_finish[j]
-            continue
+        if behind[j] and safe[j]:
+            ok = mine[eligible[mine] & affordable[mine] & (mine != c)]
+            pick = t if t in set(ok.tolist()) and fits(j, t) else _cheapest(ok, per_step_now, j, fits)
+            if pick is not None:
+                moves.append(Move(j, from_key, int(key[pick]), "deadline", 0.0, float(move[pick])))
+                committed += finish[pick] + move[pick] - cur_finish[j]
+                continue
         if state.dwell_h[j] < guard.min_dwell_h:
             continue
         candidates = {t}
-        pool = mine[eligible[mine] & can_finish[mine]]
+        pool = mine[eligible[mine] & affordable[mine]]
         if len(pool):
             candidates.add(int(pool[np.argmin(per_step_now[pool])]))
         best: Move | None = None
         for t in sorted(candidates):
-            if t < 0 or t == c or not eligible[t] or (not safe[j] and not od[t]):
+            if t < 0 or t == c or not eligible[t] or not affordable[t] or (not safe[j] and not od[t]):
                 continue
             if per_step_now[t] > per_step_now[c]:
                 continue  # dearer now: a forecast drop is waited for, not bet on
