@@ -64,7 +64,8 @@ def explain_infeasible(inp: PolicyInput, policy: str, wall_limit: Array) -> Infe
     if len(late):
         lines = [
             f"  {inp.job_name(int(j))}: needs {need[j]:.1f} h even on its fastest allowed market "
-            f"({inp.market_name(int(best_market[j]))}), limit is {wall_limit[j]:.1f} h: "
+            f"({inp.market_name(int(best_market[j]))}), limit is {wall_limit[j]:.1f} h "
+            "(the deadline less the reserve the mover keeps for restarts and preemptions): "
             f"misses by {need[j] - wall_limit[j]:.1f} h"
             for j in late
         ]

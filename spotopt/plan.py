@@ -243,6 +243,7 @@ def initial_state(
         ),
         baseline_usd_per_hour=price,
         revert_h=np.full(len(price), np.inf),
+        preemptions_per_hour=np.array([markets[i].preemptions_per_hour for i in table.market.tolist()]),
         transfer=transfer_matrix(locations, at),
         capacity=np.full(len(markets), math.inf),
     )

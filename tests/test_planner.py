@@ -41,6 +41,7 @@ def options(
         on_demand=np.array([False, False, True]),
         baseline_usd_per_hour=usd if baseline is None else np.array(baseline, dtype=float),
         revert_h=np.full(3, np.inf) if revert_h is None else np.array(revert_h, dtype=float),
+        preemptions_per_hour=np.array([0.05, 0.05, 0.0]),
         transfer=TRANSFER,
         capacity=np.full(3, np.inf),
     )
@@ -189,6 +190,7 @@ def test_moves_per_tick_keeps_the_largest_net_saving() -> None:
         on_demand=np.zeros(4, dtype=bool),
         baseline_usd_per_hour=usd,
         revert_h=np.full(4, np.inf),
+        preemptions_per_hour=np.zeros(4),
         transfer=np.zeros((2, 1)),
         capacity=np.full(4, np.inf),
     )

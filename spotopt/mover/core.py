@@ -35,7 +35,7 @@ import numpy as np
 from spotopt.errors import InfeasibleError
 from spotopt.mover.fleet import FleetState, Move, Options
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.planner import forecast_usd, move_cost_usd, plan_moves
+from spotopt.mover.planner import deadline_reserve_h, forecast_usd, move_cost_usd, plan_moves
 from spotopt.policies.base import Allocation, PolicyInput, get_policy
 from spotopt.policies.prune import prune_dominated, select_options
 
@@ -109,9 +109,10 @@ def policy_input(
 ) -> PolicyProblem:
     """The one policy-input builder (see the module docstring); ``cur`` as ``opts.position(state.option)``.
 
-    Deadlines are planned ``guard.period_h + guard.deadline_margin_h`` plus the job's restart
-    early: the planner's deadline safety falls back to on-demand when less slack than that is
-    left, so a policy that planned to use it up would hand the job to on-demand.
+    Deadlines are planned ``deadline_reserve_h`` early: the planner's deadline safety falls back
+    to on-demand when less slack than a period, the margin and a restart is left, and preemption
+    losses spread around their expectation; a policy that planned to use the reserve up would
+    hand the job to on-demand at the first bad luck.
     ``every_job``: keep unfinished jobs without an available option (the policy then says which
     job cannot be planned; ``spotopt plan`` wants that), else they wait for the next decision.
     """
@@ -129,8 +130,8 @@ def policy_input(
     live = np.flatnonzero(active) if every_job else np.unique(job_of)
     remap = np.full(state.n_jobs, -1, dtype=np.int64)
     remap[live] = np.arange(len(live))
-    slack = guard.period_h + guard.deadline_margin_h + state.restart_h[live]
-    deadline = np.maximum(state.deadline_h[live] - slack, 1e-6)
+    reserve = deadline_reserve_h(state, opts, guard)[live]
+    deadline = np.maximum(state.deadline_h[live] - reserve, 1e-6)
     finite = deadline[np.isfinite(deadline)]
     horizon = horizon_h if horizon_h is not None else max([DEFAULT_HORIZON_HOURS, *finite.tolist()])
     inp = PolicyInput(
@@ -168,8 +169,9 @@ def solve_policy(name: str, inp: PolicyInput, notes: list[str] | None = None) ->
 def targets(problem: PolicyProblem, alloc: Allocation, cur: Array) -> dict[int, int]:
     """Per fleet job, the position (in the ``Options``) of the option it should run on now.
 
-    Among the job's options with a positive share: the one it runs on (``cur``), else the
-    cheapest per step. ``min-cost-slo`` may mix a cheap slow option with a fast one; run in this
+    Among the job's options with a positive share: the one it runs on (``cur``), or that one
+    too when the policy gave its time to an option of the same speed, else the cheapest per
+    step. ``min-cost-slo`` may mix a cheap slow option with a fast one; run in this
     order, the job switches once, when the policy gives its current option no more time (the
     policy is solved again as time passes, and the planner moves a job whose option can no
     longer finish in time).
@@ -179,12 +181,23 @@ def targets(problem: PolicyProblem, alloc: Allocation, cur: Array) -> dict[int, 
     per_step = inp.usd_per_hour / inp.steps_per_hour
     fleet_job = problem.jobs[inp.job]
     running = problem.positions == cur[fleet_job]
+    # The leg the job is on: the policy may give its time to a twin (another zone at the same
+    # speed); the job stays and the move test decides whether the twin is worth a move.
+    speed_now = np.full(len(cur), np.nan)
+    on = np.flatnonzero(running)
+    speed_now[fleet_job[on]] = inp.steps_per_hour[on]
+    same_leg = np.zeros(len(cur), dtype=bool)
+    same_leg[fleet_job[used & np.isclose(inp.steps_per_hour, speed_now[fleet_job])]] = True
     order = np.lexsort((per_step, ~running, inp.job))
     order = order[used[order]]
     first = np.ones(len(order), dtype=bool)
     first[1:] = inp.job[order][1:] != inp.job[order][:-1]
     pick = order[first]
-    return {int(fleet_job[e]): int(problem.positions[e]) for e in pick}
+    out = {int(fleet_job[e]): int(problem.positions[e]) for e in pick}
+    for e in on.tolist():
+        if same_leg[fleet_job[e]]:
+            out[int(fleet_job[e])] = int(problem.positions[e])
+    return out
 
 
 def decide(

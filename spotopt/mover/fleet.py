@@ -116,6 +116,7 @@ class Options:
     - ``baseline_usd_per_hour`` and ``revert_h``: the forecast (``spotopt.mover.forecast``): the
       price is expected to stay at ``usd_per_hour`` for ``revert_h`` hours, then return to the
       baseline (``inf``: it holds). With no history, baseline = price and ``revert_h`` = ``inf``.
+    - ``preemptions_per_hour``: the market's expected preemption rate (0 for on-demand).
     - ``transfer``: USD per GB between locations, ``(L + 1, L)``, last row "nowhere"
       (``spotopt.mover.egress.transfer_matrix``).
     """
@@ -130,6 +131,7 @@ class Options:
     on_demand: Array
     baseline_usd_per_hour: Array
     revert_h: Array
+    preemptions_per_hour: Array
     transfer: Array
     capacity: Array
 

@@ -31,13 +31,15 @@ spend-rate cap and the budget
 hold, at most ``max_moves_per_tick`` voluntary moves (largest net saving first).
 
 **Keeping to the policy's deadline plan.** ``min-cost-slo`` may mix a cheap slow option with a
-fast one, to be run one after the other. The time a job may plan with is what deadline safety
-leaves (the deadline less a period, the margin and a restart); an option is *affordable* when
+fast one, to be run one after the other. The time a job may plan with is its deadline less a
+reserve (``deadline_reserve_h``: deadline safety's slack of a period, the margin and a restart,
+plus two standard deviations of the preemption losses still ahead); an option is *affordable* when
 the job can run one more period on it, move (a restart) and still finish in that time on its
 fastest spot option (on-demand if it has none), so that deadline safety holds along the way. A
 job on an option that is no longer affordable moves at once (reason ``deadline``) to the
 policy's target if affordable, else to the affordable option cheapest per step now; voluntary
-moves only go to affordable options. So the switch from the slow to the fast leg happens in
+moves only go to affordable options, and never back to a slower one that cannot finish in time by
+itself (the slow leg is over). So the switch from the slow to the fast leg happens in
 time whatever the policy's re-solve period.
 
 **Forced placements** (a job not yet started, a preemption notice, a lost instance, a market
@@ -92,6 +94,34 @@ def move_cost_usd(state: FleetState, opts: Options, cur: Array) -> Array:
     return np.asarray((state.restart_h[j] + redo_h) * opts.usd_per_hour + egress)
 
 
+RESERVE_SIGMAS = 2.0
+"""How many standard deviations of preemption losses a deadline plan keeps in reserve."""
+
+
+def deadline_reserve_h(state: FleetState, opts: Options, guard: Guardrails) -> Array:
+    """Hours before each job's deadline that a plan must not use (0 without a deadline).
+
+    Deadline safety's own slack (a period, the margin, a restart) plus a reserve for bad luck:
+    the expected preemption losses are already in the effective throughput, but their spread is
+    not. On the job's fastest spot option (rate ``λ``, ``L`` hours to finish there) the number
+    of preemptions is Poisson with variance ``λL``, each costing at most a period plus a restart,
+    so ``RESERVE_SIGMAS`` standard deviations are ``RESERVE_SIGMAS · sqrt(λL) · (period + restart)``.
+    """
+    n = state.n_jobs
+    spot = np.isfinite(opts.usd_per_hour) & ~opts.on_demand.astype(bool)
+    fastest = np.zeros(n)
+    np.maximum.at(fastest, opts.job[spot], opts.steps_per_hour[spot])
+    is_fastest = spot & (opts.steps_per_hour >= fastest[opts.job])
+    rate = np.zeros(n)
+    np.maximum.at(rate, opts.job[is_fastest], opts.preemptions_per_hour[is_fastest])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        leg_h = np.where(fastest > 0, state.remaining_steps / fastest, 0.0)
+    loss_h = guard.period_h + state.restart_h
+    reserve = guard.period_h + guard.deadline_margin_h + state.restart_h
+    reserve = reserve + RESERVE_SIGMAS * np.sqrt(rate * leg_h) * loss_h
+    return np.asarray(np.where(np.isfinite(state.deadline_h), reserve, 0.0))
+
+
 def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guard: Guardrails) -> list[Move]:
     """Moves to make now. ``cur[j]`` and ``target[j]`` are positions in ``opts`` (-1: none) of job
     ``j``'s current option and the policy's choice; moves name options by ``opts.key``."""
@@ -113,11 +143,11 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
     min_need = np.full(n_jobs, np.inf)
     np.minimum.at(min_need, j_of, need_od)
     safe = ~np.isfinite(min_need) | (state.deadline_h - guard.period_h - guard.deadline_margin_h >= min_need)
-    # Time a job may still plan with: what deadline safety leaves (the policy plans with it too).
+    # Time a job may still plan with (the policy plans with the same, ``deadline_reserve_h``).
     # An option is *affordable* when the job can run one more period on it, then move (a
     # restart) and still finish in that time on its fastest spot option (on-demand if it has
     # none): deadline safety then holds all along the fast leg.
-    usable_h = state.deadline_h - guard.period_h - guard.deadline_margin_h - state.restart_h
+    usable_h = state.deadline_h - deadline_reserve_h(state, opts, guard)
     fastest = np.zeros(n_jobs)
     fast_pool = eligible & ~opts.on_demand.astype(bool)
     np.maximum.at(fastest, j_of[fast_pool], opts.steps_per_hour[fast_pool])
@@ -126,6 +156,7 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
         rest_after = np.maximum(remaining - opts.steps_per_hour * guard.period_h, 0.0)
         after_h = rest_after / fastest[j_of] + state.restart_h[j_of]
         affordable = after_h <= usable_h[j_of] - guard.period_h
+        can_finish = remaining / opts.steps_per_hour <= usable_h[j_of]
     at = np.maximum(cur, 0)
     behind = (cur >= 0) & np.isfinite(state.deadline_h) & ~np.where(cur >= 0, affordable[at], True)
 
@@ -186,6 +217,12 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
             pool = mine[eligible[mine]]
             if not safe[j]:
                 pool = pool[od[pool]]
+            else:
+                keep = affordable[pool]
+                if c >= 0:  # replacing an instance: not back to a slower leg that cannot finish
+                    keep &= (opts.steps_per_hour[pool] >= opts.steps_per_hour[c]) | can_finish[pool]
+                if keep.any():
+                    pool = pool[keep]
             t = int(target[j])
             chosen = t if t >= 0 and t in set(pool.tolist()) and fits(j, t) else None
             pick = chosen if chosen is not None else _cheapest(pool, finish + move, j, fits)
@@ -211,6 +248,8 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
         for t in sorted(candidates):
             if t < 0 or t == c or not eligible[t] or not affordable[t] or (not safe[j] and not od[t]):
                 continue
+            if opts.steps_per_hour[t] < opts.steps_per_hour[c] and not can_finish[t]:
+                continue  # back to a slow leg: restarts and risk the deadline plan did not count
             if per_step_now[t] > per_step_now[c]:
                 continue  # dearer now: a forecast drop is waited for, not bet on
             saving = net_saving(j, c, t)

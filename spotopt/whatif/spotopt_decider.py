@@ -100,6 +100,7 @@ class SpotoptDecider:
             on_demand=sim.on_demand[sub],
             baseline_usd_per_hour=self.baseline[market, t] / slots,
             revert_h=self.revert_h[market, t],
+            preemptions_per_hour=np.asarray(self.tl.rate, dtype=float)[market],
             transfer=self.transfer,
             capacity=self.capacity,
         )

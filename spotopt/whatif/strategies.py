@@ -172,14 +172,22 @@ class UniformProgressDecider:
     - safety net: idle with the time left under the on-demand time for the work left plus
       ``2d``: on-demand to the end.
 
-    On-demand is the job's fastest on-demand option (ties: the cheapest). A job without a
-    deadline takes spot like ``multi-cloud`` (any priced option when no spot one is).
+    On-demand is the job's fastest on-demand option (ties: the cheapest). Spot is, as in the
+    paper, the same speed: the spot options at least as fast as that on-demand one (any spot
+    option for a job with none). A job without a deadline takes spot like ``multi-cloud`` (any
+    priced option when no spot one is).
     """
 
     def __init__(self, tl: Timeline, sim: SimJobs) -> None:
         self.tl, self.sim = tl, sim
-        self.spot = candidate_mask("multi-cloud", tl, sim, 0) & ~sim.on_demand
         self.od = sim.on_demand & (sim.gpus == sim.gpus_min[sim.job])
+        od_speed = np.zeros(sim.n_jobs)
+        np.maximum.at(od_speed, sim.job[self.od], sim.steps_per_hour[self.od])
+        spot = candidate_mask("multi-cloud", tl, sim, 0) & ~sim.on_demand
+        fast = spot & (sim.steps_per_hour >= od_speed[sim.job] * (1 - 1e-9))
+        has_fast = np.zeros(sim.n_jobs, dtype=bool)
+        has_fast[sim.job[fast]] = True
+        self.spot = np.where(has_fast[sim.job], fast, spot)
         self.to_end = np.zeros(sim.n_jobs, dtype=bool)
         self.start: int | None = None
 
