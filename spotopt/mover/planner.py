@@ -37,10 +37,11 @@ plus two standard deviations of the preemption losses still ahead); an option is
 the job can run one more period on it, move (a restart) and still finish in that time on its
 fastest spot option (on-demand if it has none), so that deadline safety holds along the way. A
 job on an option that is no longer affordable moves at once (reason ``deadline``) to the
-policy's target if affordable, else to the affordable option cheapest per step now; voluntary
-moves only go to affordable options, and never back to a slower one that cannot finish in time by
-itself (the slow leg is over). So the switch from the slow to the fast leg happens in
-time whatever the policy's re-solve period.
+policy's target if faster and affordable, else to the faster affordable option cheapest per step
+now; voluntary
+moves only go to affordable options, and a job with a deadline never goes back to a slower
+option, by choice or after a preemption (its slow leg is over). So the switch from the slow to
+the fast leg happens in time whatever the policy's re-solve period.
 
 **Forced placements** (a job not yet started, a preemption notice, a lost instance, a market
 gone) bypass dwell and the saving test but never the budget or the spend-rate cap: the policy's
@@ -156,7 +157,6 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
         rest_after = np.maximum(remaining - opts.steps_per_hour * guard.period_h, 0.0)
         after_h = rest_after / fastest[j_of] + state.restart_h[j_of]
         affordable = after_h <= usable_h[j_of] - guard.period_h
-        can_finish = remaining / opts.steps_per_hour <= usable_h[j_of]
     at = np.maximum(cur, 0)
     behind = (cur >= 0) & np.isfinite(state.deadline_h) & ~np.where(cur >= 0, affordable[at], True)
 
@@ -218,11 +218,11 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
             if not safe[j]:
                 pool = pool[od[pool]]
             else:
-                keep = affordable[pool]
-                if c >= 0:  # replacing an instance: not back to a slower leg that cannot finish
-                    keep &= (opts.steps_per_hour[pool] >= opts.steps_per_hour[c]) | can_finish[pool]
-                if keep.any():
-                    pool = pool[keep]
+                if c >= 0 and np.isfinite(state.deadline_h[j]):  # replacing an instance: no slower leg
+                    fast = opts.steps_per_hour[pool] >= opts.steps_per_hour[c] * (1 - 1e-9)
+                    pool = pool[fast] if fast.any() else pool
+                if affordable[pool].any():
+                    pool = pool[affordable[pool]]
             t = int(target[j])
             chosen = t if t >= 0 and t in set(pool.tolist()) and fits(j, t) else None
             pick = chosen if chosen is not None else _cheapest(pool, finish + move, j, fits)
@@ -232,7 +232,8 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
             continue
         t = int(target[j])
         if behind[j] and safe[j]:
-            ok = mine[eligible[mine] & affordable[mine] & (mine != c)]
+            faster = opts.steps_per_hour[mine] > opts.steps_per_hour[c]
+            ok = mine[eligible[mine] & affordable[mine] & faster]
             pick = t if t in set(ok.tolist()) and fits(j, t) else _cheapest(ok, per_step_now, j, fits)
             if pick is not None:
                 moves.append(Move(j, from_key, int(key[pick]), "deadline", 0.0, float(move[pick])))
@@ -248,8 +249,10 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
         for t in sorted(candidates):
             if t < 0 or t == c or not eligible[t] or not affordable[t] or (not safe[j] and not od[t]):
                 continue
-            if opts.steps_per_hour[t] < opts.steps_per_hour[c] and not can_finish[t]:
-                continue  # back to a slow leg: restarts and risk the deadline plan did not count
+            if np.isfinite(state.deadline_h[j]) and opts.steps_per_hour[t] < opts.steps_per_hour[c] * (
+                1 - 1e-9
+            ):
+                continue  # back to a slower leg: restarts and risk the deadline plan did not count
             if per_step_now[t] > per_step_now[c]:
                 continue  # dearer now: a forecast drop is waited for, not bet on
             saving = net_saving(j, c, t)
