@@ -33,7 +33,7 @@ hold, at most ``max_moves_per_tick`` voluntary moves (largest net saving first).
 **Keeping to the policy's deadline plan.** ``min-cost-slo`` may mix a cheap slow option with a
 fast one, to be run one after the other. The time a job may plan with is its deadline less a
 reserve (``deadline_reserve_h``: deadline safety's slack of a period, the margin and a restart,
-plus two standard deviations of the preemption losses still ahead); an option is *affordable* when
+plus three standard deviations of the preemption losses still ahead); an option is *affordable* when
 the job can run one more period on it, move (a restart) and still finish in that time on its
 fastest spot option (on-demand if it has none), so that deadline safety holds along the way. A
 job on an option that is no longer affordable moves at once (reason ``deadline``) to the
@@ -95,7 +95,7 @@ def move_cost_usd(state: FleetState, opts: Options, cur: Array) -> Array:
     return np.asarray((state.restart_h[j] + redo_h) * opts.usd_per_hour + egress)
 
 
-RESERVE_SIGMAS = 2.0
+RESERVE_SIGMAS = 3.0
 """How many standard deviations of preemption losses a deadline plan keeps in reserve."""
 
 
