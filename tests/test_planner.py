@@ -3,6 +3,7 @@ guardrails, preemption notices, deadline safety; and the one egress rule ``spoto
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -254,3 +255,75 @@ def test_plan_prices_dataset_egress_like_the_whatif_engine(at: datetime) -> None
     for place, usd in zip(places, per_gb, strict=True):
         assert by_region[place] == pytest.approx(100 * usd)
     assert per_gb[1] != per_gb[2]  # inter-region and internet differ, and 2024's inter-region is dearer
+
+
+def mix_options(revert: float = np.inf) -> Options:
+    """A slow spot option (0), a fast spot option (1: 4x the speed, 5x the price, so dearer per
+    step) and a fast on-demand option (2)."""
+    usd = np.array([1.0, 5.0, 9.0])
+    return Options(
+        key=np.arange(3),
+        job=np.zeros(3, dtype=np.int64),
+        market=np.arange(3),
+        location=np.zeros(3, dtype=np.int64),
+        steps_per_hour=np.array([100.0, 400.0, 400.0]),
+        usd_per_hour=usd,
+        instances_per_hour=np.ones(3),
+        on_demand=np.array([False, False, True]),
+        baseline_usd_per_hour=usd,
+        revert_h=np.full(3, revert),
+        preemptions_per_hour=np.array([0.0, 0.0, 0.0]),
+        transfer=np.zeros((2, 1)),
+        capacity=np.full(3, np.inf),
+    )
+
+
+def deadline_job(option: int, remaining: float, deadline_h: float) -> FleetState:
+    return jobs(
+        option=option,
+        remaining=remaining,
+        deadline_h=deadline_h,
+        restart_h=0.1,
+        save_h=0.0,
+        checkpoint_gb=0.0,
+        dataset_gb=0.0,
+        dataset_location=-1,
+    )
+
+
+def test_a_slow_leg_is_left_for_the_fast_one_while_the_fast_one_still_makes_it() -> None:
+    # 4000 steps: 10 h on the fast option. Reserve = 1 h period + 0.1 h restart. After one more
+    # hour on the slow option (3900 left: 9.75 h fast + 0.1 h restart) the job needs 9.85 h of the
+    # deadline - 1.1 h - 1 h: affordable with a 21 h deadline, not with 11.5 h (9.4 h), which
+    # is still safe (on-demand needs 10.1 h of the 10.5 h deadline safety looks at).
+    opts = mix_options()
+    assert moves(deadline_job(0, 4000, 21.0), opts, 0) == []
+    (move,) = moves(deadline_job(0, 4000, 11.5), opts, 0)
+    assert (move.to, move.reason) == (1, "deadline")
+
+
+def test_a_deadline_job_never_goes_back_to_a_slower_leg() -> None:
+    # On the fast leg with plenty of time: the slow option is cheaper per step (1/100 vs 5/400)
+    # and could even finish in time, but the job stays; without a deadline it would move.
+    opts = mix_options()
+    assert moves(deadline_job(1, 4000, 100.0), opts, 0) == []
+    (free,) = moves(deadline_job(1, 4000, np.inf), opts, 0)
+    assert free.to == 0
+    # and a preempted fast-leg job is placed on a fast option again, not on the cheap slow one
+    lost = jobs(option=1, remaining=4000, deadline_h=100.0, lost=True, restart_h=0.1, dataset_location=-1)
+    (again,) = moves(lost, opts, 0)
+    assert (again.to, again.reason) == (1, "preempted")
+
+
+def test_the_deadline_reserve_grows_with_the_preemption_risk_ahead() -> None:
+    from spotopt.mover.planner import deadline_reserve_h
+
+    state = deadline_job(0, 4000, 50.0)
+    calm = mix_options()
+    risky = dataclasses.replace(calm, preemptions_per_hour=np.array([0.0, 0.1, 0.0]))
+    guard = Guardrails()
+    base = guard.period_h + 0.1
+    assert deadline_reserve_h(state, calm, guard)[0] == pytest.approx(base)
+    # 10 h on the fast option at 0.1/h: 3 standard deviations of sqrt(1) preemptions of 1.1 h
+    assert deadline_reserve_h(state, risky, guard)[0] == pytest.approx(base + 3 * 1.0 * 1.1)
+    assert deadline_reserve_h(deadline_job(0, 4000, np.inf), risky, guard)[0] == 0.0
