@@ -25,15 +25,8 @@ from typing import Any, Protocol
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from spotopt.collectors.base import (
-    Collector,
-    Context,
-    MissingCredentials,
-    NotPermitted,
-    Retry,
-    for_cloud,
-    redact,
-)
+from spotopt.cloud_calls import MissingCredentials, NotPermitted, Retry, redact
+from spotopt.collectors.base import Collector, Context, for_cloud
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Market, PricePoint, Run, Watermark
 from spotopt.errors import CollectorError

@@ -17,7 +17,8 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from spotopt.cli.app import app
-from spotopt.collectors.base import get_collector, redact
+from spotopt.cloud_calls import redact
+from spotopt.collectors.base import get_collector
 from spotopt.db.models import PricePoint, Run
 from spotopt.db.setup import open_history
 from spotopt.errors import InputError
@@ -254,6 +255,19 @@ def test_importing_spotopt_and_its_cli_imports_no_cloud_sdk() -> None:
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'azure', 'moto')"
         " or m.startswith('google.cloud') or m.startswith('google.auth'))\n"
         "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_adaptors_and_the_retry_rule_do_not_depend_on_the_collectors() -> None:
+    """Adaptors, collectors and providers share ``cloud_calls``; it sits below all of them, so
+    importing an adaptor (as a provider will) loads no collector and no SDK."""
+    code = (
+        "import sys\n"
+        "import spotopt.cloud_calls, spotopt.adaptors.aws, spotopt.adaptors.gcp, spotopt.adaptors.azure\n"
+        "print(sorted(m for m in sys.modules if m.startswith('spotopt.collectors')"
+        " or m.split('.')[0] in ('boto3', 'azure') or m.startswith('google.cloud')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
