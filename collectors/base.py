@@ -16,7 +16,6 @@ classification live in ``spotopt.cloud_calls``, shared with the adaptors and pro
 
 from __future__ import annotations
 
-import difflib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any, ClassVar, TypeVar
 from spotopt.catalog import gpu_matches
 from spotopt.cloud_calls import Retry
 from spotopt.errors import CollectorError, InputError
+from spotopt.registry import Registry
 from spotopt.types import InstanceTypeSpec, Record, Rejection
 
 T = TypeVar("T")
@@ -156,37 +156,20 @@ def hour(at: datetime) -> datetime:
     return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-REGISTRY: dict[str, type[Collector]] = {}
+def _import_collectors() -> None:
+    """Import every collector module (they register themselves). No SDK is imported: clients come
+    from the adaptors at run time."""
+    from spotopt.collectors import aws, aws_advisor, azure, gcp  # noqa: F401
+
+
+COLLECTORS: Registry[type[Collector]] = Registry("collector", "collectors", load=_import_collectors)
 
 
 def register(cls: type[Collector]) -> type[Collector]:
     """Class decorator: make ``cls`` known by its ``name``."""
-    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
-        raise AssertionError(f"two collectors named {cls.name}")
-    REGISTRY[cls.name] = cls
-    return cls
-
-
-def load_all() -> dict[str, type[Collector]]:
-    """Import every collector module (they register themselves) and return the registry.
-
-    Importing the modules imports no SDK: clients come from the adaptors at run time.
-    """
-    from spotopt.collectors import aws, aws_advisor, azure, gcp  # noqa: F401
-
-    return REGISTRY
-
-
-def get_collector(name: str) -> type[Collector]:
-    """The collector registered as ``name``; an unknown name gets a "did you mean" error."""
-    registry = load_all()
-    if name in registry:
-        return registry[name]
-    close = difflib.get_close_matches(name, list(registry), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise InputError(f"no collector named {name!r}{hint} (known: {', '.join(sorted(registry))})")
+    return COLLECTORS.add(cls.name, cls)
 
 
 def for_cloud(cloud: str) -> list[type[Collector]]:
     """The collectors of ``cloud`` in run order (catalogs first: prices use what they learn)."""
-    return [c for c in load_all().values() if c.cloud == cloud]
+    return [c for c in COLLECTORS.values() if c.cloud == cloud]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from spotopt.cli.app import app
 from spotopt.cloud_calls import redact
-from spotopt.collectors.base import get_collector
+from spotopt.collectors.base import COLLECTORS
 from spotopt.db.models import PricePoint, Run
 from spotopt.db.setup import open_history
 from spotopt.errors import InputError
@@ -243,15 +243,15 @@ def test_credentials_in_urls_are_redacted() -> None:
 
 def test_unknown_collector_name_gets_did_you_mean() -> None:
     with pytest.raises(InputError, match="did you mean 'aws-spot-prices'"):
-        get_collector("aws-spot-price")
-    assert get_collector("gcp-prices").cloud == "gcp"
+        COLLECTORS.lookup("aws-spot-price")
+    assert COLLECTORS.lookup("gcp-prices").cloud == "gcp"
 
 
 def test_importing_spotopt_and_its_cli_imports_no_cloud_sdk() -> None:
     code = (
         "import sys, spotopt, spotopt.cli.app, spotopt.collect\n"
-        "from spotopt.collectors.base import load_all\n"
-        "load_all()\n"
+        "from spotopt.collectors.base import COLLECTORS\n"
+        "list(COLLECTORS)\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'azure', 'moto')"
         " or m.startswith('google.cloud') or m.startswith('google.auth'))\n"
         "print(bad)\n"
@@ -275,7 +275,5 @@ def test_adaptors_and_the_retry_rule_do_not_depend_on_the_collectors() -> None:
 
 def test_readme_documents_every_collector() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    from spotopt.collectors.base import load_all
-
-    missing = [name for name in load_all() if f"`{name}`" not in readme]
+    missing = [name for name in COLLECTORS if f"`{name}`" not in readme]
     assert missing == []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from spotopt.cli.app import app
-from spotopt.collectors.base import load_all
+from spotopt.collectors.base import COLLECTORS
 from spotopt.policies.base import policy_names
 from spotopt.reports.registry import REPORTS
 from spotopt.settings import Settings
@@ -24,7 +24,7 @@ def _documented(name: str) -> bool:
 @pytest.mark.parametrize(
     "name",
     [
-        *sorted(load_all()),
+        *sorted(COLLECTORS),
         *policy_names(),
         *sorted(REPORTS),
         *STRATEGIES,
