@@ -326,7 +326,7 @@ def _write(session: Session, collector: Collector, records: Iterable[Record], re
     result.stats = stats
     result.inserted, result.duplicate = stats.inserted, stats.duplicate
     if stats.conflicting:
-        conflicts = f"{stats.conflicting} observations conflict with stored ones (the stored ones are kept)"
+        conflicts = f"conflicting with stored observations: {stats.conflicting} (the stored ones are kept)"
         result.note = "; ".join(filter(None, [result.note, conflicts]))
     if stats.unknown_types:
         names = ", ".join(sorted(n for _, n in stats.unknown_types))

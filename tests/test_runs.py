@@ -78,7 +78,7 @@ def test_a_collector_run_records_conflicts_and_rejection_examples_like_an_import
         "rejected": 1,
         "rejections": EXPECTED_REJECTIONS,
     }
-    assert "1 observations conflict with stored ones" in result.note
+    assert "conflicting with stored observations: 1 (the stored ones are kept)" in result.note
 
 
 def test_a_failed_collector_scope_keeps_its_rejections_and_writes_nothing(
