@@ -43,14 +43,13 @@ as one array.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from spotopt.errors import InfeasibleError, InputError, PolicyError
+from spotopt.errors import InfeasibleError, PolicyError
 from spotopt.policies.options import (
     Array,
     ExplicitOptions,
@@ -59,6 +58,7 @@ from spotopt.policies.options import (
     job_best,
     seed_columns,
 )
+from spotopt.registry import Registry
 
 if TYPE_CHECKING:
     from spotopt.policies.columns import Formulation, Result
@@ -266,43 +266,22 @@ class Allocation:
 
 
 PolicyFn = Callable[[PolicyInput], Allocation]
-_REGISTRY: dict[str, PolicyFn] = {}
 
 
-def register(name: str) -> Callable[[PolicyFn], PolicyFn]:
-    """Register ``fn`` under a kebab-case ``name`` (also its CLI name)."""
-
-    def deco(fn: PolicyFn) -> PolicyFn:
-        if name in _REGISTRY:
-            raise RuntimeError(f"policy {name!r} registered twice")
-        _REGISTRY[name] = fn
-        return fn
-
-    return deco
-
-
-def policy_names() -> list[str]:
-    _load_all()
-    return sorted(_REGISTRY)
-
-
-def get_policy(name: str) -> PolicyFn:
-    """The policy called ``name``; an unknown name gets a did-you-mean and the valid names."""
-    _load_all()
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    raise InputError(f"--policy {name!r} is not a policy; {hint}valid: {', '.join(sorted(_REGISTRY))}")
-
-
-def _load_all() -> None:
+def _import_policies() -> None:
     from spotopt.policies import (  # noqa: F401  (imports register the policies)
         max_throughput,
         min_cost,
         min_cost_slo,
         min_makespan_budget,
     )
+
+
+POLICIES: Registry[PolicyFn] = Registry("policy", "policies", load=_import_policies)
+# The names callers use: ``--policy`` values are checked with ``get_policy`` before any work.
+register = POLICIES.register
+get_policy = POLICIES.lookup
+policy_names = POLICIES.names
 
 
 # --- building blocks ---------------------------------------------------------------------------

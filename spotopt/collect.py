@@ -25,19 +25,12 @@ from typing import Any, Protocol
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from spotopt.collectors.base import (
-    Collector,
-    Context,
-    MissingCredentials,
-    NotPermitted,
-    Retry,
-    for_cloud,
-    redact,
-)
+from spotopt.cloud_calls import MissingCredentials, NotPermitted, Retry, redact
+from spotopt.collectors.base import Collector, Context, for_cloud
 from spotopt.db.engine import Database
-from spotopt.db.models import InstanceType, Market, PricePoint, Run, Watermark
+from spotopt.db.models import InstanceType, Market, PricePoint, Watermark
 from spotopt.errors import CollectorError
-from spotopt.ingest import Ingestor
+from spotopt.ingest import Ingestor, IngestStats, finish_run, start_run
 from spotopt.types import CLOUDS, InstanceTypeSpec, PriceObservation, Record, Rejection
 
 ClientFactory = Callable[[str], Any]
@@ -61,6 +54,9 @@ class ScopeResult:
     unknown: list[str] = field(default_factory=list)
     run_id: int | None = None
     no_credentials: bool = False
+    stats: IngestStats = field(default_factory=IngestStats)
+    """What ``runs`` records for this scope, exactly as for an import: counts, conflicts and the
+    rejection reasons with examples (rejections are counted even when the write fails)."""
 
     def as_row(self) -> dict[str, Any]:
         return {
@@ -219,29 +215,15 @@ def _not_run(
     note = _skip_note(cls, exc) if skipped else redact(str(exc))
     result = ScopeResult(cls.cloud, cls.name, scope, "skipped" if skipped else "failed", note=note)
     if not dry_run:
-        result.run_id = _start_run(db, cls.name, scope)
+        result.run_id = start_run(db, cls.name, scope)
         _finish_run(db, result)
     return result
 
 
-def _start_run(db: Database, source: str, scope: str) -> int:
-    with db.session() as session:
-        run = Run(source=source, scope=scope, started_at=datetime.now(UTC), status="running")
-        session.add(run)
-        session.flush()
-        return run.id
-
-
 def _finish_run(db: Database, result: ScopeResult) -> None:
-    with db.session() as session:
-        run = session.get(Run, result.run_id)
-        assert run is not None
-        run.status = result.status
-        run.finished_at = datetime.now(UTC)
-        run.inserted = result.inserted
-        run.duplicate = result.duplicate
-        run.rejected = result.rejected
-        run.error = result.note[:4000] if result.status != "ok" and result.note else None
+    assert result.run_id is not None
+    error = result.note if result.status != "ok" and result.note else None
+    finish_run(db, result.run_id, result.status, result.stats, error)
 
 
 def _run_scope(
@@ -255,7 +237,7 @@ def _run_scope(
     started = time.monotonic()
     result = ScopeResult(cls.cloud, cls.name, scope, "dry-run" if request.dry_run else "running")
     if not request.dry_run:
-        result.run_id = _start_run(db, cls.name, scope)
+        result.run_id = start_run(db, cls.name, scope)
     try:
         collector = cls(clients, scope, ctx)
         with db.session() as session:
@@ -295,12 +277,16 @@ def _failed(result: ScopeResult, note: str) -> None:
     counted as inserted, duplicate or unchanged was not stored."""
     result.status, result.note = "failed", redact(note)
     result.inserted = result.duplicate = result.unchanged = 0
+    result.stats.inserted = result.stats.duplicate = result.stats.conflicting = 0
 
 
 def _describe(result: ScopeResult, records: Sequence[Record], collector: Collector) -> None:
     """Counts and the notes a person needs: unknown GPU names, what the collector noticed."""
-    result.records = sum(1 for r in records if not isinstance(r, Rejection))
-    result.rejected = len(records) - result.records
+    for r in records:
+        if isinstance(r, Rejection):
+            result.stats.reject(r.where, r.reason)
+    result.rejected = result.stats.rejected
+    result.records = len(records) - result.rejected
     result.unknown = sorted(
         f"{r.name} ({r.gpu_name_raw})"
         for r in records
@@ -309,12 +295,10 @@ def _describe(result: ScopeResult, records: Sequence[Record], collector: Collect
     notes = list(collector.notes)
     if result.unknown:
         notes.append("unknown GPU names: " + ", ".join(result.unknown))
-    reasons: dict[str, int] = {}
-    for r in records:
-        if isinstance(r, Rejection):
-            reasons[r.reason] = reasons.get(r.reason, 0) + 1
-    if reasons:
-        notes.append("rejected: " + ", ".join(f"{k} ×{v}" for k, v in sorted(reasons.items())))
+    if result.stats.rejections:
+        notes.append(
+            "rejected: " + ", ".join(f"{k} ×{v}" for k, v in sorted(result.stats.rejections.items()))
+        )
     result.note = "; ".join(notes)
 
 
@@ -338,7 +322,12 @@ def _write(session: Session, collector: Collector, records: Iterable[Record], re
         ingestor.add(record)
     stats = ingestor.flush()
     # New instance types count as inserted rows: for a catalog collector they are its output.
-    result.inserted, result.duplicate = stats.inserted + len(stats.new_types), stats.duplicate
+    stats.inserted += len(stats.new_types)
+    result.stats = stats
+    result.inserted, result.duplicate = stats.inserted, stats.duplicate
+    if stats.conflicting:
+        conflicts = f"conflicting with stored observations: {stats.conflicting} (the stored ones are kept)"
+        result.note = "; ".join(filter(None, [result.note, conflicts]))
     if stats.unknown_types:
         names = ", ".join(sorted(n for _, n in stats.unknown_types))
         result.note = "; ".join(filter(None, [result.note, f"instance types not in the catalog: {names}"]))

@@ -6,9 +6,11 @@ the same import twice inserts nothing the second time. Counting is exact on both
 SQLite sums ``executemany`` row counts; PostgreSQL copies the batch into a temporary table and
 inserts from it with ``ON CONFLICT DO NOTHING`` (one statement, one exact row count).
 
-``run_ingest`` wraps a whole import or collector run: the ``runs`` row is written before and
-after in their own transactions, the data in one transaction in between, so a failure leaves the
-history as it was and the run recorded as failed with its error.
+``start_run``/``finish_run`` are the one way a run is recorded, for imports and collector scopes
+alike: the ``runs`` row is written before and after in their own transactions, the data in one
+transaction in between, so a failure leaves the history as it was and the run recorded as failed
+with its error, and every run stores the same counts (inserted, duplicate, conflicting,
+rejected) and the same rejection reasons with examples. ``run_ingest`` wraps a whole import.
 """
 
 from __future__ import annotations
@@ -65,6 +67,20 @@ class IngestStats:
     examples: list[str] = field(default_factory=list)
     unknown_types: set[tuple[str, str]] = field(default_factory=set)
     new_types: set[tuple[str, str]] = field(default_factory=set)
+
+    def reject(self, where: str, reason: str) -> None:
+        """Count one rejected record; the first ``MAX_REJECTION_EXAMPLES`` say where it was."""
+        self.rejected += 1
+        self.rejections[reason] += 1
+        if len(self.examples) < MAX_REJECTION_EXAMPLES:
+            self.examples.append(f"{where}: {reason}")
+
+    def rejections_json(self) -> str | None:
+        """What ``runs.rejections`` stores: ``{"reasons": {reason: count}, "examples": [...]}``,
+        most frequent reason first; None when nothing was rejected."""
+        if not self.rejected:
+            return None
+        return json.dumps({"reasons": dict(self.rejections.most_common()), "examples": self.examples})
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -176,10 +192,7 @@ class Ingestor:
             raise TypeError(f"not a record: {record!r}")
 
     def reject(self, where: str, reason: str) -> None:
-        self.stats.rejected += 1
-        self.stats.rejections[reason] += 1
-        if len(self.stats.examples) < MAX_REJECTION_EXAMPLES:
-            self.stats.examples.append(f"{where}: {reason}")
+        self.stats.reject(where, reason)
 
     def instance_type_id(self, cloud: str, name: str) -> int:
         """The id of (cloud, name); a type missing from the catalog is added as unknown-GPU."""
@@ -346,6 +359,32 @@ class RunSummary:
     error: str | None = None
 
 
+def start_run(db: Database, source: str, scope: str) -> int:
+    """Record that ``source`` starts writing ``scope`` (committed before any data); its id."""
+    with db.session() as session:
+        run = Run(source=source, scope=scope, started_at=datetime.now(UTC), status="running")
+        session.add(run)
+        session.flush()
+        return run.id
+
+
+def finish_run(db: Database, run_id: int, status: str, stats: IngestStats, error: str | None = None) -> None:
+    """Record how run ``run_id`` ended: ``status`` (ok | failed | skipped), what it wrote and
+    rejected, and for a run that did not succeed, why (``error``; collectors redact it first, as
+    a cloud's message can echo a secret)."""
+    with db.session() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        run.status = status
+        run.finished_at = datetime.now(UTC)
+        run.inserted = stats.inserted
+        run.duplicate = stats.duplicate
+        run.conflicting = stats.conflicting
+        run.rejected = stats.rejected
+        run.rejections = stats.rejections_json()
+        run.error = error[:4000] if error else None
+
+
 def run_ingest(db: Database, source: str, scope: str, records: Iterable[Record]) -> RunSummary:
     """Record a run, ingest ``records`` in one transaction, record the outcome; re-raise failures.
 
@@ -353,11 +392,7 @@ def run_ingest(db: Database, source: str, scope: str, records: Iterable[Record])
     so a crash at any point leaves either the data and an "ok" run, or no data and a run that
     says "running" (crashed) or "failed" (with the error).
     """
-    with db.session() as session:
-        run = Run(source=source, scope=scope, started_at=datetime.now(UTC), status="running")
-        session.add(run)
-        session.flush()
-        run_id = run.id
+    run_id = start_run(db, source, scope)
     try:
         with db.session() as session:
             ingestor = Ingestor(session, source, run_id)
@@ -365,21 +400,7 @@ def run_ingest(db: Database, source: str, scope: str, records: Iterable[Record])
                 ingestor.add(record)
             stats = ingestor.flush()
     except BaseException as exc:
-        with db.session() as session:
-            failed = session.get(Run, run_id)
-            assert failed is not None
-            failed.status = "failed"
-            failed.finished_at = datetime.now(UTC)
-            failed.error = f"{type(exc).__name__}: {exc}"[:4000]
+        finish_run(db, run_id, "failed", IngestStats(), f"{type(exc).__name__}: {exc}")
         raise
-    with db.session() as session:
-        done = session.get(Run, run_id)
-        assert done is not None
-        done.status = "ok"
-        done.finished_at = datetime.now(UTC)
-        done.inserted = stats.inserted
-        done.duplicate = stats.duplicate
-        done.conflicting = stats.conflicting
-        done.rejected = stats.rejected
-        done.rejections = json.dumps(dict(stats.rejections)) if stats.rejections else None
+    finish_run(db, run_id, "ok", stats)
     return RunSummary(run_id, source, scope, "ok", stats)

@@ -25,7 +25,7 @@ from google.auth.credentials import AnonymousCredentials
 from spotopt.adaptors.aws import AwsClients
 from spotopt.adaptors.azure import AzureClients
 from spotopt.adaptors.gcp import GcpClients
-from spotopt.collectors.base import Retry
+from spotopt.cloud_calls import Retry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

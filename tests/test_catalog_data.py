@@ -6,6 +6,7 @@ import csv
 from collections import Counter
 from datetime import date
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -192,6 +193,7 @@ def test_fractional_gpus() -> None:
         ("azure", "Standard_NC6s_v3", True),
         ("azure", "Standard_ND6s", True),
         ("azure", "Standard_NV6", True),
+        ("azure", "Standard_NV4as_v4", True),  # NVv4 retired 2026-09-30
         ("azure", "Standard_NC24ads_A100_v4", False),
     ],
 )
@@ -354,3 +356,27 @@ def test_gcp_n1_prices_are_machine_plus_gpus() -> None:
     }
     # n1-standard-8 ($0.379998) + one V100 ($2.48), us-central1
     assert rows["n1-standard-8+1xnvidia-tesla-v100"] == pytest.approx(2.86, abs=0.001)
+
+
+def test_every_type_still_offered_has_a_price_or_is_listed_as_missing() -> None:
+    """A type without a list price is either retired or named under "Missing prices" in
+    data/README.md with what was searched, so a gap is a documented decision, not an oversight."""
+    readme = (Path(__file__).resolve().parents[1] / "data" / "README.md").read_text(encoding="utf-8")
+    missing = readme.split("### Missing prices", 1)[1].split("\n## ", 1)[0]
+    priced = {(p.market.cloud, p.market.instance_type) for p in list_prices()}
+    unlisted = [
+        key
+        for key, spec in TYPES.items()
+        if key not in priced and not spec.retired and f"`{key[1]}`" not in missing
+    ]
+    assert unlisted == []
+    listed_but_priced = [name for cloud, name in priced if f"`{name}`" in missing]
+    assert listed_but_priced == []
+
+
+def test_p4de_and_p5en_carry_the_june_2025_price_cut() -> None:
+    by_type: dict[str, list[tuple[str, float]]] = {}
+    for row in _raw_rows("list_prices.csv"):
+        by_type.setdefault(row["instance_type"], []).append((row["as_of"], float(row["usd_per_hour"])))
+    assert sorted(by_type["p4de.24xlarge"]) == [("2023-08-01", 40.9657), ("2025-06-05", 27.44705)]
+    assert sorted(by_type["p5en.48xlarge"]) == [("2025-06-05", 63.296)]

@@ -17,7 +17,8 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from spotopt.cli.app import app
-from spotopt.collectors.base import get_collector, redact
+from spotopt.cloud_calls import redact
+from spotopt.collectors.base import COLLECTORS
 from spotopt.db.models import PricePoint, Run
 from spotopt.db.setup import open_history
 from spotopt.errors import InputError
@@ -242,26 +243,39 @@ def test_credentials_in_urls_are_redacted() -> None:
 
 def test_unknown_collector_name_gets_did_you_mean() -> None:
     with pytest.raises(InputError, match="did you mean 'aws-spot-prices'"):
-        get_collector("aws-spot-price")
-    assert get_collector("gcp-prices").cloud == "gcp"
+        COLLECTORS.lookup("aws-spot-price")
+    assert COLLECTORS.lookup("gcp-prices").cloud == "gcp"
+
+
+_SDKS = ("boto3", "botocore", "azure", "moto", "google.cloud", "google.auth")
+
+
+def _loaded_after(imports: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules starting with one of ``prefixes`` that a fresh interpreter has loaded after
+    running ``imports`` (a fresh process: this one has long imported everything)."""
+    found = f"sorted(m for m in sys.modules if m.startswith({prefixes!r}))"
+    code = f"import json, sys\n{imports}\nprint(json.dumps({found}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded: list[str] = json.loads(out.stdout)
+    return loaded
 
 
 def test_importing_spotopt_and_its_cli_imports_no_cloud_sdk() -> None:
-    code = (
-        "import sys, spotopt, spotopt.cli.app, spotopt.collect\n"
-        "from spotopt.collectors.base import load_all\n"
-        "load_all()\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'azure', 'moto')"
-        " or m.startswith('google.cloud') or m.startswith('google.auth'))\n"
-        "print(bad)\n"
+    imports = (
+        "import spotopt, spotopt.cli.app, spotopt.collect\nfrom spotopt.collectors.base import COLLECTORS\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    assert _loaded_after(imports + "list(COLLECTORS)", _SDKS) == []
+
+
+def test_adaptors_and_the_retry_rule_do_not_depend_on_the_collectors() -> None:
+    """Adaptors, collectors and providers share ``cloud_calls``; it sits below all of them, so
+    importing an adaptor (as a provider will) loads no collector and no SDK."""
+    imports = "import spotopt.cloud_calls, spotopt.adaptors.aws, spotopt.adaptors.gcp, spotopt.adaptors.azure"
+    assert _loaded_after(imports, ("spotopt.collectors", *_SDKS)) == []
+    assert _loaded_after("import spotopt.collect", ("spotopt.collectors",))  # the probe does see imports
 
 
 def test_readme_documents_every_collector() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    from spotopt.collectors.base import load_all
-
-    missing = [name for name in load_all() if f"`{name}`" not in readme]
+    missing = [name for name in COLLECTORS if f"`{name}`" not in readme]
     assert missing == []

@@ -16,7 +16,7 @@ from spotopt.db.models import UTCDateTime
 from spotopt.db.setup import open_history
 from spotopt.errors import InputError
 from spotopt.reports import survival
-from spotopt.reports.registry import REPORTS, get
+from spotopt.reports.registry import REPORTS
 from tests import report_history as hist
 from tests.report_history import h, iso
 
@@ -24,7 +24,7 @@ WINDOW = {"since": iso(0), "until": iso(48)}
 
 
 def run(db: Database, name: str, **given: str) -> dict[str, pd.DataFrame]:
-    report = get(name)
+    report = REPORTS.lookup(name)
     args = report.parse(given, now=h(48))
     with db.session() as session:
         return report.run(session, args).sections
@@ -292,10 +292,10 @@ def test_sqlite_and_postgresql_give_identical_frames(sqlite_db: Database, pg_url
 )
 def test_bad_parameters_name_the_parameter(name: str, given: dict[str, str], message: str) -> None:
     with pytest.raises(InputError) as err:
-        get(name).parse(given)
+        REPORTS.lookup(name).parse(given)
     assert message in str(err.value)
 
 
 def test_unknown_report_suggests_a_name() -> None:
     with pytest.raises(InputError, match=r"did you mean 'spot-discount'\?.*reports: cheapest"):
-        get("spot-discont")
+        REPORTS.lookup("spot-discont")

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from spotopt.adaptors.http import HttpJson
-from spotopt.collectors.base import MissingCredentials
+from spotopt.cloud_calls import MissingCredentials
 
 CREDENTIALS_HINT = (
     "configure Azure credentials (az login, AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET or a "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from spotopt.collectors.base import MissingCredentials
+from spotopt.cloud_calls import MissingCredentials
 
 API_KEY_ENV = "SPOTOPT_GCP_API_KEY"
 CREDENTIALS_HINT = (

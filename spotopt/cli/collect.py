@@ -11,8 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from spotopt.adaptors import client_factory
 from spotopt.catalog import check_gpu_query
 from spotopt.cli.common import FormatOption, parse_time, state
+from spotopt.cloud_calls import Retry
 from spotopt.collect import ClientFactory, CollectRequest, ScopeResult, run_collect
-from spotopt.collectors.base import Retry
 from spotopt.errors import CollectorError, InputError
 from spotopt.render import Format, render
 from spotopt.types import CLOUDS

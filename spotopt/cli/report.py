@@ -20,7 +20,7 @@ from spotopt.cli.common import FormatOption, state
 from spotopt.errors import InputError
 from spotopt.render import Format, render, to_json
 from spotopt.reports.base import Report, ReportResult, parse_pairs
-from spotopt.reports.registry import REPORTS, get
+from spotopt.reports.registry import REPORTS
 from spotopt.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, help="Reports on the price history: tables, CSV/JSON, plots, SQL.")
@@ -94,7 +94,7 @@ def run(
     plot: Annotated[Path | None, typer.Option(help="Also draw the report into this PNG file.")] = None,
 ) -> None:
     """Run a report on the history and print it; --plot FILE.png also draws it."""
-    report = get(name)
+    report = REPORTS.lookup(name)
     args = report.parse(parse_pairs(param or []))
     _check_plot(report, plot)
     with state(ctx).db().session() as session:
@@ -120,7 +120,7 @@ def sql(
     The reports post-process these results in pandas (intervals, time buckets, time-weighted
     statistics); the SQL is what they read.
     """
-    report = get(name)
+    report = REPORTS.lookup(name)
     args = report.parse(parse_pairs(param or []))
     if dialect is None:
         backend = make_url(Settings().resolved_db_url(state(ctx).db_url)).get_backend_name()

@@ -129,7 +129,8 @@ class Run(Base):
     # running | ok | failed | skipped (a collector scope without credentials or permission)
     status: Mapped[str] = mapped_column(String(16), default="running")
     error: Mapped[str | None] = mapped_column(Text)
-    # JSON object {reason: count} of rejected records.
+    # JSON {"reasons": {reason: count}, "examples": ["where: reason", ...]} of rejected records
+    # (first 20 examples), the same for imports and collector runs; NULL when none were rejected.
     rejections: Mapped[str | None] = mapped_column(Text)
 
 

@@ -8,7 +8,6 @@ two keeps the SQL inspectable and lets the tests compare a report with the SQL v
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from sqlalchemy import Select
 from sqlalchemy.orm import Session
 
 from spotopt.errors import InputError
+from spotopt.registry import did_you_mean
 
 Args = Mapping[str, Any]
 AnySelect: TypeAlias = "Select[*tuple[Any, ...]]"
@@ -110,11 +110,6 @@ class Report:
             frames[name] = pd.DataFrame.from_records(rows, columns=list(result.keys()), coerce_float=True)
             result.close()
         return self.compute(frames, args)
-
-
-def did_you_mean(name: str, valid: Sequence[str] | Mapping[str, Any]) -> str:
-    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def parse_pairs(pairs: Sequence[str]) -> dict[str, str]:
