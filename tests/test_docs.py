@@ -17,7 +17,7 @@ from spotopt.collectors.base import COLLECTORS
 from spotopt.policies.base import policy_names
 from spotopt.reports.registry import REPORTS
 from spotopt.settings import Settings
-from spotopt.whatif.strategies import STRATEGIES
+from spotopt.whatif.run import STRATEGIES
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 

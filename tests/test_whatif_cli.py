@@ -14,7 +14,7 @@ from spotopt.cli.app import app
 from spotopt.db.models import PricePoint
 from spotopt.db.setup import open_history
 from spotopt.whatif.example_market import load_example
-from spotopt.whatif.strategies import STRATEGIES
+from spotopt.whatif.run import STRATEGIES
 from spotopt.whatif.timeline import SYNTHETIC_SOURCE
 
 RESULT_KEYS = {

@@ -21,7 +21,7 @@ from spotopt.whatif.example_market import START as EXAMPLE_START
 from spotopt.whatif.example_market import example_jobs
 from spotopt.whatif.preemptions import PreemptionMode
 from spotopt.whatif.replay import ReplayRequest, ReplayResult, example_history, replay, total_runs
-from spotopt.whatif.strategies import STRATEGIES
+from spotopt.whatif.run import STRATEGIES
 
 COLUMNS = [
     "job",
@@ -52,11 +52,13 @@ PLACEMENT_COLUMNS = [
 
 def _strategies(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [s for s in names if s not in STRATEGIES]
-    if bad or not names:
-        raise InputError(
-            f"--strategies {text!r}: unknown {', '.join(bad) or '(empty)'}; valid: {', '.join(STRATEGIES)}"
-        )
+    if not names:
+        raise InputError(f"--strategies {text!r}: give at least one of {', '.join(STRATEGIES)}")
+    for name in names:
+        try:
+            STRATEGIES.lookup(name)
+        except InputError as exc:
+            raise InputError(f"--strategies {text!r}: {exc}") from exc
     return list(dict.fromkeys(names))
 
 

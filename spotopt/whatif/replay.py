@@ -31,8 +31,15 @@ from spotopt.throughput_store import stored_figures
 from spotopt.whatif.example_market import load_example
 from spotopt.whatif.jobs import SimJobs, build_jobs
 from spotopt.whatif.preemptions import PreemptionMode, preemption_table
-from spotopt.whatif.run import BASELINE, StrategyRun, placements, run_whatif, summarise, window_hours
-from spotopt.whatif.strategies import STRATEGIES
+from spotopt.whatif.run import (
+    BASELINE,
+    STRATEGIES,
+    StrategyRun,
+    placements,
+    run_whatif,
+    summarise,
+    window_hours,
+)
 from spotopt.whatif.timeline import Timeline, load_timeline
 
 
@@ -45,7 +52,7 @@ class ReplayRequest:
     start: datetime | None = None
     starts: int = 1
     every_h: float = 24.0
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = tuple(STRATEGIES)
     preemptions: PreemptionMode = PreemptionMode.MODEL
     seed: int = 0
     clouds: tuple[str, ...] | None = None
@@ -54,11 +61,10 @@ class ReplayRequest:
     billing: str = "instance"
 
     def __post_init__(self) -> None:
-        bad = [s for s in self.strategies if s not in STRATEGIES]
-        if bad or not self.strategies:
-            raise InputError(
-                f"strategies: unknown {', '.join(bad) or '(none given)'}; valid: {', '.join(STRATEGIES)}"
-            )
+        if not self.strategies:
+            raise InputError(f"strategies: none given; strategies: {', '.join(STRATEGIES)}")
+        for name in self.strategies:
+            STRATEGIES.lookup(name)
         if self.billing not in BILLING:
             raise InputError(f"billing {self.billing!r}: must be one of {', '.join(BILLING)}")
         if self.starts < 1 or self.every_h <= 0 or self.tick_h <= 0:

@@ -18,6 +18,7 @@ import numpy as np
 from spotopt.jobspec import JobSpec
 from spotopt.mover.guardrails import Guardrails
 from spotopt.plan import work_steps
+from spotopt.registry import Registry
 from spotopt.throughput import JobThroughput
 from spotopt.whatif.engine import RunResult, simulate
 from spotopt.whatif.jobs import SimJobs
@@ -26,7 +27,6 @@ from spotopt.whatif.spotopt_decider import SpotoptDecider
 from spotopt.whatif.strategies import (
     FIXED,
     PERIODIC,
-    STRATEGIES,
     ScheduleDecider,
     UniformProgressDecider,
     rule_decider,
@@ -89,6 +89,91 @@ def run_whatif(
     return runs
 
 
+Runner = Callable[[Timeline, SimJobs, Array, Array, int, Guardrails, "str | None"], StrategyRun]
+"""``runner(tl, sim, events, transfer, start_tick, guardrails, policy) -> StrategyRun``."""
+
+STRATEGIES: Registry[Runner] = Registry("strategy", "strategies")
+"""Every strategy by name, in the order the what-if shows them (``spotopt.whatif.strategies``)."""
+
+
+def _rule(name: str) -> Runner:
+    def run(
+        tl: Timeline,
+        sim: SimJobs,
+        events: Array,
+        transfer: Array,
+        start: int,
+        guard: Guardrails,
+        policy: str | None,
+    ) -> StrategyRun:
+        decider = rule_decider(name, tl, sim, start)
+        return StrategyRun(
+            name, simulate(tl, sim, events, transfer, decider, start, free_moves=name == "dynamic")
+        )
+
+    return run
+
+
+for _name in (*FIXED, *PERIODIC):
+    STRATEGIES.add(_name, _rule(_name))
+
+
+@STRATEGIES.register("uniform-progress")
+def _uniform_progress(
+    tl: Timeline,
+    sim: SimJobs,
+    events: Array,
+    transfer: Array,
+    start: int,
+    guard: Guardrails,
+    policy: str | None,
+) -> StrategyRun:
+    decider = UniformProgressDecider(tl, sim)
+    return StrategyRun("uniform-progress", simulate(tl, sim, events, transfer, decider, start))
+
+
+@STRATEGIES.register("spotopt")
+def _spotopt(
+    tl: Timeline,
+    sim: SimJobs,
+    events: Array,
+    transfer: Array,
+    start: int,
+    guard: Guardrails,
+    policy: str | None,
+) -> StrategyRun:
+    spot = SpotoptDecider(tl, sim, transfer, guard, policy)
+    result = simulate(tl, sim, events, transfer, spot, start)
+    return StrategyRun("spotopt", result, notes=[*spot.notes, f"policy solves: {spot.solves}"])
+
+
+@STRATEGIES.register("oracle")
+def _oracle(
+    tl: Timeline,
+    sim: SimJobs,
+    events: Array,
+    transfer: Array,
+    start: int,
+    guard: Guardrails,
+    policy: str | None,
+) -> StrategyRun:
+    n_ticks = tl.n_ticks - start
+    plan = np.full((sim.n_jobs, n_ticks), -1, dtype=np.int64)
+    bound = np.full(sim.n_jobs, np.inf)
+    notes = []
+    for j in range(sim.n_jobs):
+        bound[j] = solve_job(tl, sim, events, transfer, j, start).cost_usd
+        path = solve_job(tl, sim, events, transfer, j, start, bound=False)
+        plan[j, : len(path.plan)] = path.plan
+        plan[j, len(path.plan) :] = -2
+        if not path.feasible:
+            notes.append(
+                f"{sim.names[j]}: no schedule meets the deadline; the oracle minimised cost without it"
+            )
+    result = simulate(tl, sim, events, transfer, ScheduleDecider(plan, start), start)
+    return StrategyRun("oracle", result, bound, notes)
+
+
 def run_strategy(
     name: str,
     tl: Timeline,
@@ -99,34 +184,8 @@ def run_strategy(
     guard: Guardrails | None = None,
     policy: str | None = None,
 ) -> StrategyRun:
-    if name in FIXED or name in PERIODIC:
-        decider = rule_decider(name, tl, sim, start)
-        return StrategyRun(
-            name, simulate(tl, sim, events, transfer, decider, start, free_moves=name == "dynamic")
-        )
-    if name == "uniform-progress":
-        return StrategyRun(name, simulate(tl, sim, events, transfer, UniformProgressDecider(tl, sim), start))
-    if name == "spotopt":
-        spot = SpotoptDecider(tl, sim, transfer, guard or Guardrails(), policy)
-        result = simulate(tl, sim, events, transfer, spot, start)
-        return StrategyRun(name, result, notes=[*spot.notes, f"policy solves: {spot.solves}"])
-    if name == "oracle":
-        n_ticks = tl.n_ticks - start
-        plan = np.full((sim.n_jobs, n_ticks), -1, dtype=np.int64)
-        bound = np.full(sim.n_jobs, np.inf)
-        notes = []
-        for j in range(sim.n_jobs):
-            bound[j] = solve_job(tl, sim, events, transfer, j, start).cost_usd
-            path = solve_job(tl, sim, events, transfer, j, start, bound=False)
-            plan[j, : len(path.plan)] = path.plan
-            plan[j, len(path.plan) :] = -2
-            if not path.feasible:
-                notes.append(
-                    f"{sim.names[j]}: no schedule meets the deadline; the oracle minimised cost without it"
-                )
-        result = simulate(tl, sim, events, transfer, ScheduleDecider(plan, start), start)
-        return StrategyRun(name, result, bound, notes)
-    raise ValueError(f"unknown strategy {name!r}; valid: {', '.join(STRATEGIES)}")
+    """Run the registered strategy ``name`` (did-you-mean ``InputError`` for an unknown one)."""
+    return STRATEGIES.lookup(name)(tl, sim, events, transfer, start, guard or Guardrails(), policy)
 
 
 def _mean(values: list[float]) -> float | None:

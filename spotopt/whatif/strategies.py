@@ -46,7 +46,6 @@ Array = np.ndarray[Any, Any]
 
 FIXED = ("on-demand", "spot", "gpu-type", "multi-gpu", "multi-cloud")
 PERIODIC = ("dynamic", "dynamic-paid")
-STRATEGIES = (*FIXED, *PERIODIC, "uniform-progress", "spotopt", "oracle")
 DYNAMIC_PERIOD_H = 24.0
 
 
