@@ -209,7 +209,7 @@ class UniformProgressDecider:
         od_speed = np.where(od >= 0, (sim.steps_per_hour * sim.checkpoint_eff)[np.maximum(od, 0)], np.nan)
         d = sim.restart_h
 
-        def line(at_h: float) -> Array:
+        def line(at_h: float | Array) -> Array:
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.asarray(sim.work * np.clip(at_h / deadline, 0.0, 1.0))
 
