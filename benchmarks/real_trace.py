@@ -154,7 +154,7 @@ def part_one(db: Database, args: Any) -> list[str]:
 def part_two(db: Database, args: Any) -> list[str]:
     failures = []
     strategies = ("on-demand", *RULES)
-    for factor in (1.2, 2.0):
+    for factor in args.factors:
         spec = jobs(factor)
         cost: dict[tuple[str, str], list[float]] = {}
         met: dict[tuple[str, str], list[float]] = {}
@@ -196,6 +196,7 @@ def main() -> None:
     parser.add_argument("--every-h", type=float, default=25.0, help="hours between starts (25: varied hours)")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--part", choices=("1", "2", "both"), default="both")
+    parser.add_argument("--factors", type=float, nargs="+", default=[1.2, 2.0], help="deadlines × V100 time")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="spotopt-real-trace-") as tmp:
         db = open_history(f"sqlite:///{tmp}/trace.sqlite", Settings(auto_migrate=True))

@@ -318,12 +318,12 @@ def test_a_deadline_job_never_goes_back_to_a_slower_leg() -> None:
 def test_the_deadline_reserve_grows_with_the_preemption_risk_ahead() -> None:
     from spotopt.mover.planner import deadline_reserve_h
 
-    state = deadline_job(0, 4000, 50.0)
+    state = deadline_job(0, 4000, 25.0)
     calm = mix_options()
-    risky = dataclasses.replace(calm, preemptions_per_hour=np.array([0.0, 0.1, 0.0]))
+    risky = dataclasses.replace(calm, preemptions_per_hour=np.array([0.04, 0.01, 0.0]))
     guard = Guardrails()
     base = guard.period_h + 0.1
     assert deadline_reserve_h(state, calm, guard)[0] == pytest.approx(base)
-    # 10 h on the fast option at 0.1/h: 3 standard deviations of sqrt(1) preemptions of 1.1 h
+    # 25 h left at up to 0.04/h: 3 standard deviations of sqrt(1) preemptions of 1.1 h each
     assert deadline_reserve_h(state, risky, guard)[0] == pytest.approx(base + 3 * 1.0 * 1.1)
     assert deadline_reserve_h(deadline_job(0, 4000, np.inf), risky, guard)[0] == 0.0

@@ -33,12 +33,13 @@ hold, at most ``max_moves_per_tick`` voluntary moves (largest net saving first).
 **Keeping to the policy's deadline plan.** ``min-cost-slo`` may mix a cheap slow option with a
 fast one, to be run one after the other. The time a job may plan with is its deadline less a
 reserve (``deadline_reserve_h``: deadline safety's slack of a period, the margin and a restart,
-plus three standard deviations of the preemption losses still ahead); an option is *affordable* when
+plus three standard deviations of the preemption losses possible in the time left); an option is
+*affordable* when
 the job can run one more period on it, move (a restart) and still finish in that time on its
 fastest spot option (on-demand if it has none), so that deadline safety holds along the way. A
 job on an option that is no longer affordable moves at once (reason ``deadline``) to the
-policy's target if faster and affordable, else to the faster affordable option cheapest per step
-now; voluntary
+policy's target if a faster affordable spot option, else to the faster affordable spot option
+cheapest per step now (none: it stays, and deadline safety is the last resort); voluntary
 moves only go to affordable options, and a job with a deadline never goes back to a slower
 option, by choice or after a preemption (its slow leg is over). So the switch from the slow to
 the fast leg happens in time whatever the policy's re-solve period.
@@ -104,22 +105,19 @@ def deadline_reserve_h(state: FleetState, opts: Options, guard: Guardrails) -> A
 
     Deadline safety's own slack (a period, the margin, a restart) plus a reserve for bad luck:
     the expected preemption losses are already in the effective throughput, but their spread is
-    not. On the job's fastest spot option (rate ``λ``, ``L`` hours to finish there) the number
-    of preemptions is Poisson with variance ``λL``, each costing at most a period plus a restart,
-    so ``RESERVE_SIGMAS`` standard deviations are ``RESERVE_SIGMAS · sqrt(λL) · (period + restart)``.
+    not. A plan may use all the time left ``T`` (a cheap slow leg, then a fast one), on spot
+    markets preempting at up to ``λ`` (the job's riskiest available spot option), so the number
+    of preemptions is Poisson with variance up to ``λT``, each costing at most a period plus a
+    restart: ``RESERVE_SIGMAS · sqrt(λT) · (period + restart)``.
     """
     n = state.n_jobs
     spot = np.isfinite(opts.usd_per_hour) & ~opts.on_demand.astype(bool)
-    fastest = np.zeros(n)
-    np.maximum.at(fastest, opts.job[spot], opts.steps_per_hour[spot])
-    is_fastest = spot & (opts.steps_per_hour >= fastest[opts.job])
     rate = np.zeros(n)
-    np.maximum.at(rate, opts.job[is_fastest], opts.preemptions_per_hour[is_fastest])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        leg_h = np.where(fastest > 0, state.remaining_steps / fastest, 0.0)
+    np.maximum.at(rate, opts.job[spot], opts.preemptions_per_hour[spot])
+    left_h = np.where(np.isfinite(state.deadline_h), np.maximum(state.deadline_h, 0.0), 0.0)
     loss_h = guard.period_h + state.restart_h
     reserve = guard.period_h + guard.deadline_margin_h + state.restart_h
-    reserve = reserve + RESERVE_SIGMAS * np.sqrt(rate * leg_h) * loss_h
+    reserve = reserve + RESERVE_SIGMAS * np.sqrt(rate * left_h) * loss_h
     return np.asarray(np.where(np.isfinite(state.deadline_h), reserve, 0.0))
 
 
@@ -233,7 +231,7 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
         t = int(target[j])
         if behind[j] and safe[j]:
             faster = opts.steps_per_hour[mine] > opts.steps_per_hour[c]
-            ok = mine[eligible[mine] & affordable[mine] & faster]
+            ok = mine[eligible[mine] & affordable[mine] & faster & ~od[mine]]
             pick = t if t in set(ok.tolist()) and fits(j, t) else _cheapest(ok, per_step_now, j, fits)
             if pick is not None:
                 moves.append(Move(j, from_key, int(key[pick]), "deadline", 0.0, float(move[pick])))
