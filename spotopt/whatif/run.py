@@ -20,7 +20,7 @@ from spotopt.mover.guardrails import Guardrails
 from spotopt.plan import work_steps
 from spotopt.registry import Registry
 from spotopt.throughput import JobThroughput
-from spotopt.whatif.engine import RunResult, simulate
+from spotopt.whatif.engine import Decider, RunResult, simulate
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.oracle import solve_job
 from spotopt.whatif.spotopt_decider import SpotoptDecider
@@ -89,27 +89,33 @@ def run_whatif(
     return runs
 
 
-Runner = Callable[[Timeline, SimJobs, Array, Array, int, Guardrails, "str | None"], StrategyRun]
-"""``runner(tl, sim, events, transfer, start_tick, guardrails, policy) -> StrategyRun``."""
+@dataclass(frozen=True)
+class Replay:
+    """What every strategy of one replay shares: the market, the jobs, the preemptions, the
+    egress prices, and the ``spotopt`` strategy's guardrails and policy."""
+
+    tl: Timeline
+    sim: SimJobs
+    events: Array
+    transfer: Array
+    guard: Guardrails = field(default_factory=Guardrails)
+    policy: str | None = None
+
+    def simulate(self, decider: Decider, start: int, free_moves: bool = False) -> RunResult:
+        return simulate(self.tl, self.sim, self.events, self.transfer, decider, start, free_moves)
+
+
+Runner = Callable[[Replay, int], StrategyRun]
+"""``runner(replay, start_tick) -> StrategyRun``."""
 
 STRATEGIES: Registry[Runner] = Registry("strategy", "strategies")
 """Every strategy by name, in the order the what-if shows them (``spotopt.whatif.strategies``)."""
 
 
 def _rule(name: str) -> Runner:
-    def run(
-        tl: Timeline,
-        sim: SimJobs,
-        events: Array,
-        transfer: Array,
-        start: int,
-        guard: Guardrails,
-        policy: str | None,
-    ) -> StrategyRun:
-        decider = rule_decider(name, tl, sim, start)
-        return StrategyRun(
-            name, simulate(tl, sim, events, transfer, decider, start, free_moves=name == "dynamic")
-        )
+    def run(r: Replay, start: int) -> StrategyRun:
+        decider = rule_decider(name, r.tl, r.sim, start)
+        return StrategyRun(name, r.simulate(decider, start, free_moves=name == "dynamic"))
 
     return run
 
@@ -119,59 +125,33 @@ for _name in (*FIXED, *PERIODIC):
 
 
 @STRATEGIES.register("uniform-progress")
-def _uniform_progress(
-    tl: Timeline,
-    sim: SimJobs,
-    events: Array,
-    transfer: Array,
-    start: int,
-    guard: Guardrails,
-    policy: str | None,
-) -> StrategyRun:
-    decider = UniformProgressDecider(tl, sim)
-    return StrategyRun("uniform-progress", simulate(tl, sim, events, transfer, decider, start))
+def _uniform_progress(r: Replay, start: int) -> StrategyRun:
+    return StrategyRun("uniform-progress", r.simulate(UniformProgressDecider(r.tl, r.sim), start))
 
 
 @STRATEGIES.register("spotopt")
-def _spotopt(
-    tl: Timeline,
-    sim: SimJobs,
-    events: Array,
-    transfer: Array,
-    start: int,
-    guard: Guardrails,
-    policy: str | None,
-) -> StrategyRun:
-    spot = SpotoptDecider(tl, sim, transfer, guard, policy)
-    result = simulate(tl, sim, events, transfer, spot, start)
+def _spotopt(r: Replay, start: int) -> StrategyRun:
+    spot = SpotoptDecider(r.tl, r.sim, r.transfer, r.guard, r.policy)
+    result = r.simulate(spot, start)
     return StrategyRun("spotopt", result, notes=[*spot.notes, f"policy solves: {spot.solves}"])
 
 
 @STRATEGIES.register("oracle")
-def _oracle(
-    tl: Timeline,
-    sim: SimJobs,
-    events: Array,
-    transfer: Array,
-    start: int,
-    guard: Guardrails,
-    policy: str | None,
-) -> StrategyRun:
-    n_ticks = tl.n_ticks - start
-    plan = np.full((sim.n_jobs, n_ticks), -1, dtype=np.int64)
+def _oracle(r: Replay, start: int) -> StrategyRun:
+    tl, sim = r.tl, r.sim
+    plan = np.full((sim.n_jobs, tl.n_ticks - start), -1, dtype=np.int64)
     bound = np.full(sim.n_jobs, np.inf)
     notes = []
     for j in range(sim.n_jobs):
-        bound[j] = solve_job(tl, sim, events, transfer, j, start).cost_usd
-        path = solve_job(tl, sim, events, transfer, j, start, bound=False)
+        bound[j] = solve_job(tl, sim, r.events, r.transfer, j, start).cost_usd
+        path = solve_job(tl, sim, r.events, r.transfer, j, start, bound=False)
         plan[j, : len(path.plan)] = path.plan
         plan[j, len(path.plan) :] = -2
         if not path.feasible:
             notes.append(
                 f"{sim.names[j]}: no schedule meets the deadline; the oracle minimised cost without it"
             )
-    result = simulate(tl, sim, events, transfer, ScheduleDecider(plan, start), start)
-    return StrategyRun("oracle", result, bound, notes)
+    return StrategyRun("oracle", r.simulate(ScheduleDecider(plan, start), start), bound, notes)
 
 
 def run_strategy(
@@ -185,7 +165,7 @@ def run_strategy(
     policy: str | None = None,
 ) -> StrategyRun:
     """Run the registered strategy ``name`` (did-you-mean ``InputError`` for an unknown one)."""
-    return STRATEGIES.lookup(name)(tl, sim, events, transfer, start, guard or Guardrails(), policy)
+    return STRATEGIES.lookup(name)(Replay(tl, sim, events, transfer, guard or Guardrails(), policy), start)
 
 
 def _mean(values: list[float]) -> float | None:
