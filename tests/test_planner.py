@@ -320,10 +320,11 @@ def test_the_deadline_reserve_grows_with_the_preemption_risk_ahead() -> None:
 
     state = deadline_job(0, 4000, 25.0)
     calm = mix_options()
-    risky = dataclasses.replace(calm, preemptions_per_hour=np.array([0.04, 0.01, 0.0]))
+    risky = dataclasses.replace(calm, preemptions_per_hour=np.array([0.5, 0.04, 0.0]))
     guard = Guardrails()
     base = guard.period_h + 0.1
     assert deadline_reserve_h(state, calm, guard)[0] == pytest.approx(base)
-    # 25 h left at up to 0.04/h: 3 standard deviations of sqrt(1) preemptions of 1.1 h each
+    # 25 h left on the fast leg's market at 0.04/h: 3 standard deviations of sqrt(1) preemptions
+    # of 1.1 h each (the slow option's rate does not count: the plan ends on the fast leg)
     assert deadline_reserve_h(state, risky, guard)[0] == pytest.approx(base + 3 * 1.0 * 1.1)
     assert deadline_reserve_h(deadline_job(0, 4000, np.inf), risky, guard)[0] == 0.0

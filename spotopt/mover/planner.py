@@ -105,15 +105,22 @@ def deadline_reserve_h(state: FleetState, opts: Options, guard: Guardrails) -> A
 
     Deadline safety's own slack (a period, the margin, a restart) plus a reserve for bad luck:
     the expected preemption losses are already in the effective throughput, but their spread is
-    not. A plan may use all the time left ``T`` (a cheap slow leg, then a fast one), on spot
-    markets preempting at up to ``λ`` (the job's riskiest available spot option), so the number
-    of preemptions is Poisson with variance up to ``λT``, each costing at most a period plus a
-    restart: ``RESERVE_SIGMAS · sqrt(λT) · (period + restart)``.
+    not. A plan may use all the time left ``T`` (a cheap slow leg, then a fast one); on its fast
+    leg's market preempting at ``λ``, the number of preemptions is Poisson with variance ``λT``,
+    each costing at most a period plus a restart: ``RESERVE_SIGMAS · sqrt(λT) · (period + restart)``.
     """
     n = state.n_jobs
     spot = np.isfinite(opts.usd_per_hour) & ~opts.on_demand.astype(bool)
+    # The fast leg's market: the job's fastest spot option, the cheapest of those (which options
+    # a caller leaves out as dominated does not change it: see ``spotopt.whatif.frontier``).
+    fastest = np.zeros(n)
+    np.maximum.at(fastest, opts.job[spot], opts.steps_per_hour[spot])
+    fast = spot & (opts.steps_per_hour >= fastest[opts.job])
+    cheapest = np.full(n, np.inf)
+    np.minimum.at(cheapest, opts.job[fast], opts.usd_per_hour[fast])
+    leg = fast & (opts.usd_per_hour <= cheapest[opts.job])
     rate = np.zeros(n)
-    np.maximum.at(rate, opts.job[spot], opts.preemptions_per_hour[spot])
+    np.maximum.at(rate, opts.job[leg], opts.preemptions_per_hour[leg])
     left_h = np.where(np.isfinite(state.deadline_h), np.maximum(state.deadline_h, 0.0), 0.0)
     loss_h = guard.period_h + state.restart_h
     reserve = guard.period_h + guard.deadline_margin_h + state.restart_h
