@@ -326,5 +326,6 @@ def test_the_deadline_reserve_grows_with_the_preemption_risk_ahead() -> None:
     assert deadline_reserve_h(state, calm, guard)[0] == pytest.approx(base)
     # 25 h left on the fast leg's market at 0.04/h: 3 standard deviations of sqrt(1) preemptions
     # of 1.1 h each (the slow option's rate does not count: the plan ends on the fast leg)
-    assert deadline_reserve_h(state, risky, guard)[0] == pytest.approx(base + 3 * 1.0 * 1.1)
+    waits = 0.04 * 25 * guard.period_h / 2  # one expected preemption, half a period to the next decision
+    assert deadline_reserve_h(state, risky, guard)[0] == pytest.approx(base + waits + 3 * 1.0 * 1.1)
     assert deadline_reserve_h(deadline_job(0, 4000, np.inf), risky, guard)[0] == 0.0

@@ -103,11 +103,13 @@ RESERVE_SIGMAS = 3.0
 def deadline_reserve_h(state: FleetState, opts: Options, guard: Guardrails) -> Array:
     """Hours before each job's deadline that a plan must not use (0 without a deadline).
 
-    Deadline safety's own slack (a period, the margin, a restart) plus a reserve for bad luck:
-    the expected preemption losses are already in the effective throughput, but their spread is
-    not. A plan may use all the time left ``T`` (a cheap slow leg, then a fast one); on its fast
-    leg's market preempting at ``λ``, the number of preemptions is Poisson with variance ``λT``,
-    each costing at most a period plus a restart: ``RESERVE_SIGMAS · sqrt(λT) · (period + restart)``.
+    Deadline safety's own slack (a period, the margin, a restart), the wall time a preempted job
+    waits for the next decision (half a period per expected preemption: unpaid, so not in the
+    effective throughput, which counts paid time), and a reserve for bad luck: the expected
+    preemption losses are in the effective throughput, but their spread is not. A plan may use
+    all the time left ``T`` (a cheap slow leg, then a fast one); on its fast leg's market
+    preempting at ``λ``, the number of preemptions is Poisson with variance ``λT``, each costing
+    at most a period plus a restart: ``RESERVE_SIGMAS · sqrt(λT) · (period + restart)``.
     """
     n = state.n_jobs
     spot = np.isfinite(opts.usd_per_hour) & ~opts.on_demand.astype(bool)
@@ -124,6 +126,7 @@ def deadline_reserve_h(state: FleetState, opts: Options, guard: Guardrails) -> A
     left_h = np.where(np.isfinite(state.deadline_h), np.maximum(state.deadline_h, 0.0), 0.0)
     loss_h = guard.period_h + state.restart_h
     reserve = guard.period_h + guard.deadline_margin_h + state.restart_h
+    reserve = reserve + rate * left_h * guard.period_h / 2.0
     reserve = reserve + RESERVE_SIGMAS * np.sqrt(rate * left_h) * loss_h
     return np.asarray(np.where(np.isfinite(state.deadline_h), reserve, 0.0))
 
