@@ -378,17 +378,27 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
 def stale_price_warnings(at: datetime, jobs: list[dict[str, Any]]) -> list[str]:
     """Say when a plan rests on old prices: a point holds until the next one, so an old point
     is the price "at" t as far as the history knows, but the history may simply have stopped."""
-    chosen = [item for job in jobs for item in job["allocation"]]
-    stale = [item for item in chosen if at - item["price_observed_at"] > STALE_PRICE_AFTER]
+    chosen = {_market_key(item): item for job in jobs for item in job["allocation"]}
+    stale = {k: item for k, item in chosen.items() if at - item["price_observed_at"] > STALE_PRICE_AFTER}
     if not stale:
         return []
-    oldest = min(item["price_observed_at"] for item in stale)
+    oldest = min(item["price_observed_at"] for item in stale.values())
+    aws_spot = any(item["cloud"] == "aws" and item["market"] == "spot" for item in stale.values())
+    why = (
+        "AWS records a spot price only when it changes, so an old point may still hold, but "
+        if aws_spot
+        else ""
+    )
     return [
         f"{len(stale)} of the {len(chosen)} chosen markets have prices last observed more than "
         f"{STALE_PRICE_AFTER.days} days before {at:%Y-%m-%d %H:%M} UTC (oldest {oldest:%Y-%m-%d}); "
-        "AWS records a spot price only when it changes, so an old point may still hold, but check "
-        "coverage (`spotopt report run coverage`) and refresh with `spotopt collect` or `spotopt import`"
+        f"{why}check coverage (`spotopt report run coverage`) and refresh with `spotopt collect` or "
+        "`spotopt import`"
     ]
+
+
+def _market_key(item: dict[str, Any]) -> tuple[Any, ...]:
+    return (item["cloud"], item["region"], item["zone"], item["instance_type"], item["market"])
 
 
 def _market_fields(o: OptionInfo) -> dict[str, Any]:

@@ -172,3 +172,30 @@ def test_plan_on_old_prices_warns_and_shows_when_each_price_was_seen(db_url: str
     assert "warning:" in old.stderr
     item = report["jobs"][0]["allocation"][0]
     assert item["price_observed_at"] == "2025-03-01T00:00:00Z" and item["price_source"] == "test"
+
+
+def test_budget_with_a_policy_that_ignores_it_is_refused(db_url: str, tmp_path: Path) -> None:
+    seed(db_url)
+    jobs = str(write_jobs(tmp_path, "200h"))
+    result = CliRunner().invoke(app, ["--db", db_url, "plan", jobs, "--policy", "min-cost", "--budget", "5"])
+    assert result.exit_code == 2 and "--budget" in result.output and "min-makespan-budget" in result.output
+
+
+def test_stale_price_warning_counts_markets_and_names_aws_only_for_aws_spot() -> None:
+    from datetime import UTC, datetime
+
+    from spotopt.plan import stale_price_warnings
+
+    at = datetime(2025, 3, 1, tzinfo=UTC)
+    old = datetime(2025, 1, 1, tzinfo=UTC)
+    gcp = {"cloud": "gcp", "region": "us-central1", "zone": None, "instance_type": "a2-highgpu-1g"}
+    item = {**gcp, "market": "spot", "price_observed_at": old}
+    jobs = [{"allocation": [item]} for _ in range(20)]  # twenty jobs, one market
+    (warning,) = stale_price_warnings(at, jobs)
+    assert warning.startswith("1 of the 1 chosen markets") and "AWS" not in warning
+    aws = {**item, "cloud": "aws", "region": "us-east-1", "zone": "us-east-1a", "instance_type": "p3.2xlarge"}
+    (both,) = stale_price_warnings(at, [*jobs, {"allocation": [aws]}])
+    assert (
+        both.startswith("2 of the 2 chosen markets")
+        and "AWS records a spot price only when it changes" in both
+    )

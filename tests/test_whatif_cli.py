@@ -131,3 +131,37 @@ def test_plot_is_written(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "SYNTHETIC" in result.output
+
+
+def test_bad_seed_plot_and_too_many_starts_fail_before_replaying(db_url: str, tmp_path: Path) -> None:
+    cases = [
+        (["--example", "--seed", "-1"], "--seed"),
+        (["--example", "--plot", str(tmp_path / "nowhere" / "x.png")], "--plot"),
+        (["--example", "--starts", "100000"], "--starts 100000"),
+    ]
+    for args, named in cases:
+        result = CliRunner().invoke(app, ["--db", db_url, "whatif", *args])
+        assert result.exit_code == 2, result.output
+        assert named in result.output
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_the_table_shows_the_summary_and_placements_only_on_request(db_url: str, tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(JOBS)
+    base = [
+        "--db",
+        db_url,
+        "whatif",
+        str(jobs),
+        "--example",
+        "--start",
+        "2020-02-03T00:00Z",
+        "--strategies",
+        "spot",
+    ]
+    short = CliRunner().invoke(app, base)
+    assert short.exit_code == 0, short.output
+    assert "Where each job ran" not in short.output and "--details" in short.output
+    full = CliRunner().invoke(app, [*base, "--details"])
+    assert "Where each job ran" in full.output

@@ -67,6 +67,8 @@ def plan(
 ) -> None:
     """Plan jobs on the markets priced at --at with a policy; shows shares, cost, finish and slack."""
     get_policy(policy)  # an unknown name fails before any work, with a did-you-mean
+    if budget is not None and policy != "min-makespan-budget":
+        raise InputError(f"--budget is used by the min-makespan-budget policy only, not by {policy}")
     spec = load_jobs(jobs_file)
     when = parse_time(at, "--at") or datetime.now(UTC)
     with state(ctx).db().session() as session:

@@ -94,7 +94,7 @@ def whatif(
     preemptions: Annotated[
         PreemptionMode, typer.Option(help="none, model (drawn from interruption rates) or replay (recorded).")
     ] = PreemptionMode.MODEL,
-    seed: Annotated[int, typer.Option(help="Seed for --preemptions model.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed for --preemptions model.")] = 0,
     clouds: Annotated[
         str | None, typer.Option(help="Comma-separated clouds to consider (default all).")
     ] = None,
@@ -116,10 +116,15 @@ def whatif(
     plot: Annotated[
         Path | None, typer.Option(help="Write the strategy breakdown (and timelines) as PNG.")
     ] = None,
+    details: Annotated[
+        bool, typer.Option("--details", help="Also show where each job ran (one start only).")
+    ] = False,
 ) -> None:
     """Replay the price history through every strategy: cost, ratio to spot, finish, deadlines, moves."""
     if jobs_file is None and not example:
         raise InputError("give a JOBS.yaml job spec, or --example for the bundled synthetic example")
+    if plot is not None and (plot.suffix.lower() != ".png" or not plot.parent.is_dir()):
+        raise InputError(f"--plot {plot}: give a .png file in an existing directory")
     if billing not in BILLING:
         raise InputError(f"--billing {billing!r}: must be one of {', '.join(BILLING)}")
     request = ReplayRequest(
@@ -155,10 +160,10 @@ def whatif(
             progress.update(task, advance=1, description=f"{name} from {at:%Y-%m-%d %H:%M}")
 
         result = replay(db, request, step)
-    _show(result, fmt, every, plot)
+    _show(result, fmt, every, plot, details)
 
 
-def _show(result: ReplayResult, fmt: Format, every: str, plot: Path | None) -> None:
+def _show(result: ReplayResult, fmt: Format, every: str, plot: Path | None, details: bool) -> None:
     req = result.request
     label = "SYNTHETIC example market" if result.synthetic else "price history"
     title = (
@@ -185,8 +190,14 @@ def _show(result: ReplayResult, fmt: Format, every: str, plot: Path | None) -> N
     )
     if fmt is Format.TABLE:
         where = result.placements()
-        if where:
+        if where and details:
             render(where, fmt, title="Where each job ran (one start)", columns=PLACEMENT_COLUMNS)
+        elif where:
+            Console().print(
+                "[dim]--details shows where each job ran; --plot FILE.png draws it; "
+                "--format json has everything[/dim]",
+                highlight=False,
+            )
         for note in result.notes:
             Console().print(f"[dim]note: {note}[/dim]", highlight=False)
         if result.synthetic:

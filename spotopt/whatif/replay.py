@@ -121,7 +121,9 @@ def replay(
     flt = MarketFilter(clouds=list(request.clouds) if request.clouds else None)
     spec = request.spec
     with db.session() as session:
-        first = request.start or _default_start(session, spec, request.starts, request.every_h, flt)
+        latest = _latest_price(session, flt)
+        first = request.start or _default_start(latest, spec, request.starts, request.every_h)
+        _check_starts(request, first, latest)
         hours = window_hours(spec, first, request.starts, request.every_h)
         tl = load_timeline(session, first, hours, request.tick_h, flt)
         figures = stored_figures(session)
@@ -135,6 +137,8 @@ def replay(
     rows = summarise(runs, sim, list(request.strategies))
     shown = [r for r in runs if r.strategy in request.strategies]
     notes = sorted({f"{r.strategy}: {n}" for r in shown for n in r.notes})
+    if not (~tl.on_demand).any():
+        notes.append("no spot prices in this window: the spot strategies ran on on-demand markets")
     if request.billing == "gpu":
         notes.append(
             "billing gpu: a job on k of an instance's n GPUs pays k/n of it (packed, as in the thesis)"
@@ -164,11 +168,29 @@ def example_history() -> Iterator[Database]:
             db.dispose()
 
 
-def _default_start(session: Any, spec: JobSpec, starts: int, every_h: float, flt: MarketFilter) -> datetime:
-    """One window before the latest price point, so the replay ends where the history does."""
+def _latest_price(session: Any, flt: MarketFilter) -> datetime:
     latest = max((q.observed_at for q in prices_at(session, datetime.now(UTC), flt)), default=None)
     if latest is None:
         raise InputError(
             "the history has no prices; import or collect some, or run `spotopt whatif --example`"
         )
+    return latest
+
+
+def _default_start(latest: datetime, spec: JobSpec, starts: int, every_h: float) -> datetime:
+    """One window before the latest price point, so the replay ends where the history does."""
     return latest - timedelta(hours=window_hours(spec, latest, starts, every_h))
+
+
+def _check_starts(request: ReplayRequest, first: datetime, latest: datetime) -> None:
+    """Refuse starts after the history's last price: they would replay prices held constant
+    (and a huge --starts would build a window of years before failing)."""
+    last = first + timedelta(hours=(request.starts - 1) * request.every_h)
+    if last <= latest:
+        return
+    fit = 1 + int((latest - first).total_seconds() / 3600.0 // request.every_h) if latest >= first else 0
+    raise InputError(
+        f"--starts {request.starts} every {request.every_h:g} h from {first:%Y-%m-%d %H:%M}: the last start "
+        f"({last:%Y-%m-%d %H:%M}) is after the history's last price ({latest:%Y-%m-%d %H:%M} UTC); "
+        + (f"use --starts {fit} or less, or an earlier --start" if fit else "use an earlier --start")
+    )
