@@ -208,8 +208,8 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
         if not safe[j] and not (cur_ok[j] and od[c]):
             cand = mine[od[mine]]
             in_time = cand[need_od[cand] <= state.deadline_h[j]]
-            fastest = cand[need_od[cand] <= need_od[cand].min(initial=np.inf)]
-            pool = in_time if len(in_time) else fastest
+            quickest = cand[need_od[cand] <= need_od[cand].min(initial=np.inf)]
+            pool = in_time if len(in_time) else quickest
             pick = _cheapest(pool, finish + move, j, fits)
             if pick is not None:
                 moves.append(Move(j, from_key, int(key[pick]), "deadline", 0.0, float(move[pick])))
