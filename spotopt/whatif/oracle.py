@@ -140,6 +140,21 @@ def step_price_floor(tl: Timeline, sim: SimJobs, eo: Array, start: int, end: int
     return np.append(np.minimum.accumulate(per_tick[::-1])[::-1], np.inf)
 
 
+def _exchange_rates(floor: Array, work: float, k_grid: int, per_tick: float) -> Array:
+    """λ per (tick from the start, bucket): the least $/step from the earliest tick a label can finish.
+
+    A label with progress up to bucket ``k``'s upper edge needs at least ``⌈rest / per_tick⌉``
+    ticks (``per_tick``: the most work of any option in a tick), so the steps a schedule saves by
+    covering it are paid no earlier than that many ticks on (see the lemma), at no less than the
+    floor there. Where no price is left nothing finishes and any rate is valid: 0.
+    """
+    edge_rest = work - np.arange(1, k_grid + 1) * (work / k_grid)
+    wait = np.maximum(np.ceil(edge_rest / per_tick - 1e-9) - 1, 0).astype(np.int64) if per_tick > 0 else 0
+    at = np.minimum(np.arange(len(floor))[:, None] + wait, len(floor) - 1)
+    lam: Array = np.where(np.isfinite(floor[at]), floor[at], 0.0)
+    return lam
+
+
 def solve_job(
     tl: Timeline,
     sim: SimJobs,
@@ -166,8 +181,8 @@ def solve_job(
     k_grid = grid if bound else int(max(50, min(grid, MAX_CELLS // max(1, n_ticks * n_states))))
     q = work / k_grid
     floor = step_price_floor(tl, sim, eo, start_tick, max(end, start_tick))
-    lam = np.where(np.isfinite(floor), floor, 0.0)  # no price left: nothing finishes, any rate is valid
     fastest = float(np.max(sim.steps_per_hour[eo] * sim.checkpoint_eff[eo], initial=0.0))
+    lam = _exchange_rates(floor, work, k_grid, fastest * tl.tick_h)
     loc_e = sim.location[eo]
     state_loc = np.concatenate([loc_e, np.arange(n_loc + 1)])
     dests = np.unique(loc_e)
@@ -185,7 +200,7 @@ def solve_job(
         avail = np.isfinite(tl.price[sim.market[eo], t])
         if not np.isfinite(lab.cost).any():
             break
-        now, after = lam[t - start_tick], lam[t + 1 - start_tick]
+        now, after = lam[t - start_tick], lam[t + 1 - start_tick]  # per bucket
         sources = _sources(lab, by_loc, k_grid, bound, now)
         ent_c, ent_p, ent_cell = _entries(sources, egress, bound, now)
         src_c = np.stack([lab.cost[:n_opt], ent_c[dest_of]])  # (2, E, K): stay, enter
@@ -272,7 +287,7 @@ def _prune(lab: _Labels, work: float, floor: float, best: float, reach: float) -
 
 
 def _sources(
-    lab: _Labels, by_loc: list[Array], k_grid: int, bound: bool, lam: float
+    lab: _Labels, by_loc: list[Array], k_grid: int, bound: bool, lam: Array
 ) -> tuple[Array, Array, Array]:
     """Per (checkpoint region, bucket): the label a job leaves from (states grouped by region).
 
@@ -303,7 +318,7 @@ def _sources(
 
 
 def _entries(
-    sources: tuple[Array, Array, Array], egress: Array, bound: bool, lam: float
+    sources: tuple[Array, Array, Array], egress: Array, bound: bool, lam: Array
 ) -> tuple[Array, Array, Array]:
     """Per (destination region, bucket): the label to enter from, through egress.
 
@@ -325,7 +340,7 @@ def _entries(
 
 
 def _reduce(
-    parts: list[list[Array]], n_states: int, k_grid: int, bound: bool, lam: float
+    parts: list[list[Array]], n_states: int, k_grid: int, bound: bool, lam: Array
 ) -> tuple[_Labels, Array, Array]:
     """One label per destination cell from all candidate transitions (see the module docstring).
 
@@ -341,12 +356,12 @@ def _reduce(
         for d, _, p in live:
             np.maximum.at(out.prog, d, p)
         for d, c, p in live:
-            np.minimum.at(out.cost, d, c + (out.prog[d] - p) * lam)
+            np.minimum.at(out.cost, d, c + (out.prog[d] - p) * lam[d % k_grid])
     else:
         d, c, p, pv, ac = (np.concatenate(column) for column in zip(*parts, strict=True))
         keep = np.isfinite(c)
         d, c, p, pv, ac = d[keep], c[keep], p[keep], pv[keep], ac[keep]
-        order = np.lexsort((-p, c - lam * p, d))
+        order = np.lexsort((-p, c - lam[d % k_grid] * p, d))
         first = np.ones(len(order), dtype=bool)
         first[1:] = d[order][1:] != d[order][:-1]
         pick = order[first]
