@@ -54,7 +54,9 @@ def records(files: list[Path]) -> Iterator[Record]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--start", default="2020-01-05")
     parser.add_argument("--starts", type=int, default=10)
@@ -69,6 +71,8 @@ def main() -> None:
     modes += [(PreemptionMode.MODEL, int(s)) for s in args.seeds.split(",") if s.strip()]
     spec = parse_jobs({"jobs": JOBS})
     first = datetime.fromisoformat(args.start).replace(tzinfo=UTC)
+    rows: list[tuple[str, str, float, float]] = []
+    took: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/dime.sqlite"
         upgrade_history(url)
@@ -76,9 +80,7 @@ def main() -> None:
         summary = run_ingest(db, "aws-spot-history", "dime-aws", records(files))
         print(f"imported {summary.stats.inserted:,} price points from {len(files)} files")
         hours = window_hours(spec, first, args.starts, args.every)
-        gaps: list[float] = []
-        took: list[float] = []
-        print(f"{'preemptions':12s} {'start':16s} {'job':12s} {'bound $':>9s} {'schedule $':>10s} {'gap %':>6s}")
+        print(f"{'preemptions':12s} {'start':16s} {'job':12s} {'bound $':>9s} {'schedule $':>10s} gap %")
         for mode, seed in modes:
             with db.session() as session:
                 tl = load_timeline(session, first, hours, 1.0, MarketFilter(clouds=["aws"]))
@@ -86,7 +88,7 @@ def main() -> None:
                 events = preemption_table(session, tl, mode, seed)
             sim = build_jobs(spec, tl, figures)
             transfer = transfer_matrix(tl.locations, first)
-            label = "none" if mode is PreemptionMode.NONE else f"model/{seed}"
+            label = "none" if mode is PreemptionMode.NONE else "model"
             for k in range(args.starts):
                 start = round(k * args.every)
                 began = time.process_time()
@@ -97,20 +99,38 @@ def main() -> None:
                     bound = float(run.lower_bound_usd[j])
                     finished = math.isfinite(run.result.finish_h[j])
                     schedule = float(run.result.cost_usd[j]) if finished else math.inf
-                    gap = (schedule - bound) / schedule if finished else math.nan
-                    if finished:
-                        gaps.append(gap)
-                    when = first + timedelta(hours=start)
+                    rows.append((label, name, bound, schedule))
                     print(
-                        f"{label:12s} {when:%Y-%m-%d %H:%M} {name:12s} {bound:9.2f} {schedule:10.2f} "
-                        f"{100 * gap:6.2f}"
+                        f"{label + ('' if mode is PreemptionMode.NONE else f'/{seed}'):12s} "
+                        f"{first + timedelta(hours=start):%Y-%m-%d %H:%M} {name:12s} {bound:9.2f} "
+                        f"{schedule:10.2f} {100 * _gap(bound, schedule):6.2f}"
                     )
         db.engine.dispose()
+    print("\n| job | preemptions | runs | mean bound $ | mean schedule $ | mean gap % | max gap % |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name in [str(job["name"]) for job in JOBS]:
+        for label in dict.fromkeys(r[0] for r in rows):
+            mine = [r for r in rows if r[0] == label and r[1] == name]
+            gaps = [_gap(r[2], r[3]) for r in mine]
+            print(
+                f"| {name} | {label} | {len(mine)} | {_mean([r[2] for r in mine]):.2f} | "
+                f"{_mean([r[3] for r in mine]):.2f} | {100 * _mean(gaps):.3f} | {100 * max(gaps):.3f} |"
+            )
+    gaps = [_gap(r[2], r[3]) for r in rows]
     print(
-        f"{len(gaps)} job runs: gap mean {100 * sum(gaps) / len(gaps):.2f} %, max {100 * max(gaps):.2f} %; "
-        f"oracle {sum(took):.1f} s for {len(took)} starts x {len(JOBS)} jobs "
-        f"({sum(took) / len(took):.2f} s per start, bound + path + replay, CPU)"
+        f"\n{len(gaps)} job runs: gap mean {100 * _mean(gaps):.3f} %, max {100 * max(gaps):.3f} %; "
+        f"oracle {sum(took):.1f} s CPU for {len(took)} starts x {len(JOBS)} jobs "
+        f"({sum(took) / len(took):.2f} s per start: bound, path and replay)"
     )
+
+
+def _gap(bound: float, schedule: float) -> float:
+    """How far the bound is below the schedule, as a fraction of the schedule (inf: unfinished)."""
+    return (schedule - bound) / schedule if math.isfinite(schedule) else math.inf
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 if __name__ == "__main__":
