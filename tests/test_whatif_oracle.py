@@ -97,7 +97,7 @@ def test_the_bound_is_below_every_schedule_and_the_path_is_one(seed: int, deadli
     assert math.isfinite(best)
     replayed = simulate(tl, sim, events, transfer, ScheduleDecider(plan[None, :], 0))
     assert replayed.cost_usd[0] == pytest.approx(best, rel=1e-12)  # the enumeration is the engine's rule
-    for grid in (10, 100, 1000):
+    for grid in (2, 3, 10, 1000):  # coarse grids merge labels far apart: λ must hold there too
         bound = solve_job(tl, sim, events, transfer, 0, 0, grid=grid)
         path = solve_job(tl, sim, events, transfer, 0, 0, grid=grid, bound=False)
         assert bound.feasible and path.feasible

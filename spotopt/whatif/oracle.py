@@ -14,38 +14,40 @@ finish by it.
 
 Progress is continuous, so each (tick, state) keeps one *label* (cost, progress) per bucket of a
 grid of ``K`` buckets of ``W/K`` steps; gains are added exactly, buckets only decide which labels
-compete. Labels of different progress are compared through an exchange rate:
+compete. Labels of different progress are compared through an exchange rate λ, a price per step
+that extra progress is surely worth:
 
-    λ(t) = the least $/step (price ÷ (steps/h × checkpoint efficiency)) of any of the job's
-           options at any tick from t to the horizon.
+**Lemma.** Let S be a schedule and ``F(p)`` the cost of S's remaining actions run from progress
+``p`` at tick t (gains do not depend on progress, so the run from ``P ≥ p`` stays ``P − p``
+ahead and finishes no later, in some tick ``T``). Then ``F(p) − F(P) ≥ λ·(P − p)`` for λ the least
+$/step (price ÷ (steps/h × checkpoint efficiency)) of any option at any tick from ``T`` on:
+before ``T`` both runs pay the same. If both finish in ``T``, the run from ``p`` bills
+``(P − p)/rate`` more hours at ``price ≥ λ·rate``. Otherwise it pays the whole of tick ``T``,
+``price/rate·(capacity − rest)`` more, and still has ``rest + (P − p) − saved ≥ (P − p) −
+(capacity − rest)`` to do after ``T``, at ``≥ λ`` per step (a tick bills at least ``price/rate``
+per step it keeps). Its restarts and egress are the same or more. ``T`` is no earlier than
+``t + ⌈(W − P) / (most work of any option in a tick)⌉ − 1``, so per bucket ``k`` the DP uses
+λ from that tick for ``P`` = the bucket's upper edge (``_exchange_rates``; λ grows with t).
 
-**Lemma.** From (t, s), δ more progress saves at least ``λ(t)·δ``: run the same actions from
-``p + δ`` as an optimal schedule does from ``p``. The gains do not depend on progress, so this
-run stays δ ahead and finishes no later. If both finish in the same tick it bills ``δ/rate``
-fewer hours at ``price ≥ λ·rate``. If it finishes in an earlier tick, there the other pays the
-whole tick, ``price/rate·(capacity − rest)`` more, and still has ``rest + δ − saved ≥ δ −
-(capacity − rest)`` to do afterwards at ``≥ λ`` per step (every tick bills at least
-``price/rate`` per step it keeps). Egress and restarts are non-negative and the same or fewer.
+Two passes:
 
-So a label ``(c', p')`` *covers* ``(c, p)`` when ``p' ≥ p`` and ``c' ≤ c + λ(t)·(p' − p)``: the
-cheapest finish from ``(c', p')`` costs no more than from ``(c, p)``. Covering is transitive and
-survives every transition, because λ never decreases with t. Two passes:
-
-- **bound**: a cell keeps the cover of its labels, progress ``P`` = their most progress and cost
-  the least ``c + λ·(P − p)``. By induction some DP label covers every real schedule at every
-  tick, and the finishing labels cost no more than the schedules they cover: the DP's value is
-  a **lower bound** on the cost of every schedule in this model, in particular of every strategy
-  with the same overheads. It is what ``cost_usd`` of ``oracle`` reports. The merge only adds
-  progress bought at λ, the cheapest $/step left, where the schedule then pays its own price, so
-  the bound is within a fraction of a percent of the schedule (``benchmarks/oracle_gap.py``).
-  (Merging to (least cost, most progress) of different labels, as before, was 2-3 % loose.)
+- **bound**: a cell keeps the *cover* of its labels: progress ``P`` = their most progress and
+  cost the least ``c + λ·(P − p)``. Invariant: for every schedule S, at every tick some DP
+  label ``L`` (S's state; between instances, the region of S's checkpoint) has ``p_L ≥ p_S``
+  and ``c_L + F(p_L) ≤ c_S + F(p_S)``. The DP takes S's action from ``L`` too (equality), a
+  merge keeps it by the lemma, and where ``L`` finishes it costs at most what S does. So the
+  DP's value is a **lower bound** on the cost of every schedule in this model, in particular of
+  every strategy with the same overheads; it is what ``cost_usd`` of ``oracle`` reports. A
+  merge only adds progress bought at λ where the schedule pays its own price, so the bound is
+  within a fraction of a percent of the schedule (``benchmarks/oracle_gap.py``; merging to
+  (least cost, most progress) of different labels, as before, was 2-3 % below it on real data).
 - **path**: a cell keeps its real label of least ``c − λ·p`` (the same ranking, ties: more
   progress). Every label is then a real schedule; the cheapest finishing one is replayed through
   the simulator (``schedule_usd``), an achievable cost.
 
-Both passes drop a label once ``c + λ·(W − p)`` (no finish can cost less) reaches the cheapest
-finish found so far, or when the fastest option could not finish its work by the horizon; the
-scan ends when no label is left.
+Both passes drop a label once ``c + λ(t)·(W − p)``, with λ(t) the least $/step from t on (no
+finish can cost less), reaches the cheapest finish found so far, or when the fastest option
+could not finish its work by the horizon; the scan ends when no label is left.
 """
 
 from __future__ import annotations
