@@ -14,17 +14,40 @@ finish by it.
 
 Progress is continuous, so each (tick, state) keeps one *label* (cost, progress) per bucket of a
 grid of ``K`` buckets of ``W/K`` steps; gains are added exactly, buckets only decide which labels
-compete. Two passes:
+compete. Labels of different progress are compared through an exchange rate λ, a price per step
+that extra progress is surely worth:
 
-- **bound**: a bucket keeps (the least cost, the most progress) over its labels. That merged
-  label dominates every label in the bucket, so by induction some DP label dominates every real
-  schedule at every tick: the DP's value is a **lower bound** on the cost of every schedule in
-  this model, in particular of every strategy with the same overheads. It is what ``cost_usd``
-  of ``oracle`` reports.
-- **path**: a bucket keeps its cheapest label with that label's own progress (ties: more
+**Lemma.** Let S be a schedule and ``F(p)`` the cost of S's remaining actions run from progress
+``p`` at tick t (gains do not depend on progress, so the run from ``P ≥ p`` stays ``P − p``
+ahead and finishes no later, in some tick ``T``). Then ``F(p) − F(P) ≥ λ·(P − p)`` for λ the least
+$/step (price ÷ (steps/h × checkpoint efficiency)) of any option at any tick from ``T`` on:
+before ``T`` both runs pay the same. If both finish in ``T``, the run from ``p`` bills
+``(P − p)/rate`` more hours at ``price ≥ λ·rate``. Otherwise it pays the whole of tick ``T``,
+``price/rate·(capacity − rest)`` more, and still has ``rest + (P − p) − saved ≥ (P − p) −
+(capacity − rest)`` to do after ``T``, at ``≥ λ`` per step (a tick bills at least ``price/rate``
+per step it keeps). Its restarts and egress are the same or more. ``T`` is no earlier than
+``t + ⌈(W − P) / (most work of any option in a tick)⌉ − 1``, so per bucket ``k`` the DP uses
+λ from that tick for ``P`` = the bucket's upper edge (``_exchange_rates``; λ grows with t).
+
+Two passes:
+
+- **bound**: a cell keeps the *cover* of its labels: progress ``P`` = their most progress and
+  cost the least ``c + λ·(P − p)``. Invariant: for every schedule S, at every tick some DP
+  label ``L`` (S's state; between instances, the region of S's checkpoint) has ``p_L ≥ p_S``
+  and ``c_L + F(p_L) ≤ c_S + F(p_S)``. The DP takes S's action from ``L`` too (equality), a
+  merge keeps it by the lemma, and where ``L`` finishes it costs at most what S does. So the
+  DP's value is a **lower bound** on the cost of every schedule in this model, in particular of
+  every strategy with the same overheads; it is what ``bound_usd`` of ``oracle`` reports. A
+  merge only adds progress bought at λ where the schedule pays its own price, so the bound is
+  within a fraction of a percent of the schedule (``benchmarks/oracle_gap.py``; merging to
+  (least cost, most progress) of different labels, as before, was 2-3 % below it on real data).
+- **path**: a cell keeps its real label of least ``c − λ·p`` (the same ranking, ties: more
   progress). Every label is then a real schedule; the cheapest finishing one is replayed through
-  the simulator (``schedule_usd``), an achievable cost. The gap between the two is the price of
-  the grid.
+  the simulator: the oracle's ``cost_usd``, an achievable cost.
+
+Both passes drop a label once ``c + λ(t)·(W − p)``, with λ(t) the least $/step from t on (no
+finish can cost less), reaches the cheapest finish found so far, or when the fastest option
+could not finish its work by the horizon; the scan ends when no label is left.
 """
 
 from __future__ import annotations
@@ -105,6 +128,35 @@ def _egress_matrix(sim: SimJobs, j: int, transfer: Array, dest: Array) -> Array:
     return ckpt + np.where(needs, sim.dataset_gb[j] * transfer[home, dest][None, :], 0.0)
 
 
+def step_price_floor(tl: Timeline, sim: SimJobs, eo: Array, start: int, end: int) -> Array:
+    """λ per tick from ``start`` to ``end`` (inclusive): the least $/step of ``eo`` from then on.
+
+    Entry ``k`` is the minimum over ticks ``start + k … end − 1`` and options of price per step
+    (``inf`` where no option has a price any more, and at ``end``).
+    """
+    rate = sim.steps_per_hour[eo] * sim.checkpoint_eff[eo]
+    price = tl.price[sim.market[eo], start:end] / sim.slots[eo][:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_step = np.where(np.isfinite(price) & (rate[:, None] > 0), price / rate[:, None], np.inf)
+    per_tick = per_step.min(axis=0, initial=np.inf)
+    return np.append(np.minimum.accumulate(per_tick[::-1])[::-1], np.inf)
+
+
+def _exchange_rates(floor: Array, work: float, k_grid: int, per_tick: float) -> Array:
+    """λ per (tick from the start, bucket): the least $/step from the earliest tick a label can finish.
+
+    A label with progress up to bucket ``k``'s upper edge needs at least ``⌈rest / per_tick⌉``
+    ticks (``per_tick``: the most work of any option in a tick), so the steps a schedule saves by
+    covering it are paid no earlier than that many ticks on (see the lemma), at no less than the
+    floor there. Where no price is left nothing finishes and any rate is valid: 0.
+    """
+    edge_rest = work - np.arange(1, k_grid + 1) * (work / k_grid)
+    wait = np.maximum(np.ceil(edge_rest / per_tick - 1e-9) - 1, 0).astype(np.int64) if per_tick > 0 else 0
+    at = np.minimum(np.arange(len(floor))[:, None] + wait, len(floor) - 1)
+    lam: Array = np.where(np.isfinite(floor[at]), floor[at], 0.0)
+    return lam
+
+
 def solve_job(
     tl: Timeline,
     sim: SimJobs,
@@ -130,6 +182,9 @@ def solve_job(
     n_states = n_opt + n_loc + 1
     k_grid = grid if bound else int(max(50, min(grid, MAX_CELLS // max(1, n_ticks * n_states))))
     q = work / k_grid
+    floor = step_price_floor(tl, sim, eo, start_tick, max(end, start_tick))
+    fastest = float(np.max(sim.steps_per_hour[eo] * sim.checkpoint_eff[eo], initial=0.0))
+    lam = _exchange_rates(floor, work, k_grid, fastest * tl.tick_h)
     loc_e = sim.location[eo]
     state_loc = np.concatenate([loc_e, np.arange(n_loc + 1)])
     dests = np.unique(loc_e)
@@ -147,8 +202,9 @@ def solve_job(
         avail = np.isfinite(tl.price[sim.market[eo], t])
         if not np.isfinite(lab.cost).any():
             break
-        sources = _sources(lab, by_loc, k_grid, bound)
-        ent_c, ent_p, ent_cell = _entries(sources, egress, bound)
+        now, after = lam[t - start_tick], lam[t + 1 - start_tick]  # per bucket
+        sources = _sources(lab, by_loc, k_grid, bound, now)
+        ent_c, ent_p, ent_cell = _entries(sources, egress, bound, now)
         src_c = np.stack([lab.cost[:n_opt], ent_c[dest_of]])  # (2, E, K): stay, enter
         src_p = np.stack([lab.prog[:n_opt], ent_p[dest_of]])
         own = np.arange(n_opt)[:, None] * k_grid + np.arange(k_grid)[None, :]
@@ -195,18 +251,18 @@ def solve_job(
         if math.isfinite(deadline) or not avail.any():
             # Idling leaves a job without instance in its checkpoint's region. The bound merges
             # per (region, bucket) anyway, so it idles the regions' merged labels (the same
-            # minima and maxima, far fewer candidates); the path idles every label.
+            # covers, far fewer candidates); the path idles every label.
             idle_cost, idle_prog = (sources[0], sources[1]) if bound else (lab.cost, lab.prog)
             live = np.flatnonzero(np.isfinite(idle_cost.ravel()))
             to = n_opt + (live // k_grid if bound else state_loc[live // k_grid])
             idle = [to * k_grid + live % k_grid, idle_cost.ravel()[live], idle_prog.ravel()[live]]
             parts.append(idle if bound else [*idle, live, np.full(len(live), -1)])
-        lab, prev, chosen = _reduce(parts, n_states, k_grid, bound)
+        lab, prev, chosen = _reduce(parts, n_states, k_grid, bound, after)
+        left_h = min((end - t - 1) * tl.tick_h, deadline - elapsed - tl.tick_h)
+        _prune(lab, work, floor[t + 1 - start_tick], best, fastest * max(left_h, 0.0))
         if not bound:
             prev_cells.append(prev)
             actions.append(chosen)
-        if lab.cost.min() >= best:
-            break
     if not math.isfinite(best):
         if math.isfinite(deadline):
             path = solve_job(tl, sim, events, transfer, j, start_tick, grid, False, bound)
@@ -223,11 +279,22 @@ def solve_job(
     return OraclePath(best, plan, True, k_grid)
 
 
-def _sources(lab: _Labels, by_loc: list[Array], k_grid: int, bound: bool) -> tuple[Array, Array, Array]:
+def _prune(lab: _Labels, work: float, floor: float, best: float, reach: float) -> None:
+    """Drop labels that cannot finish below ``best`` (at ``floor`` $/step) or at all (``reach`` steps)."""
+    rest = work - lab.prog
+    with np.errstate(invalid="ignore"):
+        least = lab.cost + np.where(rest > 0, rest * floor, 0.0)
+    hopeless = (least >= best) | (rest > reach + 1e-9 * max(work, 1.0))
+    lab.cost[hopeless] = np.inf
+
+
+def _sources(
+    lab: _Labels, by_loc: list[Array], k_grid: int, bound: bool, lam: Array
+) -> tuple[Array, Array, Array]:
     """Per (checkpoint region, bucket): the label a job leaves from (states grouped by region).
 
-    ``bound`` merges (least cost, most progress) over the region's states, else keeps the
-    cheapest one's own label (ties: the first state); the third array is that label's cell.
+    ``bound`` keeps the cover of the region's labels, else the real label of least ``c − λ·p``
+    (ties: the first state); the third array is that label's cell.
     """
     n_src = len(by_loc)
     src_c = np.full((n_src, k_grid), np.inf)
@@ -239,60 +306,64 @@ def _sources(lab: _Labels, by_loc: list[Array], k_grid: int, bound: bool) -> tup
         finite = np.isfinite(cost)
         if not finite.any():
             continue
+        prog = np.where(finite, lab.prog[states], 0.0)
         if bound:
-            src_c[loc] = cost.min(axis=0)
-            src_p[loc] = np.where(finite, lab.prog[states], 0.0).max(axis=0)
+            src_p[loc] = prog.max(axis=0)
+            src_c[loc] = (cost + (src_p[loc][None, :] - prog) * lam).min(axis=0)
             continue
-        pick = cost.argmin(axis=0)
+        pick = (cost - lam * prog).argmin(axis=0)
         src_c[loc] = cost[pick, cols]
         reached = np.isfinite(src_c[loc])
-        src_p[loc] = np.where(reached, lab.prog[states][pick, cols], 0.0)
+        src_p[loc] = np.where(reached, prog[pick, cols], 0.0)
         src_cell[loc] = np.where(reached, states[pick] * k_grid + cols, -1)
     return src_c, src_p, src_cell
 
 
-def _entries(sources: tuple[Array, Array, Array], egress: Array, bound: bool) -> tuple[Array, Array, Array]:
-    """Per (destination region, bucket): the label to enter from (least cost through egress).
+def _entries(
+    sources: tuple[Array, Array, Array], egress: Array, bound: bool, lam: Array
+) -> tuple[Array, Array, Array]:
+    """Per (destination region, bucket): the label to enter from, through egress.
 
-    ``bound`` merges (least cost, most progress) over the sources, else keeps the cheapest
-    source's own label; the third array is that source's cell (for the path's back-pointers).
+    ``bound`` keeps the cover of the sources' labels, else the real label of least
+    ``c + egress − λ·p``; the third array is that source's cell (for the path's back-pointers).
     """
     src_c, src_p, src_cell = sources
     through = src_c[:, None, :] + egress[:, :, None]  # (L+1, Ld, K)
-    pick = through.argmin(axis=0)
-    ent_c = np.take_along_axis(through, pick[None], axis=0)[0]
+    prog = np.broadcast_to(src_p[:, None, :], through.shape)
     if bound:
-        reach = np.isfinite(src_c)[:, None, :] & np.isfinite(through)
-        ent_p = np.where(reach, src_p[:, None, :], 0.0).max(axis=0)
-        return ent_c, ent_p, np.full(ent_c.shape, -1, dtype=np.int64)
-    ent_p = np.take_along_axis(src_p[:, None, :].repeat(through.shape[1], axis=1), pick[None], axis=0)[0]
-    ent_cell = np.take_along_axis(src_cell[:, None, :].repeat(through.shape[1], axis=1), pick[None], axis=0)[
-        0
-    ]
-    return ent_c, ent_p, ent_cell
+        ent_p = np.where(np.isfinite(through), prog, 0.0).max(axis=0)
+        ent_c = (through + (ent_p[None] - prog) * lam).min(axis=0)
+        return ent_c, np.where(np.isfinite(ent_c), ent_p, 0.0), np.full(ent_c.shape, -1, dtype=np.int64)
+    pick = (through - lam * prog).argmin(axis=0)[None]
+    ent_c = np.take_along_axis(through, pick, axis=0)[0]
+    ent_p = np.take_along_axis(prog, pick, axis=0)[0]
+    cells = np.broadcast_to(src_cell[:, None, :], through.shape)
+    return ent_c, ent_p, np.take_along_axis(cells, pick, axis=0)[0]
 
 
 def _reduce(
-    parts: list[list[Array]], n_states: int, k_grid: int, bound: bool
+    parts: list[list[Array]], n_states: int, k_grid: int, bound: bool, lam: Array
 ) -> tuple[_Labels, Array, Array]:
     """One label per destination cell from all candidate transitions (see the module docstring).
 
     Each part holds (destination cell, cost, progress) and, for the path, (source cell, action).
-    The bound reduces part by part (minima and maxima need no joint sort, nor one large copy).
+    The bound reduces part by part (its cover needs the cell's most progress first, then the
+    least cost at λ; no joint sort, nor one large copy).
     """
     out = _Labels(np.full(n_states * k_grid, np.inf), np.zeros(n_states * k_grid))
     prev_cell = np.full(n_states * k_grid, -1, dtype=np.int32)
     action = np.full(n_states * k_grid, -1, dtype=np.int32)
     if bound:
-        for d, c, p in parts:
-            keep = np.isfinite(c)
-            np.minimum.at(out.cost, d[keep], c[keep])
-            np.maximum.at(out.prog, d[keep], p[keep])
+        live = [(d[keep], c[keep], p[keep]) for d, c, p in parts if (keep := np.isfinite(c)).any()]
+        for d, _, p in live:
+            np.maximum.at(out.prog, d, p)
+        for d, c, p in live:
+            np.minimum.at(out.cost, d, c + (out.prog[d] - p) * lam[d % k_grid])
     else:
         d, c, p, pv, ac = (np.concatenate(column) for column in zip(*parts, strict=True))
         keep = np.isfinite(c)
         d, c, p, pv, ac = d[keep], c[keep], p[keep], pv[keep], ac[keep]
-        order = np.lexsort((-p, c, d))
+        order = np.lexsort((-p, c - lam[d % k_grid] * p, d))
         first = np.ones(len(order), dtype=bool)
         first[1:] = d[order][1:] != d[order][:-1]
         pick = order[first]
