@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from spotopt.mover.egress import entry_usd
 from spotopt.whatif.engine import tick_terms
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.timeline import Timeline
@@ -117,15 +118,19 @@ def undominated(tl: Timeline, sim: SimJobs, events: Array, eo: Array, start: int
 
 
 def _egress_matrix(sim: SimJobs, j: int, transfer: Array, dest: Array) -> Array:
-    """Dollars to enter each destination location from each source location (last row: nowhere)."""
+    """Dollars to enter each destination location from each source location (last row: nowhere),
+    by the one egress rule (``spotopt.mover.egress.entry_usd``)."""
     n_src = transfer.shape[0]
-    src = np.arange(n_src)[:, None]
-    ckpt = sim.checkpoint_gb[j] * transfer[:, dest]
-    home = int(sim.dataset_location[j])
-    if home < 0:
-        return ckpt
-    needs = (dest[None, :] != home) & (dest[None, :] != np.where(src == n_src - 1, -1, src))
-    return ckpt + np.where(needs, sim.dataset_gb[j] * transfer[home, dest][None, :], 0.0)
+    src = np.arange(n_src)
+    here = np.where(src == n_src - 1, -1, src)[:, None]
+    return entry_usd(
+        transfer,
+        here,
+        dest[None, :],
+        sim.checkpoint_gb[j],
+        sim.dataset_gb[j],
+        sim.dataset_location[j],
+    )
 
 
 def step_price_floor(tl: Timeline, sim: SimJobs, eo: Array, start: int, end: int) -> Array:
