@@ -270,6 +270,27 @@ def _build(event: str, value: Any, events: _Events, where: str) -> Any:
     raise InputError(f"{where}: the file ends inside this value (truncated?)")
 
 
+def read_text(path: Path, what: str) -> str:
+    """The whole of a small UTF-8 text file (a job spec, a throughput list), BOM tolerated.
+
+    A missing, unreadable or non-UTF-8 file raises ``InputError`` naming it and, for bad
+    encoding, the byte offset, so the user knows to re-save it as UTF-8.
+    """
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not {what}")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what} ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            f"save {what} as UTF-8"
+        ) from None
+
+
 @contextmanager
 def open_text(path: Path, on_bytes: ProgressCallback | None = None) -> Iterator[io.TextIOWrapper]:
     """A UTF-8 text stream (BOM tolerated) of a plain or gzip file, with newlines left for ``csv``."""

@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spotopt.catalog import gpu_matches, gpu_models
+from spotopt.collectors.dump_files import read_text
 from spotopt.errors import InputError
 
 CHECKPOINT_GB_PER_S = 0.25
@@ -275,15 +276,22 @@ def parse_jobs(data: Any, source: str = "jobs") -> JobSpec:
         raise InputError(f"{source}: invalid job spec:\n  " + "\n  ".join(lines)) from None
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line 3, column 5: <what is wrong>`` without PyYAML's ``in "<unicode string>"`` (the
+    caller names the file)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    detail = f"{problem} ({context})" if context else problem
+    return f"line {mark.line + 1}, column {mark.column + 1}: {detail}" if mark is not None else detail
+
+
 def load_jobs(path: str | Path) -> JobSpec:
     """Read and validate a YAML job spec file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the job spec ({exc.strerror})") from None
+    text = read_text(path, "the job spec")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from None
+        raise InputError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
     return parse_jobs(data, str(path))

@@ -2,6 +2,11 @@
 
 Listings are lists of flat dicts (or a pandas DataFrame). Datetimes print as ISO 8601 UTC
 with a ``Z``; floats keep full precision in CSV/JSON and are rounded for the eye in tables.
+
+Everything printed here that came from the user or the history (cells, titles, error messages)
+is plain text, never rich markup: a job named ``[exp1] resnet`` or a CSV cloud ``[/x]`` prints
+as written. Only the fixed labels spotopt itself writes carry styles. JSON is strict (RFC 8259):
+non-finite floats become ``null``, so every ``--format json`` output parses anywhere.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from enum import StrEnum
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 
 class Format(StrEnum):
@@ -31,12 +38,12 @@ def iso(value: datetime) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """JSON/CSV-safe value: datetimes to ISO strings, NaN to None, numpy scalars to Python."""
+    """JSON/CSV-safe value: datetimes to ISO strings, NaN and ±inf to None, numpy scalars to Python."""
     if isinstance(value, datetime):
         return iso(value)
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
-    if isinstance(value, float) and math.isnan(value):
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 
@@ -59,7 +66,7 @@ def to_json(data: Any) -> str:
             raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
         return plain
 
-    return json.dumps(_deep_plain(data), indent=2, default=default)
+    return json.dumps(_deep_plain(data), indent=2, default=default, allow_nan=False)
 
 
 def _deep_plain(data: Any) -> Any:
@@ -101,13 +108,27 @@ def render(
             writer.writerow({c: _plain(row.get(c)) for c in cols})
         out.write(buf.getvalue())
     else:
-        table = Table(title=title, caption=caption)
+        table = Table(title=_text(title), caption=_text(caption))
         for col in cols:
             table.add_column(col, overflow="fold")
         for row in rows:
-            table.add_row(*(_cell(row.get(c)) for c in cols))
+            table.add_row(*(Text(_cell(row.get(c))) for c in cols))
         console = Console(file=out, width=max(120, Console().width))
         if rows:
             console.print(table)
         else:
-            console.print(f"[dim]{title + ': ' if title else ''}no rows[/dim]")
+            console.print(Text(f"{title + ': ' if title else ''}no rows", style="dim"))
+
+
+def _text(value: str | None) -> Text | None:
+    return None if value is None else Text(value)
+
+
+def say(message: str, *, label: str = "", style: str = "", err: bool = False) -> None:
+    """Print one line of plain ``message`` (never parsed as markup) after an optional styled
+    ``label`` such as ``error:`` or ``warning:``; on stderr with ``err``."""
+    console = Console(stderr=err)
+    prefix = (
+        f"[{style}]{escape(label)}[/{style}] " if label and style else (f"{escape(label)} " if label else "")
+    )
+    console.print(prefix + escape(message), highlight=False, soft_wrap=True)

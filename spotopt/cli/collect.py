@@ -14,7 +14,7 @@ from spotopt.cli.common import FormatOption, parse_time, state
 from spotopt.collect import ClientFactory, CollectRequest, ScopeResult, run_collect
 from spotopt.collectors.base import Retry
 from spotopt.errors import CollectorError, InputError
-from spotopt.render import Format, render
+from spotopt.render import Format, render, say
 from spotopt.types import CLOUDS
 
 # The seams tests replace: how a cloud's clients are built, and how long retries sleep.
@@ -130,7 +130,5 @@ def collect(
             if len(failed) < len(results)
             else "nothing was written (see the note column)"
         )
-        Console(stderr=True).print(
-            f"[bold red]{len(failed)} of {len(results)} scopes failed[/bold red]; {others}", highlight=False
-        )
+        say(others, label=f"{len(failed)} of {len(results)} scopes failed;", style="bold red", err=True)
         raise typer.Exit(CollectorError.exit_code)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from spotopt.catalog import check_gpu_query
-from spotopt.cli.common import FormatOption, check_cloud, parse_time, state
+from spotopt.cli.common import MAX_ROWS, FormatOption, check_cloud, parse_time, state
 from spotopt.db.queries import MarketFilter, cheapest, price_history
 from spotopt.errors import InputError
 from spotopt.render import Format, render
@@ -50,7 +50,7 @@ def show(
     market: Annotated[str | None, typer.Option(help="spot or on-demand.")] = None,
     since: Annotated[str | None, typer.Option(help="ISO 8601 time, 'now' or -7d.")] = None,
     until: Annotated[str | None, typer.Option(help="ISO 8601 time, 'now' or -1d.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most this many rows.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=MAX_ROWS, help="At most this many rows.")] = None,
     fmt: FormatOption = Format.TABLE,
 ) -> None:
     """Price points oldest first; with --since, the price in effect at that time comes first."""
@@ -77,7 +77,7 @@ def cheapest_cmd(
     at: Annotated[str | None, typer.Option(help="ISO 8601 time (default now).")] = None,
     market: Annotated[str | None, typer.Option(help="spot or on-demand (default both).")] = None,
     cloud: Annotated[str | None, typer.Option(help="aws, gcp or azure.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="How many markets.")] = 10,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_ROWS, help="How many markets.")] = 10,
     fmt: FormatOption = Format.TABLE,
 ) -> None:
     """Markets ranked by price per GPU-hour at a time, cheapest first."""

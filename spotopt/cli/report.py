@@ -12,19 +12,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, make_url
 
 from spotopt.cli.common import FormatOption, state
 from spotopt.errors import InputError
-from spotopt.render import Format, render, to_json
+from spotopt.render import Format, render, say, to_json
 from spotopt.reports.base import Report, ReportResult, parse_pairs
 from spotopt.reports.registry import REPORTS, get
 from spotopt.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, help="Reports on the price history: tables, CSV/JSON, plots, SQL.")
-_out = Console()
 
 ParamOption = Annotated[
     list[str] | None,
@@ -102,7 +100,7 @@ def run(
     _render(result, fmt)
     if plot is not None and report.plot is not None:
         report.plot(result, args, plot)
-        Console(stderr=True).print(f"plot written to {plot}")
+        say(f"plot written to {plot}", err=True)
 
 
 @app.command()
