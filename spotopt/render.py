@@ -22,7 +22,6 @@ from enum import StrEnum
 from typing import Any, TextIO
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -127,8 +126,9 @@ def _text(value: str | None) -> Text | None:
 def say(message: str, *, label: str = "", style: str = "", err: bool = False) -> None:
     """Print one line of plain ``message`` (never parsed as markup) after an optional styled
     ``label`` such as ``error:`` or ``warning:``; on stderr with ``err``."""
-    console = Console(stderr=err)
-    prefix = (
-        f"[{style}]{escape(label)}[/{style}] " if label and style else (f"{escape(label)} " if label else "")
-    )
-    console.print(prefix + escape(message), highlight=False, soft_wrap=True)
+    line = Text()
+    if label:
+        line.append(label, style=style or None)
+        line.append(" ")
+    line.append(message)
+    Console(stderr=err).print(line, highlight=False, soft_wrap=True)
