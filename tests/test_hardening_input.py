@@ -157,5 +157,5 @@ def test_yaml_errors_name_the_file_and_line(tmp_path: Path) -> None:
 def test_throughput_rows_are_numbered_like_import(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("workload,gpu_model,gpu_count,steps_per_s\nw,V100,1,2\nw,V100,1,0\n")
-    with pytest.raises(InputError, match="t.csv: line 3: steps_per_s '0'"):
+    with pytest.raises(InputError, match=r"t\.csv: line 3: steps_per_s '0'"):
         read_file(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated, Any
 
 import typer
@@ -68,5 +69,12 @@ app.command("collect")(collect.collect)
 app.command("whatif")(whatif.whatif)
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C, so an import or collector run in progress is rolled back
+    and recorded as failed instead of being left ``running``."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminated)
     app()

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from spotopt.db.engine import Database
+from spotopt.db.engine import Database, sqlite_path
 from spotopt.errors import InputError
-from spotopt.render import Format
+from spotopt.render import Format, say
 from spotopt.times import parse_duration, parse_time
 from spotopt.types import CLOUDS
 
@@ -34,6 +34,9 @@ class State:
             from spotopt.db.setup import open_history
 
             self._db = open_history(self.db_url)
+            path = sqlite_path(str(self._db.engine.url))
+            if self._db.created and path is not None:
+                say(f"created a new, empty history database at {path}", label="note:", style="dim", err=True)
         return self._db
 
     def close(self) -> None:
