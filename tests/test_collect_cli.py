@@ -265,3 +265,30 @@ def test_readme_documents_every_collector() -> None:
 
     missing = [name for name in load_all() if f"`{name}`" not in readme]
     assert missing == []
+
+
+@pytest.mark.parametrize(("hidden", "cloud"), [("boto3", "aws"), ("google.cloud.compute_v1", "gcp")])
+def test_a_cloud_without_its_sdk_is_skipped_with_the_pip_install(
+    db_url: str, fakes: AwsFake, monkeypatch: pytest.MonkeyPatch, hidden: str, cloud: str
+) -> None:
+    """``pip install spotopt`` without the extras: that cloud is skipped naming the extra to
+    install, the other clouds are still collected; asked for by name, the command exits 3."""
+    from spotopt.adaptors import client_factory
+
+    monkeypatch.setitem(sys.modules, hidden, None)  # as if not installed: importing it fails
+    fake = {"aws": fakes.clients, "gcp": gcp_clients, "azure": azure_clients}
+    monkeypatch.setattr(
+        "spotopt.cli.collect.FACTORY", lambda c: client_factory(c) if c == cloud else fake[c]()
+    )
+    result = invoke(db_url, "collect", "all", "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    mine = [r for r in rows if r["cloud"] == cloud]
+    assert mine and {r["status"] for r in mine} == {"skipped"}
+    assert all(f'pip install "spotopt[{cloud}]"' in r["note"] for r in mine)
+    assert {r["status"] for r in rows if r["cloud"] != cloud} == {"ok"}
+    for extra in ([], ["--dry-run"]):
+        result = invoke(db_url, "collect", cloud, *extra, "--format", "json")
+        assert result.exit_code == 3, result.output
+        notes = [r["note"] for r in json.loads(result.stdout)]
+        assert notes and all(f'pip install "spotopt[{cloud}]"' in n for n in notes)

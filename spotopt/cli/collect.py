@@ -58,7 +58,7 @@ class _Bars:
 
     def finished(self, result: ScopeResult) -> None:
         task = self._task(result.cloud)
-        if result.scope == "regions":  # the collector never got as far as listing its scopes
+        if result.scope in ("regions", "all"):  # the collector never got as far as listing its scopes
             self.progress.update(task, total=(self.progress.tasks[task].total or 0) + 1)
         self.progress.update(task, advance=1, what=f"{result.collector} {result.scope}: {result.status}")
 
