@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -132,3 +133,19 @@ def say(message: str, *, label: str = "", style: str = "", err: bool = False) ->
         line.append(" ")
     line.append(message)
     Console(stderr=err).print(line, highlight=False, soft_wrap=True)
+
+
+class SayHandler(logging.Handler):
+    """Log records of the library (e.g. "another spotopt process is writing") as ``say`` lines
+    on stderr, labelled with their level."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        say(record.getMessage(), label=f"{record.levelname.lower()}:", style="yellow", err=True)
+
+
+def show_library_log() -> None:
+    """Route the ``spotopt`` logger (warnings and above) to stderr through ``SayHandler``, once."""
+    logger = logging.getLogger("spotopt")
+    if not any(isinstance(h, SayHandler) for h in logger.handlers):
+        logger.addHandler(SayHandler(logging.WARNING))
+        logger.propagate = False

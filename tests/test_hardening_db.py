@@ -175,3 +175,41 @@ def test_runs_of_killed_processes_are_failed_on_the_next_start(db_url: str) -> N
 def test_open_history_refuses_empty_url() -> None:
     with pytest.raises(ConfigError, match="URL is empty"):
         open_history("")
+
+
+HOLDER = """
+import sys
+from filelock import FileLock
+lock = FileLock(sys.argv[1])
+lock.acquire()
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_second_writer_waits_visibly_then_gives_up_cleanly(
+    sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another spotopt process holds the SQLite write lock (as a long import does): a second
+    import says so, waits the bound, then exits 3 with one line and nothing written."""
+    url = sqlite_db.engine.url.render_as_string()
+    path = Path(str(make_url(url).database))
+    prices = tmp_path / "p.csv"
+    prices.write_text(
+        "timestamp,cloud,region,zone,instance_type,market,usd_per_hour\n"
+        "2024-05-01T00:00Z,aws,us-east-1,us-east-1a,p3.2xlarge,spot,0.9\n"
+    )
+    monkeypatch.setattr("spotopt.db.writelock.WRITE_WAIT_S", 0.5)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, f"{path}.write.lock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        code, out, err = cli("--db", url, "import", "csv", prices)
+        assert code == 3 and out == "" and "Traceback" not in err
+        assert f"another spotopt process is writing to {path}; waiting up to 0.5 s" in err
+        assert "kept writing" in err and "nothing was written" in err
+    finally:
+        holder.communicate(b"")  # end of stdin: the holder exits and its lock goes with it
+    code, out, _ = cli("--db", url, "import", "csv", prices, "--format", "json")
+    assert code == 0 and '"inserted": 1' in out

@@ -11,7 +11,7 @@ from typer.core import TyperGroup
 from spotopt.cli import catalog, collect, db, imports, plan, prices, report, throughput, whatif
 from spotopt.cli.common import State
 from spotopt.errors import SpotoptError
-from spotopt.render import say
+from spotopt.render import say, show_library_log
 
 
 class SpotoptGroup(TyperGroup):
@@ -55,6 +55,7 @@ def _root(
         ),
     ] = None,
 ) -> None:
+    show_library_log()
     ctx.obj = State(db_url)
 
 

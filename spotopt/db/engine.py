@@ -16,7 +16,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from spotopt.errors import ConfigError
+from spotopt.db import writelock
+from spotopt.errors import ConfigError, DatabaseBusyError
 
 
 def normalise_url(url: str) -> str:
@@ -82,6 +83,8 @@ def make_engine(url: str, create_directory: bool = False) -> Engine:
             )
         engine = create_engine(url)
         event.listen(engine, "connect", _sqlite_pragmas)
+        if path is not None:
+            writelock.install(engine, path)
         return engine
     return create_engine(url, pool_pre_ping=True)
 
@@ -90,9 +93,14 @@ def make_engine(url: str, create_directory: bool = False) -> Engine:
 _PG_WRITE_REFUSED = {"25006", "42501"}
 
 
-def write_refused(engine: Engine, exc: DBAPIError) -> ConfigError | None:
-    """The user-facing error for a write the database will never accept, else None."""
+def write_refused(engine: Engine, exc: DBAPIError) -> ConfigError | DatabaseBusyError | None:
+    """The user-facing error for a write the database did not accept, else None."""
     where = engine.url.render_as_string(hide_password=True)
+    if engine.dialect.name == "sqlite" and "database is locked" in str(exc.orig):
+        return DatabaseBusyError(
+            f"the database {where} stayed locked by another program for 30 s ({exc.orig}); "
+            "nothing was written: run this again when it has finished"
+        )
     if engine.dialect.name == "sqlite" and "readonly database" in str(exc.orig):
         return ConfigError(
             f"the database {where} is read-only ({exc.orig}); "
