@@ -50,14 +50,27 @@ def gpu_key(value: str) -> str:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf/nan anywhere: the solver then fails with "kUnknown" far from the field to blame.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Sane ranges. Each bound is far beyond any real job, and far inside what float64 arithmetic in
+# the policies (steps / steps-per-second, $/h x hours) handles without overflow or underflow.
+MAX_STEPS = 1e15
+MAX_GPU_DAYS = 1e6
+MIN_STEPS_PER_S = 1e-6
+MAX_STEPS_PER_S = 1e9
+MAX_GPUS = 1024
+MAX_GB = 1e7
+MAX_SECONDS = 7 * 86400.0
+MAX_COMM_RATIO = 100.0
 
 
 class Work(_Strict):
     """How much training is left: steps, or GPU-days on a reference GPU (converted with its throughput)."""
 
-    steps: Annotated[float, Field(gt=0)] | None = None
-    gpu_days: Annotated[float, Field(gt=0)] | None = None
+    steps: Annotated[float, Field(gt=0, le=MAX_STEPS)] | None = None
+    gpu_days: Annotated[float, Field(gt=0, le=MAX_GPU_DAYS)] | None = None
     gpu: str | None = None
 
     @field_validator("gpu")
@@ -75,8 +88,8 @@ class Work(_Strict):
 
 
 class GpuRange(_Strict):
-    min: Annotated[int, Field(ge=1)] = 1
-    max: Annotated[int, Field(ge=1)]
+    min: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
+    max: Annotated[int, Field(ge=1, le=MAX_GPUS)]
 
     @model_validator(mode="after")
     def _ordered(self) -> GpuRange:
@@ -88,7 +101,7 @@ class GpuRange(_Strict):
 class Dataset(_Strict):
     """Where the training data lives; running elsewhere costs one egress transfer of ``gb``."""
 
-    gb: Annotated[float, Field(ge=0)]
+    gb: Annotated[float, Field(ge=0, le=MAX_GB)]
     cloud: Literal["aws", "gcp", "azure"]
     region: str
 
@@ -111,10 +124,12 @@ class Allow(_Strict):
 class Scaling(_Strict):
     """Data-parallel efficiency model: ``eff(d) = 1 / (1 + 2·comm_ratio·(d-1))`` (ring all-reduce)."""
 
-    comm_ratio: Annotated[float, Field(ge=0)]
+    comm_ratio: Annotated[float, Field(ge=0, le=MAX_COMM_RATIO)]
 
 
-Throughputs = dict[str, Annotated[float, Field(gt=0)] | dict[int, Annotated[float, Field(gt=0)]]]
+StepsPerS = Annotated[float, Field(ge=MIN_STEPS_PER_S, le=MAX_STEPS_PER_S)]
+GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+Throughputs = dict[str, StepsPerS | dict[GpuCount, StepsPerS]]
 
 
 class Job(_Strict):
@@ -124,11 +139,11 @@ class Job(_Strict):
     throughput: Throughputs = {}
     """GPU → steps/s on one GPU, or GPU → {GPU count: steps/s} for measured multi-GPU points."""
     work: Work
-    gpus: Annotated[int, Field(ge=1)] | GpuRange = 1
+    gpus: GpuCount | GpuRange = 1
     deadline: str | datetime | None = None
-    checkpoint_gb: Annotated[float, Field(ge=0)] = 0.0
-    checkpoint_s: Annotated[float, Field(ge=0)] | None = None
-    restart_s: Annotated[float, Field(ge=0)] = 300.0
+    checkpoint_gb: Annotated[float, Field(ge=0, le=MAX_GB)] = 0.0
+    checkpoint_s: Annotated[float, Field(ge=0, le=MAX_SECONDS)] | None = None
+    restart_s: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = 300.0
     dataset: Dataset | None = None
     allow: Allow = Allow()
     scaling: Scaling | None = None
@@ -197,6 +212,8 @@ class JobSpec(_Strict):
 _MESSAGES = {
     "greater_than": "must be > {gt:g}",
     "greater_than_equal": "must be >= {ge:g}",
+    "less_than_equal": "must be <= {le:g}",
+    "finite_number": "must be a finite number",
     "missing": "is required",
     "too_short": "must not be empty",
 }
