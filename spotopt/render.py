@@ -130,7 +130,7 @@ def say(message: str, *, label: str = "", style: str = "", err: bool = False) ->
     line = Text()
     if label:
         line.append(label, style=style or None)
-        line.append(" ")
+        line.append(" " if message else "")
     line.append(message)
     Console(stderr=err).print(line, highlight=False, soft_wrap=True)
 
