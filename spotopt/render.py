@@ -12,12 +12,13 @@ non-finite floats become ``null``, so every ``--format json`` output parses anyw
 from __future__ import annotations
 
 import csv
-import io
+import itertools
 import json
 import logging
 import math
 import sys
-from collections.abc import Mapping, Sequence
+import textwrap
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, TextIO
@@ -79,9 +80,14 @@ def _deep_plain(data: Any) -> Any:
 
 def records(data: Any) -> list[dict[str, Any]]:
     """Accept a list of dicts or a DataFrame; return a list of dicts."""
+    return list(_iter_records(data))
+
+
+def _iter_records(data: Any) -> Iterator[dict[str, Any]]:
     if hasattr(data, "to_dict") and hasattr(data, "columns"):
-        return list(data.to_dict(orient="records"))
-    return list(data)
+        yield from data.to_dict(orient="records")
+    else:
+        yield from data
 
 
 def render(
@@ -91,33 +97,49 @@ def render(
     title: str | None = None,
     columns: Sequence[str] | None = None,
     caption: str | None = None,
+    empty: str | None = None,
     out: TextIO | None = None,
 ) -> None:
-    """Print ``data`` (rows) as ``fmt``. ``columns`` picks and orders the columns of table and CSV."""
+    """Print ``data`` (rows: a list, any iterable of dicts, or a DataFrame) as ``fmt``.
+
+    ``columns`` picks and orders the columns of table and CSV. CSV and JSON are written row by
+    row as ``data`` yields them, so a generator of millions of rows streams in constant memory.
+    An empty table prints ``empty`` (what the emptiness means and how to get rows) or "no rows".
+    """
     out = out or sys.stdout
-    rows = records(data)
-    cols = list(columns) if columns else (list(rows[0]) if rows else [])
     fmt = Format(fmt)
+    rows = _iter_records(data)
     if fmt is Format.JSON:
-        out.write(to_json(rows) + "\n")
+        _write_json_rows(rows, out)
     elif fmt is Format.CSV:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+        first = next(rows, None)
+        cols = list(columns) if columns else (list(first) if first else [])
+        writer = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
-        for row in rows:
+        for row in itertools.chain([first] if first else [], rows):
             writer.writerow({c: _plain(row.get(c)) for c in cols})
-        out.write(buf.getvalue())
     else:
+        listed = list(rows)
+        cols = list(columns) if columns else (list(listed[0]) if listed else [])
         table = Table(title=_text(title), caption=_text(caption))
         for col in cols:
             table.add_column(col, overflow="fold")
-        for row in rows:
+        for row in listed:
             table.add_row(*(Text(_cell(row.get(c))) for c in cols))
         console = Console(file=out, width=max(120, Console().width))
-        if rows:
+        if listed:
             console.print(table)
         else:
-            console.print(Text(f"{title + ': ' if title else ''}no rows", style="dim"))
+            console.print(Text(f"{title + ': ' if title else ''}{empty or 'no rows'}", style="dim"))
+
+
+def _write_json_rows(rows: Iterator[dict[str, Any]], out: TextIO) -> None:
+    """Exactly ``to_json(list(rows))``, written one row at a time."""
+    first = True
+    for row in rows:
+        out.write(("[\n" if first else ",\n") + textwrap.indent(to_json(row), "  "))
+        first = False
+    out.write("[]\n" if first else "\n]\n")
 
 
 def _text(value: str | None) -> Text | None:

@@ -9,13 +9,14 @@ import typer
 
 from spotopt.catalog import check_gpu_query
 from spotopt.cli.common import MAX_ROWS, FormatOption, check_cloud, parse_time, state
-from spotopt.db.queries import MarketFilter, cheapest, price_history
+from spotopt.db.queries import MarketFilter, cheapest, iter_price_history
 from spotopt.errors import InputError
-from spotopt.render import Format, render
+from spotopt.render import Format, render, say
 from spotopt.types import MarketKind
 
 app = typer.Typer(no_args_is_help=True, help="Prices in the history: as stored, or ranked at a time.")
 
+TABLE_ROWS = 200
 COLUMNS = [
     "observed_at",
     "cloud",
@@ -65,9 +66,26 @@ def show(
     start, end = parse_time(since, "--since"), parse_time(until, "--until")
     if start and end and start > end:
         raise InputError("--since is after --until; swap them")
+    # A table is for reading: by default it shows TABLE_ROWS points and says whether more match.
+    # CSV and JSON stream every point (millions) in constant memory.
+    capped = fmt is Format.TABLE and limit is None
     with state(ctx).db().session() as session:
-        quotes = price_history(session, flt, since=start, until=end, limit=limit)
-    render([q.as_dict() for q in quotes], fmt, title="Price history (USD)", columns=COLUMNS)
+        quotes = iter_price_history(
+            session, flt, since=start, until=end, limit=TABLE_ROWS + 1 if capped else limit
+        )
+        rows = (q.as_dict() for q in quotes)
+        if capped:
+            listed = list(rows)
+            more, rows = len(listed) > TABLE_ROWS, iter(listed[:TABLE_ROWS])
+        render(rows, fmt, title="Price history (USD)", columns=COLUMNS)
+    if capped and more:
+        say(
+            f"showing the first {TABLE_ROWS} price points and more match: --limit N shows more, "
+            "--since/--until/--gpu/--cloud narrow them, --format csv writes them all",
+            label="note:",
+            style="dim",
+            err=True,
+        )
 
 
 @app.command("cheapest")

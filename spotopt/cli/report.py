@@ -14,8 +14,10 @@ from typing import Annotated, Any
 import typer
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.orm import Session
 
 from spotopt.cli.common import FormatOption, state
+from spotopt.db.queries import history_span
 from spotopt.errors import InputError
 from spotopt.render import Format, render, say, to_json
 from spotopt.reports.base import Report, ReportResult, parse_pairs
@@ -69,7 +71,7 @@ def _check_plot(report: Report, plot: Path | None) -> None:
         raise InputError(f"--plot {plot}: directory {plot.parent} does not exist")
 
 
-def _render(result: ReportResult, fmt: Format) -> None:
+def _render(result: ReportResult, fmt: Format, empty: str) -> None:
     sections = result.sections
     if fmt is Format.JSON and len(sections) > 1:
         sys.stdout.write(
@@ -80,7 +82,24 @@ def _render(result: ReportResult, fmt: Format) -> None:
         if fmt is Format.CSV and len(sections) > 1:
             sys.stdout.write(("\n" if i else "") + f"# section: {name}\n")
         title = result.title if len(sections) == 1 else f"{result.title}: {name}"
-        render(frame, fmt, title=title, caption=result.describe_span(), columns=list(frame.columns))
+        render(
+            frame, fmt, title=title, caption=result.describe_span(), columns=list(frame.columns), empty=empty
+        )
+
+
+def _empty_note(session: Session, result: ReportResult) -> str:
+    """What an empty table means: the window asked for, the span the history holds, how to ask."""
+    asked = result.describe_span().split(" UTC")[0]
+    span = history_span(session)
+    if span is None:
+        return (
+            f"no rows in {asked}: the history holds only catalog list prices; collect or import prices first"
+        )
+    first, last = (t.strftime("%Y-%m-%d") for t in span)
+    return (
+        f"no rows in {asked}; the history covers {first} – {last}: "
+        f"ask for it with -p since={first} -p until={last}"
+    )
 
 
 @app.command()
@@ -97,7 +116,8 @@ def run(
     _check_plot(report, plot)
     with state(ctx).db().session() as session:
         result = report.run(session, args)
-    _render(result, fmt)
+        empty = _empty_note(session, result) if any(f.empty for f in result.sections.values()) else ""
+    _render(result, fmt, empty)
     if plot is not None and report.plot is not None:
         report.plot(result, args, plot)
         say(f"plot written to {plot}", err=True)
