@@ -19,7 +19,7 @@ import math
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TextIO
 
@@ -49,15 +49,45 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _cell(value: Any) -> str:
-    value = _plain(value)
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        if value == 0 or abs(value) >= 1000:
-            return f"{value:,.2f}"
-        return f"{value:.4g}" if abs(value) < 0.01 else f"{value:.4f}".rstrip("0").rstrip(".")
-    return str(value)
+def _scalar(value: Any) -> Any:
+    """A table value as Python: numpy scalars unwrapped, NaN/inf/NaT as None, datetimes kept."""
+    if isinstance(value, datetime):
+        return None if value != value else value  # NaT is a datetime unequal to itself
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _number(value: float) -> str:
+    """A float for the eye: 2 decimals from 10 up, 4 below, 3 significant digits under 0.01."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 10:
+        return f"{value:,.2f}"
+    if abs(value) < 0.01:
+        return f"{value:.3g}"
+    return f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+def _column_cells(values: list[Any]) -> list[str]:
+    """Format one table column as a whole, so its cells agree with each other: a column of
+    whole numbers (counts, GPUs, even when pandas made them floats) prints as integers, a column
+    of times as compact UTC (``2024-05-01 12:00``, or just the date when every time is midnight)."""
+    plain = [_scalar(v) for v in values]
+    present = [v for v in plain if v is not None]
+    if present and all(isinstance(v, datetime) for v in present):
+        times = [v.astimezone(UTC) for v in present]
+        if all(t.hour == t.minute == t.second == 0 for t in times):
+            pattern = "%Y-%m-%d"
+        else:
+            pattern = "%Y-%m-%d %H:%M" if all(t.second == 0 for t in times) else "%Y-%m-%d %H:%M:%S"
+        return ["–" if v is None else v.astimezone(UTC).strftime(pattern) for v in plain]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
+    if present and numbers and all(float(v).is_integer() for v in present):
+        return ["–" if v is None else f"{int(v):,}" for v in plain]
+    return ["–" if v is None else _number(v) if isinstance(v, float) else str(v) for v in plain]
 
 
 def to_json(data: Any) -> str:
@@ -123,10 +153,13 @@ def render(
         cols = list(columns) if columns else (list(listed[0]) if listed else [])
         table = Table(title=_text(title), caption=_text(caption))
         for col in cols:
-            table.add_column(col, overflow="fold")
-        for row in listed:
-            table.add_row(*(Text(_cell(row.get(c))) for c in cols))
-        console = Console(file=out, width=max(120, Console().width))
+            # Headers wrap between words (usd per gpu hour), never inside one.
+            header = col.replace("_", " ")
+            table.add_column(header, overflow="fold", min_width=max(map(len, header.split())))
+        cells = [_column_cells([row.get(c) for row in listed]) for c in cols]
+        for line in zip(*cells, strict=True):
+            table.add_row(*map(Text, line))
+        console = _console(out)
         if listed:
             console.print(table)
         else:
@@ -140,6 +173,13 @@ def _write_json_rows(rows: Iterator[dict[str, Any]], out: TextIO) -> None:
         out.write(("[\n" if first else ",\n") + textwrap.indent(to_json(row), "  "))
         first = False
     out.write("[]\n" if first else "\n]\n")
+
+
+def _console(out: TextIO) -> Console:
+    """A terminal's own width (a table wider than the screen wraps into garbage); when output
+    goes to a file or a pipe, at least 120 columns."""
+    console = Console(file=out)
+    return console if console.is_terminal else Console(file=out, width=max(120, console.width))
 
 
 def _text(value: str | None) -> Text | None:

@@ -11,6 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
+import pandas as pd
 import typer
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, make_url
@@ -71,8 +72,20 @@ def _check_plot(report: Report, plot: Path | None) -> None:
         raise InputError(f"--plot {plot}: directory {plot.parent} does not exist")
 
 
+def _region_wide_zones_as_null(frame: pd.DataFrame) -> pd.DataFrame:
+    """Reports group on ``zone == ""`` (pandas drops NaN group keys); on output a region-wide
+    market's zone is null, as ``prices`` prints it."""
+    zones = [c for c in frame.columns if c == "zone" or str(c).endswith("_zone")]
+    if not zones:
+        return frame
+    out = frame.copy()
+    for col in zones:
+        out[col] = out[col].astype(object).where(out[col] != "", None)
+    return out
+
+
 def _render(result: ReportResult, fmt: Format, empty: str) -> None:
-    sections = result.sections
+    sections = {name: _region_wide_zones_as_null(frame) for name, frame in result.sections.items()}
     if fmt is Format.JSON and len(sections) > 1:
         sys.stdout.write(
             to_json({name: frame.to_dict(orient="records") for name, frame in sections.items()}) + "\n"
