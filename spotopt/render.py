@@ -128,6 +128,8 @@ def render(
     columns: Sequence[str] | None = None,
     caption: str | None = None,
     empty: str | None = None,
+    wide_only: Sequence[str] = (),
+    wide: bool = False,
     out: TextIO | None = None,
 ) -> None:
     """Print ``data`` (rows: a list, any iterable of dicts, or a DataFrame) as ``fmt``.
@@ -135,6 +137,8 @@ def render(
     ``columns`` picks and orders the columns of table and CSV. CSV and JSON are written row by
     row as ``data`` yields them, so a generator of millions of rows streams in constant memory.
     An empty table prints ``empty`` (what the emptiness means and how to get rows) or "no rows".
+    A table leaves out the ``wide_only`` columns unless ``wide`` (``--wide``), and says so in its
+    caption; CSV and JSON always hold every column.
     """
     out = out or sys.stdout
     fmt = Format(fmt)
@@ -151,6 +155,11 @@ def render(
     else:
         listed = list(rows)
         cols = list(columns) if columns else (list(listed[0]) if listed else [])
+        hidden = [c for c in cols if c in wide_only and not wide]
+        if hidden:
+            cols = [c for c in cols if c not in hidden]
+            more = f"--wide adds {', '.join(hidden)}"
+            caption = f"{caption}; {more}" if caption else more
         table = Table(title=_text(title), caption=_text(caption))
         for col in cols:
             # Headers wrap between words (usd per gpu hour), never inside one.

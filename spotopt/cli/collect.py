@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from spotopt.adaptors import client_factory
 from spotopt.catalog import check_gpu_query
-from spotopt.cli.common import FormatOption, parse_time, state
+from spotopt.cli.common import FormatOption, WideOption, parse_time, state
 from spotopt.collect import ClientFactory, CollectRequest, ScopeResult, run_collect
 from spotopt.collectors.base import Retry
 from spotopt.errors import CollectorError, InputError
@@ -95,6 +95,7 @@ def collect(
         bool, typer.Option("--dry-run", help="Fetch and count, write nothing to the history.")
     ] = False,
     fmt: FormatOption = Format.TABLE,
+    wide: WideOption = False,
 ) -> None:
     """Collect GPU catalogs, prices and interruption data from the clouds into the history.
 
@@ -122,7 +123,14 @@ def collect(
         results = run_collect(db, request, FACTORY, retry=RETRY, reporter=_Bars(progress))
     rows: list[dict[str, Any]] = [r.as_row() for r in results]
     title = "Collected (dry run: nothing written)" if dry_run else "Collected"
-    render(rows, fmt, title=title, columns=COLUMNS)
+    render(
+        rows,
+        fmt,
+        title=title,
+        columns=COLUMNS,
+        wide_only=("records", "duplicate", "unchanged", "seconds"),
+        wide=wide,
+    )
     failed = [r for r in results if r.status == "failed"]
     if failed:
         others = (

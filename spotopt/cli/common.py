@@ -12,11 +12,23 @@ from spotopt.render import Format, say
 from spotopt.times import parse_duration, parse_time
 from spotopt.types import CLOUDS
 
-__all__ = ["MAX_ROWS", "FormatOption", "State", "check_cloud", "parse_duration", "parse_time", "state"]
+__all__ = [
+    "MAX_ROWS",
+    "FormatOption",
+    "WideOption",
+    "State",
+    "check_cloud",
+    "parse_duration",
+    "parse_time",
+    "state",
+]
 
 MAX_ROWS = 1_000_000_000
 """The largest ``--limit``: above it a number no longer fits a database integer (SQLite: 2^63)."""
 
+WideOption = Annotated[
+    bool, typer.Option("--wide", help="Tables show every column (CSV and JSON always do).")
+]
 FormatOption = Annotated[
     Format, typer.Option("--format", "-f", help="Output: table for people, csv or json for scripts.")
 ]

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from spotopt.catalog import check_gpu_query
-from spotopt.cli.common import MAX_ROWS, FormatOption, check_cloud, parse_time, state
+from spotopt.cli.common import MAX_ROWS, FormatOption, WideOption, check_cloud, parse_time, state
 from spotopt.db.queries import MarketFilter, cheapest, iter_price_history
 from spotopt.errors import InputError
 from spotopt.render import Format, render, say
@@ -53,6 +53,7 @@ def show(
     until: Annotated[str | None, typer.Option(help="ISO 8601 time, 'now' or -1d.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, max=MAX_ROWS, help="At most this many rows.")] = None,
     fmt: FormatOption = Format.TABLE,
+    wide: WideOption = False,
 ) -> None:
     """Price points oldest first; with --since, the price in effect at that time comes first."""
     flt = MarketFilter(
@@ -77,7 +78,14 @@ def show(
         if capped:
             listed = list(rows)
             more, rows = len(listed) > TABLE_ROWS, iter(listed[:TABLE_ROWS])
-        render(rows, fmt, title="Price history (USD)", columns=COLUMNS)
+        render(
+            rows,
+            fmt,
+            title="Price history (USD)",
+            columns=COLUMNS,
+            wide_only=("gpu", "gpu_count", "usd_per_gpu_hour", "source"),
+            wide=wide,
+        )
     if capped and more:
         say(
             f"showing the first {TABLE_ROWS} price points and more match: --limit N shows more, "
@@ -97,6 +105,7 @@ def cheapest_cmd(
     cloud: Annotated[str | None, typer.Option(help="aws, gcp or azure.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=MAX_ROWS, help="How many markets.")] = 10,
     fmt: FormatOption = Format.TABLE,
+    wide: WideOption = False,
 ) -> None:
     """Markets ranked by price per GPU-hour at a time, cheapest first."""
     when = parse_time(at, "--at") or datetime.now(UTC)
@@ -112,4 +121,6 @@ def cheapest_cmd(
         fmt,
         title=f"Cheapest {gpu} per GPU-hour at {when:%Y-%m-%d %H:%M} UTC",
         columns=[c for c in COLUMNS if c != "source"] + ["source"],
+        wide_only=("observed_at", "gpu", "usd_per_hour", "source"),
+        wide=wide,
     )

@@ -62,7 +62,8 @@ KINDS = tuple(k.value for k in MarketKind)
 
 
 def gpu(required: bool = False) -> Param:
-    return Param("gpu", "GPU model (V100-32GB) or family (V100); default all", _gpu, required=required)
+    default = "required" if required else "default all"
+    return Param("gpu", f"GPU model (V100-32GB) or family (V100); {default}", _gpu, required=required)
 
 
 def cloud() -> Param:
