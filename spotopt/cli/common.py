@@ -15,8 +15,8 @@ from spotopt.types import CLOUDS
 __all__ = [
     "MAX_ROWS",
     "FormatOption",
-    "WideOption",
     "State",
+    "WideOption",
     "check_cloud",
     "parse_duration",
     "parse_time",
