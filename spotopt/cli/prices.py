@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -74,7 +75,8 @@ def show(
         quotes = iter_price_history(
             session, flt, since=start, until=end, limit=TABLE_ROWS + 1 if capped else limit
         )
-        rows = (q.as_dict() for q in quotes)
+        rows: Iterator[dict[str, object]] = (q.as_dict() for q in quotes)
+        more = False
         if capped:
             listed = list(rows)
             more, rows = len(listed) > TABLE_ROWS, iter(listed[:TABLE_ROWS])
@@ -86,7 +88,7 @@ def show(
             wide_only=("gpu", "gpu_count", "usd_per_gpu_hour", "source"),
             wide=wide,
         )
-    if capped and more:
+    if more:
         say(
             f"showing the first {TABLE_ROWS} price points and more match: --limit N shows more, "
             "--since/--until/--gpu/--cloud narrow them, --format csv writes them all",
