@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from spotopt.catalog import gpu_matches, gpu_models
 from spotopt.collectors.dump_files import read_text
 from spotopt.errors import InputError
+from spotopt.times import check_time, parse_duration
 
 CHECKPOINT_GB_PER_S = 0.25
 """Assumed write speed to durable object storage when a spec gives ``checkpoint_gb`` but no
@@ -132,6 +133,14 @@ GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
 Throughputs = dict[str, StepsPerS | dict[GpuCount, StepsPerS]]
 
 
+def _bounded(deadline: datetime) -> datetime:
+    """The shared time bounds, as the ``ValueError`` pydantic turns into a field error."""
+    try:
+        return check_time(deadline, "deadline")
+    except InputError as exc:
+        raise ValueError(str(exc).removeprefix("deadline: ")) from None
+
+
 class Job(_Strict):
     name: Annotated[str, Field(min_length=1, max_length=128)]
     workload: str | None = None
@@ -157,8 +166,14 @@ class Job(_Strict):
     @classmethod
     def _deadline(cls, value: str | datetime | None) -> str | datetime | None:
         if isinstance(value, datetime):
-            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        if value is None or _DURATION.match(value.strip()):
+            return _bounded(value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC))
+        if value is None:
+            return value
+        if _DURATION.match(value.strip()):
+            try:
+                parse_duration(value, "deadline")  # at most 100 years
+            except InputError as exc:
+                raise ValueError(str(exc).removeprefix("deadline: ")) from None
             return value
         try:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -166,7 +181,7 @@ class Job(_Strict):
             raise ValueError(
                 f"{value!r} is neither a duration (72h, 3d, 90m) nor an ISO 8601 time (2025-06-01T12:00Z)"
             ) from None
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        return _bounded(parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC))
 
     @property
     def store_name(self) -> str:

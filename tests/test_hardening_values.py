@@ -123,3 +123,17 @@ def test_a_huge_integer_names_its_field(tmp_path: Path) -> None:
     path.write_text('{"SpotPriceHistory": [' + item + "]}\n")  # one line: Python's json reads it
     with pytest.raises(InputError, match=r"SpotPrice: 9223372036854775808 is above 10,000 USD per hour"):
         list(read_spot_history(path, None))
+
+
+@pytest.mark.parametrize(
+    ("deadline", "message"),
+    [
+        ("9999-12-31T00:00Z", "deadline: 9999-12-31T00:00:00+00:00 is outside 1970-01-01..2200-01-01"),
+        ("99999999w", "deadline: '99999999w' is longer than 100 years"),
+    ],
+)
+def test_job_deadlines_are_bounded(deadline: str, message: str) -> None:
+    job = {"name": "a", "throughput": {"V100": 1.0}, "work": {"steps": 100}, "deadline": deadline}
+    with pytest.raises(InputError) as info:
+        parse_jobs({"jobs": [job]})
+    assert f"jobs[0] (a).{message}" in str(info.value)
