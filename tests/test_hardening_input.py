@@ -159,3 +159,17 @@ def test_throughput_rows_are_numbered_like_import(tmp_path: Path) -> None:
     path.write_text("workload,gpu_model,gpu_count,steps_per_s\nw,V100,1,2\nw,V100,1,0\n")
     with pytest.raises(InputError, match=r"t\.csv: line 3: steps_per_s '0'"):
         read_file(path)
+
+
+def test_job_names_that_look_like_markup_show_in_the_plan(db_url: str, tmp_path: Path) -> None:
+    """The render path is shared: plan's table prints job names exactly as written."""
+    spec = tmp_path / "jobs.yaml"
+    spec.write_text(
+        'jobs:\n  - name: "[exp1] resnet"\n    throughput: {V100: 2.4}\n    work: {steps: 1000}\n'
+        '  - name: "[/x]"\n    throughput: {V100: 2.4}\n    work: {steps: 1000}\n'
+    )
+    code, out, err = cli("--db", db_url, "plan", spec, "--at", "2024-05-01", "--format", "csv")
+    assert code == 0, err
+    code, out, err = cli("--db", db_url, "plan", spec, "--at", "2024-05-01")
+    assert code == 0, err
+    assert "[exp1]" in out and "[/x]" in out
