@@ -161,14 +161,14 @@ def render(
             more = f"--wide adds {', '.join(hidden)}"
             caption = f"{caption}; {more}" if caption else more
         table = Table(title=_text(title), caption=_text(caption))
+        console = _console(out)
+        cells = [_column_cells([row.get(c) for row in listed]) for c in cols]
         for col in cols:
             # Headers wrap between words (usd per gpu hour), never inside one.
             header = col.replace("_", " ")
             table.add_column(header, overflow="fold", min_width=max(map(len, header.split())))
-        cells = [_column_cells([row.get(c) for row in listed]) for c in cols]
         for line in zip(*cells, strict=True):
             table.add_row(*map(Text, line))
-        console = _console(out)
         if listed:
             console.print(table)
         else:

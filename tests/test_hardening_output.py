@@ -191,3 +191,11 @@ def test_report_list_says_which_gpu_parameters_are_required() -> None:
     params = {r["report"]: r["parameters"] for r in strict_json(out)}
     assert "gpu: GPU model (V100-32GB) or family (V100); required" in params["price-board"]
     assert "gpu: GPU model (V100-32GB) or family (V100); default all" in params["cheapest"]
+
+
+def test_report_tables_leave_secondary_columns_to_wide(history: str) -> None:
+    args = ["--db", history, "report", "run", "cheapest", *WINDOW]
+    _, narrow, _ = cli(*args)
+    _, wide, _ = cli(*args, "--wide")
+    assert "--wide adds lowest_usd_per_gpu_hour, markets" in narrow and "lowest usd" not in narrow
+    assert "lowest usd" in wide and "--wide adds" not in wide

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.orm import Session
 
-from spotopt.cli.common import FormatOption, state
+from spotopt.cli.common import FormatOption, WideOption, state
 from spotopt.db.queries import history_span
 from spotopt.errors import InputError
 from spotopt.render import Format, render, say, to_json
@@ -72,6 +72,26 @@ def _check_plot(report: Report, plot: Path | None) -> None:
         raise InputError(f"--plot {plot}: directory {plot.parent} does not exist")
 
 
+# Secondary columns a report table leaves out unless --wide (CSV and JSON keep them): counts and
+# extremes that support the headline numbers rather than being them.
+WIDE_ONLY = (
+    "gpu_count",
+    "lowest_usd_per_gpu_hour",
+    "markets",
+    "changes",
+    "min_usd_per_hour",
+    "max_usd_per_hour",
+    "hours",
+    "spot_markets",
+    "regions",
+    "min_value",
+    "max_value",
+    "longest_hours",
+    "first_observed",
+    "finished_at",
+)
+
+
 def _region_wide_zones_as_null(frame: pd.DataFrame) -> pd.DataFrame:
     """Reports group on ``zone == ""`` (pandas drops NaN group keys); on output a region-wide
     market's zone is null, as ``prices`` prints it."""
@@ -84,7 +104,7 @@ def _region_wide_zones_as_null(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _render(result: ReportResult, fmt: Format, empty: str) -> None:
+def _render(result: ReportResult, fmt: Format, empty: str, wide: bool) -> None:
     sections = {name: _region_wide_zones_as_null(frame) for name, frame in result.sections.items()}
     if fmt is Format.JSON and len(sections) > 1:
         sys.stdout.write(
@@ -96,7 +116,14 @@ def _render(result: ReportResult, fmt: Format, empty: str) -> None:
             sys.stdout.write(("\n" if i else "") + f"# section: {name}\n")
         title = result.title if len(sections) == 1 else f"{result.title}: {name}"
         render(
-            frame, fmt, title=title, caption=result.describe_span(), columns=list(frame.columns), empty=empty
+            frame,
+            fmt,
+            title=title,
+            caption=result.describe_span(),
+            columns=list(frame.columns),
+            empty=empty,
+            wide_only=WIDE_ONLY,
+            wide=wide,
         )
 
 
@@ -122,6 +149,7 @@ def run(
     param: ParamOption = None,
     fmt: FormatOption = Format.TABLE,
     plot: Annotated[Path | None, typer.Option(help="Also draw the report into this PNG file.")] = None,
+    wide: WideOption = False,
 ) -> None:
     """Run a report on the history and print it; --plot FILE.png also draws it."""
     report = get(name)
@@ -130,7 +158,7 @@ def run(
     with state(ctx).db().session() as session:
         result = report.run(session, args)
         empty = _empty_note(session, result) if any(f.empty for f in result.sections.values()) else ""
-    _render(result, fmt, empty)
+    _render(result, fmt, empty, wide)
     if plot is not None and report.plot is not None:
         report.plot(result, args, plot)
         say(f"plot written to {plot}", err=True)
