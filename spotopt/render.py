@@ -100,9 +100,24 @@ def to_json(data: Any) -> str:
     return json.dumps(_deep_plain(data), indent=2, default=default, allow_nan=False)
 
 
+# Fields stored as floats (a GPU count can be 0.25 on a shared GPU) that are whole numbers almost
+# always: written as 1, not 1.0.
+_WHOLE_WHEN_INTEGRAL = frozenset({"gpu_count"})
+
+
+def _field(key: object, value: Any) -> Any:
+    plain = _plain(value)
+    if key in _WHOLE_WHEN_INTEGRAL and isinstance(plain, float) and plain.is_integer():
+        return int(plain)
+    return plain
+
+
 def _deep_plain(data: Any) -> Any:
     if isinstance(data, Mapping):
-        return {str(k): _deep_plain(v) for k, v in data.items()}
+        return {
+            str(k): _deep_plain(v) if isinstance(v, (Mapping, list, tuple)) else _field(k, v)
+            for k, v in data.items()
+        }
     if isinstance(data, (list, tuple)):
         return [_deep_plain(v) for v in data]
     return _plain(data)
@@ -151,7 +166,7 @@ def render(
         writer = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         for row in itertools.chain([first] if first else [], rows):
-            writer.writerow({c: _plain(row.get(c)) for c in cols})
+            writer.writerow({c: _field(c, row.get(c)) for c in cols})
     else:
         listed = list(rows)
         cols = list(columns) if columns else (list(listed[0]) if listed else [])

@@ -199,3 +199,11 @@ def test_report_tables_leave_secondary_columns_to_wide(history: str) -> None:
     _, wide, _ = cli(*args, "--wide")
     assert "--wide adds lowest_usd_per_gpu_hour, markets" in narrow and "lowest usd" not in narrow
     assert "lowest usd" in wide and "--wide adds" not in wide
+
+
+def test_gpu_counts_are_whole_numbers_in_json_and_csv(history: str) -> None:
+    _, out, _ = cli("--db", history, "report", "run", "price-board", "-p", "gpu=V100", "-f", "json")
+    counts = {r["gpu_count"] for r in strict_json(out)}
+    assert counts and all(type(c) is int for c in counts)
+    _, out, _ = cli("--db", history, "prices", "show", "--limit", "5", "-f", "csv")
+    assert ",1.0," not in out and ",4.0," not in out
