@@ -207,3 +207,9 @@ def test_gpu_counts_are_whole_numbers_in_json_and_csv(history: str) -> None:
     assert counts and all(type(c) is int for c in counts)
     _, out, _ = cli("--db", history, "prices", "show", "--limit", "5", "-f", "csv")
     assert ",1.0," not in out and ",4.0," not in out
+
+
+def test_an_empty_price_listing_says_what_the_history_covers(history: str) -> None:
+    code, out, _ = cli("--db", history, "prices", "show", "--until", "2001-01-01")
+    assert code == 0 and "no price point matches these filters and times" in out
+    assert "the history covers 2024-04-26 – 2024-05-02" in out

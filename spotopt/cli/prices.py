@@ -10,7 +10,7 @@ import typer
 
 from spotopt.catalog import check_gpu_query
 from spotopt.cli.common import MAX_ROWS, FormatOption, WideOption, check_cloud, parse_time, state
-from spotopt.db.queries import MarketFilter, cheapest, iter_price_history
+from spotopt.db.queries import MarketFilter, cheapest, history_span, iter_price_history
 from spotopt.errors import InputError
 from spotopt.render import Format, render, say
 from spotopt.types import MarketKind
@@ -76,15 +76,20 @@ def show(
             session, flt, since=start, until=end, limit=TABLE_ROWS + 1 if capped else limit
         )
         rows: Iterator[dict[str, object]] = (q.as_dict() for q in quotes)
-        more = False
+        more, empty = False, None
         if capped:
             listed = list(rows)
             more, rows = len(listed) > TABLE_ROWS, iter(listed[:TABLE_ROWS])
+            if not listed:
+                span = history_span(session)
+                covers = f"{span[0]:%Y-%m-%d} – {span[1]:%Y-%m-%d}" if span else "catalog list prices only"
+                empty = f"no price point matches these filters and times; the history covers {covers}"
         render(
             rows,
             fmt,
             title="Price history (USD)",
             columns=COLUMNS,
+            empty=empty,
             wide_only=("gpu", "gpu_count", "usd_per_gpu_hour", "source"),
             wide=wide,
         )
