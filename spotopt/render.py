@@ -39,14 +39,9 @@ def iso(value: datetime) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """JSON/CSV-safe value: datetimes to ISO strings, NaN and ±inf to None, numpy scalars to Python."""
-    if isinstance(value, datetime):
-        return iso(value)
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    """JSON/CSV-safe value: datetimes to ISO strings, NaN, ±inf and NaT to None, numpy scalars to Python."""
+    value = _scalar(value)
+    return iso(value) if isinstance(value, datetime) else value
 
 
 def _scalar(value: Any) -> Any:
@@ -123,12 +118,8 @@ def _deep_plain(data: Any) -> Any:
     return _plain(data)
 
 
-def records(data: Any) -> list[dict[str, Any]]:
-    """Accept a list of dicts or a DataFrame; return a list of dicts."""
-    return list(_iter_records(data))
-
-
 def _iter_records(data: Any) -> Iterator[dict[str, Any]]:
+    """Rows of a list or iterable of dicts, or of a DataFrame, one at a time."""
     if hasattr(data, "to_dict") and hasattr(data, "columns"):
         yield from data.to_dict(orient="records")
     else:
