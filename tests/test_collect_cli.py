@@ -106,7 +106,7 @@ def test_collect_all_end_to_end_then_prices_show(db_url: str, fakes: AwsFake) ->
     )
     assert [(q["zone"], q["usd_per_hour"]) for q in aws][-1] == ("us-east-1a", 0.4123)
     csv_out = invoke(db_url, "prices", "show", "--cloud", "azure", "--market", "spot", "-f", "csv").stdout
-    assert ",eastus,,Standard_NC4as_T4_v3,spot,T4,1.0,0.1578,0.1578,azure-prices" in csv_out
+    assert ",eastus,,Standard_NC4as_T4_v3,spot,T4,1,0.1578,0.1578,azure-prices" in csv_out
 
     # A second run over the same (overlapping) windows inserts no price twice.
     points_before, _ = counts(db_url)
