@@ -13,22 +13,13 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, make_url, select, text
-from typer.testing import CliRunner
 
-from spotopt.cli.app import app
 from spotopt.db.engine import Database
 from spotopt.db.models import Run
 from spotopt.db.setup import open_history
 from spotopt.errors import ConfigError
-from tests.helpers import ingest, price
+from tests.helpers import cli, ingest, price
 from tests.pg import PostgresServer
-
-runner = CliRunner()
-
-
-def cli(*args: str | Path) -> tuple[int, str, str]:
-    result = runner.invoke(app, [str(a) for a in args])
-    return result.exit_code, result.stdout, result.stderr
 
 
 def digest(path: Path) -> str:

@@ -6,37 +6,19 @@ Also: user text is never read as rich markup, and every ``--format json`` is str
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from spotopt.cli.app import app
 from spotopt.collectors.csv_prices import COLUMNS
 from spotopt.errors import InputError
 from spotopt.jobspec import load_jobs
 from spotopt.render import render, to_json
 from spotopt.throughput_store import read_file
 from spotopt.times import parse_time
+from tests.helpers import cli, strict_json
 
-runner = CliRunner()
 HEADER = ",".join(COLUMNS) + "\n"
-
-
-def cli(*args: str | Path) -> tuple[int, str, str]:
-    result = runner.invoke(app, [str(a) for a in args])
-    return result.exit_code, result.stdout, result.stderr
-
-
-def strict_json(text: str) -> Any:
-    """``json.loads`` that refuses NaN and Infinity, which Python's json writes by default."""
-
-    def refuse(name: str) -> Any:
-        raise ValueError(f"non-standard JSON constant {name}")
-
-    return json.loads(text, parse_constant=refuse)
 
 
 @pytest.mark.parametrize("text", ["[/x]", "[red]aws[/red]", "[exp1] resnet"])

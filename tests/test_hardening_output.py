@@ -11,30 +11,14 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from spotopt.cli.app import app
 from spotopt.db.engine import Database
 from spotopt.errors import InputError
 from spotopt.render import render
 from spotopt.reports import frames
 from spotopt.reports.registry import REPORTS
 from tests import report_history as hist
-from tests.helpers import ingest, price
-
-runner = CliRunner()
-
-
-def cli(*args: str | Path) -> tuple[int, str, str]:
-    result = runner.invoke(app, [str(a) for a in args])
-    return result.exit_code, result.stdout, result.stderr
-
-
-def strict_json(text: str) -> Any:
-    def refuse(name: str) -> Any:
-        raise ValueError(f"non-standard JSON constant {name}")
-
-    return json.loads(text, parse_constant=refuse)
+from tests.helpers import cli, ingest, price, strict_json
 
 
 @pytest.fixture
