@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spotopt.collectors import fields
-from spotopt.collectors.dump_files import iter_json_items
+from spotopt.collectors.dump_files import AWS_SPOT_HISTORY, iter_json_items
 from spotopt.errors import InputError
 from spotopt.types import MarketKey, MarketKind, PriceObservation, Rejection
 
@@ -70,5 +70,5 @@ def read_spot_history(
 
     ``on_bytes`` is called with the number of file bytes consumed, for a progress bar.
     """
-    for where, item in iter_json_items(path, "SpotPriceHistory", on_bytes, value_label="document"):
+    for where, item in iter_json_items(path, AWS_SPOT_HISTORY, on_bytes):
         yield parse_spot_price(item, where)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spotopt.collectors import fields
-from spotopt.collectors.dump_files import iter_json_items
+from spotopt.collectors.dump_files import AZURE_RETAIL, iter_json_items
 from spotopt.errors import InputError
 from spotopt.types import MarketKey, MarketKind, PriceObservation, Rejection
 
@@ -77,5 +77,5 @@ def read_retail_pages(
     """Stream the records of dumped API pages: one page object per file, pages concatenated or as
     JSON Lines, or JSON Lines of bare items; ``.gz`` too. ``on_bytes`` drives a progress bar.
     """
-    for where, item in iter_json_items(path, "Items", on_bytes, value_label="page"):
+    for where, item in iter_json_items(path, AZURE_RETAIL, on_bytes):
         yield parse_retail_item(item, where)

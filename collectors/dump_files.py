@@ -12,9 +12,11 @@ import csv
 import gzip
 import io
 import json
+import logging
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,6 +25,7 @@ import ijson
 from spotopt.errors import InputError
 
 ProgressCallback = Callable[[int], None]
+log = logging.getLogger("spotopt")
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
@@ -103,29 +106,99 @@ class _Prefixed:
         return self._tail.read(size)
 
 
+@dataclass(frozen=True)
+class DumpFormat:
+    """A JSON dump format: where its items are, which fields mark an item, and which field of a
+    page says that more pages follow (the dump then holds only part of the answer)."""
+
+    command: str
+    what: str
+    array_key: str
+    item_keys: frozenset[str]
+    more_key: str
+    value_label: str = "document"
+
+
+AWS_SPOT_HISTORY = DumpFormat(
+    "aws-spot-history",
+    "an AWS describe-spot-price-history answer",
+    "SpotPriceHistory",
+    frozenset({"SpotPrice", "InstanceType", "AvailabilityZone", "ProductDescription", "Timestamp"}),
+    "NextToken",
+)
+AZURE_RETAIL = DumpFormat(
+    "azure-retail",
+    "an Azure Retail Prices API page",
+    "Items",
+    frozenset({"retailPrice", "unitPrice", "armSkuName", "skuName", "serviceName", "meterName"}),
+    "NextPageLink",
+    value_label="page",
+)
+FORMATS = (AWS_SPOT_HISTORY, AZURE_RETAIL)
+
+
+def describe(value: Any) -> str:
+    """What a JSON value looks like to a person: a known dump or item, else its keys or type."""
+    if isinstance(value, Mapping):
+        for fmt in FORMATS:
+            if fmt.array_key in value:
+                return f"{fmt.what} (import it with `spotopt import {fmt.command}`)"
+            if fmt.item_keys & value.keys():
+                return f"an item of {fmt.what} (import it with `spotopt import {fmt.command}`)"
+        keys = ", ".join(sorted(map(str, value))[:6]) or "none"
+        return f"an object with the keys {keys}"
+    return f"a JSON {type(value).__name__}"
+
+
+@dataclass
+class _PageEnd:
+    """Marker the parsers yield after each document: its fields other than the item array."""
+
+    fields: Mapping[str, Any]
+
+
 def iter_json_items(
-    path: Path,
-    array_key: str,
-    on_bytes: ProgressCallback | None = None,
-    value_label: str = "document",
+    path: Path, fmt: DumpFormat, on_bytes: ProgressCallback | None = None
 ) -> Iterator[tuple[str, Any]]:
     """Yield ``(where, item)`` for every item of a JSON dump, in file order, in constant memory.
 
     Accepted shapes, each plain or gzip: a document ``{array_key: [items], ...}`` (as the cloud
     APIs return a page), several such documents concatenated, a bare array of items, JSON Lines
     whose lines are items, documents or arrays. ``where`` is prefixed with the file name. A file
-    that is not JSON raises ``InputError`` naming the file and the line or the last good item.
+    that is not JSON raises ``InputError`` naming the file and the line or the last good item; a
+    file of another format (an object with none of ``fmt.item_keys``) raises one saying what it
+    looks like. When the last page says more pages follow (``fmt.more_key``), a warning says
+    that the dump holds only part of the answer.
     """
     name = path.name
+    more: Any = None
     with open_binary(path, on_bytes) as stream:
         try:
             head, first = _first_line(stream)
             if first is not None:
-                yield from _json_lines(name, head, first, stream, array_key)
+                found = _json_lines(name, head, first, stream, fmt.array_key)
             else:
-                yield from _json_stream(name, _Prefixed(head, stream), array_key, value_label)
+                found = _json_stream(name, _Prefixed(head, stream), fmt.array_key, fmt.value_label)
+            for where, item in found:
+                if isinstance(item, _PageEnd):
+                    more = item.fields.get(fmt.more_key)
+                    continue
+                if isinstance(item, Mapping) and not fmt.item_keys & item.keys():
+                    raise InputError(
+                        f"{where}: not an item of {fmt.what} (none of {', '.join(sorted(fmt.item_keys))}); "
+                        f"this looks like {describe(item)}"
+                    )
+                yield where, item
         except _READ_ERRORS as exc:
             raise InputError(f"{name}: cannot read it: {exc} (a damaged or truncated file?)") from None
+    if more:
+        log.warning(
+            "%s: %s is set in the last %s: this dump is one page of a longer answer and the rest "
+            "is not in it (dump every page, e.g. without --max-items)",
+            name,
+            fmt.more_key,
+            fmt.value_label,
+        )
 
 
 def _first_line(stream: BinaryIO) -> tuple[bytes, tuple[int, Any] | None]:
@@ -181,6 +254,7 @@ def _items_of_value(where: str, value: Any, array_key: str) -> Iterator[tuple[st
             raise InputError(f"{where}: {array_key}: expected an array, found {type(items).__name__}")
         for i, item in enumerate(items):
             yield f"{where}: {array_key}[{i}]", item
+        yield where, _PageEnd(value)
     else:
         yield where, value
 
@@ -199,25 +273,31 @@ def _json_stream(name: str, stream: Any, array_key: str, value_label: str) -> It
 
 
 class _Events:
-    """ijson events with parse errors turned into ``InputError``s that name the last good item."""
+    """ijson events with parse errors turned into ``InputError``s that name the last good item
+    and the field being read (``integer overflow`` in ``SpotPrice``, not just "invalid JSON")."""
 
     def __init__(self, name: str, stream: Any) -> None:
         self._name = name
         self._parser = ijson.basic_parse(stream, multiple_values=True, use_float=True)
         self.last_item = ""
+        self._last_key: str | None = None
 
     def __iter__(self) -> _Events:
         return self
 
     def __next__(self) -> tuple[str, Any]:
         try:
-            return next(self._parser)
+            event = next(self._parser)
         except ijson.JSONError as exc:
             after = f" after {self.last_item}" if self.last_item else " before the first complete item"
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if "premature EOF" in detail:
                 raise InputError(f"{self._name}: the JSON ends early{after} (truncated?)") from None
-            raise InputError(f"{self._name}: not valid JSON{after} ({detail})") from None
+            field = f" in field {self._last_key!r}" if self._last_key is not None else ""
+            raise InputError(f"{self._name}: not valid JSON{field}{after} ({detail})") from None
+        if event[0] == "map_key":
+            self._last_key = event[1]
+        return event
 
 
 def _document(where: str, events: _Events, array_key: str) -> Iterator[tuple[str, Any]]:
@@ -229,6 +309,9 @@ def _document(where: str, events: _Events, array_key: str) -> Iterator[tuple[str
         if event == "end_map":
             break
         event, value = next(events)
+        other = next((f for f in FORMATS if f.array_key == key != array_key), None)
+        if other is not None:  # decided before reading what may be a million items
+            raise InputError(f"{where}: this looks like {describe({key: []})}")
         if key == array_key:
             if event != "start_array":
                 raise InputError(f"{prefix}{array_key}: expected an array, found {event.split('_')[-1]}")
@@ -236,8 +319,7 @@ def _document(where: str, events: _Events, array_key: str) -> Iterator[tuple[str
             yield from _array(f"{prefix}{array_key}", events)
         else:
             others[key] = _build(event, value, events, f"{prefix}{key}")
-    if not found:
-        yield where, others
+    yield where, _PageEnd(others) if found else others
 
 
 def _array(prefix: str, events: _Events) -> Iterator[tuple[str, Any]]:
@@ -268,6 +350,27 @@ def _build(event: str, value: Any, events: _Events, where: str) -> Any:
             if depth == 0:
                 return builder.value
     raise InputError(f"{where}: the file ends inside this value (truncated?)")
+
+
+def read_text(path: Path, what: str) -> str:
+    """The whole of a small UTF-8 text file (a job spec, a throughput list), BOM tolerated.
+
+    A missing, unreadable or non-UTF-8 file raises ``InputError`` naming it and, for bad
+    encoding, the byte offset, so the user knows to re-save it as UTF-8.
+    """
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not {what}")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read {what} ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            f"save {what} as UTF-8"
+        ) from None
 
 
 @contextmanager

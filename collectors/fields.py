@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spotopt.errors import InputError
+from spotopt.times import check_time
 
 # Instance type names of all three clouds: p3.2xlarge, a2-highgpu-1g, Standard_NC6s_v3, u-6tb1.metal.
 _INSTANCE_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -86,11 +87,16 @@ def timestamp(value: Any, where: str, field: str) -> datetime:
     else:
         raise InputError(f"{at(where, field)}: {value!r} is not a time (ISO 8601 string expected)")
     if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=UTC)
+        return check_time(parsed.replace(tzinfo=UTC), at(where, field), value)
     try:
-        return parsed.astimezone(UTC)
+        return check_time(parsed.astimezone(UTC), at(where, field), value)
     except OverflowError:
         raise InputError(f"{at(where, field)}: {value!r} is out of range in UTC") from None
+
+
+MAX_USD_PER_HOUR = 10_000
+"""No instance costs more per hour; a larger number is a unit mix-up (per month, per 1000 hours)
+or a corrupt value, and 1e308 would overflow every sum over the history."""
 
 
 def price(value: Any, where: str, field: str) -> float:
@@ -105,4 +111,9 @@ def price(value: Any, where: str, field: str) -> float:
         raise InputError(f"{at(where, field)}: {value!r} is not a finite number")
     if number < 0:
         raise InputError(f"{at(where, field)}: {value!r} is negative (prices are USD per hour, >= 0)")
+    if number > MAX_USD_PER_HOUR:
+        raise InputError(
+            f"{at(where, field)}: {value!r} is above {MAX_USD_PER_HOUR:,} USD per hour; prices are "
+            "per instance-hour (the dearest GPU instances list for about 100)"
+        )
     return number

@@ -8,9 +8,10 @@ leaves its watermark where its last committed data ends and costs no other scope
 Collectors queried per item (AWS spot prices, per instance type) also keep a watermark per item
 within the scope, so a run that covers only some items leaves the others' watermarks alone.
 
-A cloud without credentials is reported as "configure X to collect Y" and the other clouds are
-still collected. A cloud asked for by name (a request for fewer than all clouds) is different:
-if every one of its scopes was skipped, they count as failed, so the run does not end quietly.
+A cloud without credentials is reported as "configure X to collect Y" (without its SDK:
+``pip install "spotopt[X]"``) and the other clouds are still collected. A cloud asked for
+by name (a request for fewer than all clouds) is different: if every one of its scopes was
+skipped, they count as failed, so the run does not end quietly.
 Credentials are never read here: the adaptors hand them to the SDKs.
 """
 
@@ -162,7 +163,15 @@ def run_collect(
     named = set(request.clouds) != set(CLOUDS)
     for cloud in request.clouds:
         first = len(results)
-        clients = factory(cloud)
+        try:
+            clients = factory(cloud)
+        except MissingCredentials as exc:  # e.g. the cloud's SDK is not installed
+            for cls in for_cloud(cloud):
+                results.append(_not_run(db, cls, "all", exc, request.dry_run))
+                reporter.finished(results[-1])
+            if named:
+                _fail_skips_of_named_cloud(db, cloud, results[first:])
+            continue
         for cls in for_cloud(cloud):
             with db.session() as session:
                 catalog = known_types(session, cloud)

@@ -34,6 +34,12 @@ class CollectorError(SpotoptError):
         self.region = region
 
 
+class DatabaseBusyError(SpotoptError):
+    """Another process kept the database's write lock longer than spotopt waits for it."""
+
+    exit_code = 3
+
+
 class ProviderError(SpotoptError):
     """A provider action (launch, checkpoint, terminate) failed."""
 

@@ -27,7 +27,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spotopt.catalog import gpu_matches, gpu_models
+from spotopt.collectors.dump_files import read_text
 from spotopt.errors import InputError
+from spotopt.times import check_time, parse_duration
 
 CHECKPOINT_GB_PER_S = 0.25
 """Assumed write speed to durable object storage when a spec gives ``checkpoint_gb`` but no
@@ -49,14 +51,27 @@ def gpu_key(value: str) -> str:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf/nan anywhere: the solver then fails with "kUnknown" far from the field to blame.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Sane ranges. Each bound is far beyond any real job, and far inside what float64 arithmetic in
+# the policies (steps / steps-per-second, $/h x hours) handles without overflow or underflow.
+MAX_STEPS = 1e15
+MAX_GPU_DAYS = 1e6
+MIN_STEPS_PER_S = 1e-6
+MAX_STEPS_PER_S = 1e9
+MAX_GPUS = 1024
+MAX_GB = 1e7
+MAX_SECONDS = 7 * 86400.0
+MAX_COMM_RATIO = 100.0
 
 
 class Work(_Strict):
     """How much training is left: steps, or GPU-days on a reference GPU (converted with its throughput)."""
 
-    steps: Annotated[float, Field(gt=0)] | None = None
-    gpu_days: Annotated[float, Field(gt=0)] | None = None
+    steps: Annotated[float, Field(gt=0, le=MAX_STEPS)] | None = None
+    gpu_days: Annotated[float, Field(gt=0, le=MAX_GPU_DAYS)] | None = None
     gpu: str | None = None
 
     @field_validator("gpu")
@@ -74,8 +89,8 @@ class Work(_Strict):
 
 
 class GpuRange(_Strict):
-    min: Annotated[int, Field(ge=1)] = 1
-    max: Annotated[int, Field(ge=1)]
+    min: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
+    max: Annotated[int, Field(ge=1, le=MAX_GPUS)]
 
     @model_validator(mode="after")
     def _ordered(self) -> GpuRange:
@@ -87,7 +102,7 @@ class GpuRange(_Strict):
 class Dataset(_Strict):
     """Where the training data lives; running elsewhere costs one egress transfer of ``gb``."""
 
-    gb: Annotated[float, Field(ge=0)]
+    gb: Annotated[float, Field(ge=0, le=MAX_GB)]
     cloud: Literal["aws", "gcp", "azure"]
     region: str
 
@@ -110,10 +125,20 @@ class Allow(_Strict):
 class Scaling(_Strict):
     """Data-parallel efficiency model: ``eff(d) = 1 / (1 + 2·comm_ratio·(d-1))`` (ring all-reduce)."""
 
-    comm_ratio: Annotated[float, Field(ge=0)]
+    comm_ratio: Annotated[float, Field(ge=0, le=MAX_COMM_RATIO)]
 
 
-Throughputs = dict[str, Annotated[float, Field(gt=0)] | dict[int, Annotated[float, Field(gt=0)]]]
+StepsPerS = Annotated[float, Field(ge=MIN_STEPS_PER_S, le=MAX_STEPS_PER_S)]
+GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+Throughputs = dict[str, StepsPerS | dict[GpuCount, StepsPerS]]
+
+
+def _bounded(deadline: datetime) -> datetime:
+    """The shared time bounds, as the ``ValueError`` pydantic turns into a field error."""
+    try:
+        return check_time(deadline, "deadline")
+    except InputError as exc:
+        raise ValueError(str(exc).removeprefix("deadline: ")) from None
 
 
 class Job(_Strict):
@@ -123,11 +148,11 @@ class Job(_Strict):
     throughput: Throughputs = {}
     """GPU → steps/s on one GPU, or GPU → {GPU count: steps/s} for measured multi-GPU points."""
     work: Work
-    gpus: Annotated[int, Field(ge=1)] | GpuRange = 1
+    gpus: GpuCount | GpuRange = 1
     deadline: str | datetime | None = None
-    checkpoint_gb: Annotated[float, Field(ge=0)] = 0.0
-    checkpoint_s: Annotated[float, Field(ge=0)] | None = None
-    restart_s: Annotated[float, Field(ge=0)] = 300.0
+    checkpoint_gb: Annotated[float, Field(ge=0, le=MAX_GB)] = 0.0
+    checkpoint_s: Annotated[float, Field(ge=0, le=MAX_SECONDS)] | None = None
+    restart_s: Annotated[float, Field(ge=0, le=MAX_SECONDS)] = 300.0
     dataset: Dataset | None = None
     allow: Allow = Allow()
     scaling: Scaling | None = None
@@ -141,8 +166,14 @@ class Job(_Strict):
     @classmethod
     def _deadline(cls, value: str | datetime | None) -> str | datetime | None:
         if isinstance(value, datetime):
-            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        if value is None or _DURATION.match(value.strip()):
+            return _bounded(value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC))
+        if value is None:
+            return value
+        if _DURATION.match(value.strip()):
+            try:
+                parse_duration(value, "deadline")  # at most 100 years
+            except InputError as exc:
+                raise ValueError(str(exc).removeprefix("deadline: ")) from None
             return value
         try:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -150,7 +181,7 @@ class Job(_Strict):
             raise ValueError(
                 f"{value!r} is neither a duration (72h, 3d, 90m) nor an ISO 8601 time (2025-06-01T12:00Z)"
             ) from None
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        return _bounded(parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC))
 
     @property
     def store_name(self) -> str:
@@ -196,6 +227,8 @@ class JobSpec(_Strict):
 _MESSAGES = {
     "greater_than": "must be > {gt:g}",
     "greater_than_equal": "must be >= {ge:g}",
+    "less_than_equal": "must be <= {le:g}",
+    "finite_number": "must be a finite number",
     "missing": "is required",
     "too_short": "must not be empty",
 }
@@ -275,15 +308,22 @@ def parse_jobs(data: Any, source: str = "jobs") -> JobSpec:
         raise InputError(f"{source}: invalid job spec:\n  " + "\n  ".join(lines)) from None
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line 3, column 5: <what is wrong>`` without PyYAML's ``in "<unicode string>"`` (the
+    caller names the file)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    detail = f"{problem} ({context})" if context else problem
+    return f"line {mark.line + 1}, column {mark.column + 1}: {detail}" if mark is not None else detail
+
+
 def load_jobs(path: str | Path) -> JobSpec:
     """Read and validate a YAML job spec file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the job spec ({exc.strerror})") from None
+    text = read_text(path, "the job spec")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from None
+        raise InputError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
     return parse_jobs(data, str(path))

@@ -2,22 +2,30 @@
 
 Listings are lists of flat dicts (or a pandas DataFrame). Datetimes print as ISO 8601 UTC
 with a ``Z``; floats keep full precision in CSV/JSON and are rounded for the eye in tables.
+
+Everything printed here that came from the user or the history (cells, titles, error messages)
+is plain text, never rich markup: a job named ``[exp1] resnet`` or a CSV cloud ``[/x]`` prints
+as written. Only the fixed labels spotopt itself writes carry styles. JSON is strict (RFC 8259):
+non-finite floats become ``null``, so every ``--format json`` output parses anywhere.
 """
 
 from __future__ import annotations
 
 import csv
-import io
+import itertools
 import json
+import logging
 import math
 import sys
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+import textwrap
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 class Format(StrEnum):
@@ -31,25 +39,50 @@ def iso(value: datetime) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """JSON/CSV-safe value: datetimes to ISO strings, NaN to None, numpy scalars to Python."""
+    """JSON/CSV-safe value: datetimes to ISO strings, NaN, ±inf and NaT to None, numpy scalars to Python."""
+    value = _scalar(value)
+    return iso(value) if isinstance(value, datetime) else value
+
+
+def _scalar(value: Any) -> Any:
+    """A table value as Python: numpy scalars unwrapped, NaN/inf/NaT as None, datetimes kept."""
     if isinstance(value, datetime):
-        return iso(value)
+        return None if value != value else value  # NaT is a datetime unequal to itself
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
-    if isinstance(value, float) and math.isnan(value):
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 
 
-def _cell(value: Any) -> str:
-    value = _plain(value)
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        if value == 0 or abs(value) >= 1000:
-            return f"{value:,.2f}"
-        return f"{value:.4g}" if abs(value) < 0.01 else f"{value:.4f}".rstrip("0").rstrip(".")
-    return str(value)
+def _number(value: float) -> str:
+    """A float for the eye: 2 decimals from 10 up, 4 below, 3 significant digits under 0.01."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 10:
+        return f"{value:,.2f}"
+    if abs(value) < 0.01:
+        return f"{value:.3g}"
+    return f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+def _column_cells(values: list[Any]) -> list[str]:
+    """Format one table column as a whole, so its cells agree with each other: a column of
+    whole numbers (counts, GPUs, even when pandas made them floats) prints as integers, a column
+    of times as compact UTC (``2024-05-01 12:00``, or just the date when every time is midnight)."""
+    plain = [_scalar(v) for v in values]
+    present = [v for v in plain if v is not None]
+    if present and all(isinstance(v, datetime) for v in present):
+        times = [v.astimezone(UTC) for v in present]
+        if all(t.hour == t.minute == t.second == 0 for t in times):
+            pattern = "%Y-%m-%d"
+        else:
+            pattern = "%Y-%m-%d %H:%M" if all(t.second == 0 for t in times) else "%Y-%m-%d %H:%M:%S"
+        return ["–" if v is None else v.astimezone(UTC).strftime(pattern) for v in plain]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
+    if present and numbers and all(float(v).is_integer() for v in present):
+        return ["–" if v is None else f"{int(v):,}" for v in plain]
+    return ["–" if v is None else _number(v) if isinstance(v, float) else str(v) for v in plain]
 
 
 def to_json(data: Any) -> str:
@@ -59,22 +92,38 @@ def to_json(data: Any) -> str:
             raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
         return plain
 
-    return json.dumps(_deep_plain(data), indent=2, default=default)
+    return json.dumps(_deep_plain(data), indent=2, default=default, allow_nan=False)
+
+
+# Fields stored as floats (a GPU count can be 0.25 on a shared GPU) that are whole numbers almost
+# always: written as 1, not 1.0.
+_WHOLE_WHEN_INTEGRAL = frozenset({"gpu_count"})
+
+
+def _field(key: object, value: Any) -> Any:
+    plain = _plain(value)
+    if key in _WHOLE_WHEN_INTEGRAL and isinstance(plain, float) and plain.is_integer():
+        return int(plain)
+    return plain
 
 
 def _deep_plain(data: Any) -> Any:
     if isinstance(data, Mapping):
-        return {str(k): _deep_plain(v) for k, v in data.items()}
+        return {
+            str(k): _deep_plain(v) if isinstance(v, (Mapping, list, tuple)) else _field(k, v)
+            for k, v in data.items()
+        }
     if isinstance(data, (list, tuple)):
         return [_deep_plain(v) for v in data]
     return _plain(data)
 
 
-def records(data: Any) -> list[dict[str, Any]]:
-    """Accept a list of dicts or a DataFrame; return a list of dicts."""
+def _iter_records(data: Any) -> Iterator[dict[str, Any]]:
+    """Rows of a list or iterable of dicts, or of a DataFrame, one at a time."""
     if hasattr(data, "to_dict") and hasattr(data, "columns"):
-        return list(data.to_dict(orient="records"))
-    return list(data)
+        yield from data.to_dict(orient="records")
+    else:
+        yield from data
 
 
 def render(
@@ -84,30 +133,96 @@ def render(
     title: str | None = None,
     columns: Sequence[str] | None = None,
     caption: str | None = None,
+    empty: str | None = None,
+    wide_only: Sequence[str] = (),
+    wide: bool = False,
     out: TextIO | None = None,
 ) -> None:
-    """Print ``data`` (rows) as ``fmt``. ``columns`` picks and orders the columns of table and CSV."""
+    """Print ``data`` (rows: a list, any iterable of dicts, or a DataFrame) as ``fmt``.
+
+    ``columns`` picks and orders the columns of table and CSV. CSV and JSON are written row by
+    row as ``data`` yields them, so a generator of millions of rows streams in constant memory.
+    An empty table prints ``empty`` (what the emptiness means and how to get rows) or "no rows".
+    A table leaves out the ``wide_only`` columns unless ``wide`` (``--wide``), and says so in its
+    caption; CSV and JSON always hold every column.
+    """
     out = out or sys.stdout
-    rows = records(data)
-    cols = list(columns) if columns else (list(rows[0]) if rows else [])
     fmt = Format(fmt)
+    rows = _iter_records(data)
     if fmt is Format.JSON:
-        out.write(to_json(rows) + "\n")
+        _write_json_rows(rows, out)
     elif fmt is Format.CSV:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+        first = next(rows, None)
+        cols = list(columns) if columns else (list(first) if first else [])
+        writer = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
-        for row in rows:
-            writer.writerow({c: _plain(row.get(c)) for c in cols})
-        out.write(buf.getvalue())
+        for row in itertools.chain([first] if first else [], rows):
+            writer.writerow({c: _field(c, row.get(c)) for c in cols})
     else:
-        table = Table(title=title, caption=caption)
+        listed = list(rows)
+        cols = list(columns) if columns else (list(listed[0]) if listed else [])
+        hidden = [c for c in cols if c in wide_only and not wide]
+        if hidden:
+            cols = [c for c in cols if c not in hidden]
+            more = f"--wide adds {', '.join(hidden)}"
+            caption = f"{caption}; {more}" if caption else more
+        table = Table(title=_text(title), caption=_text(caption))
+        console = _console(out)
+        cells = [_column_cells([row.get(c) for row in listed]) for c in cols]
         for col in cols:
-            table.add_column(col, overflow="fold")
-        for row in rows:
-            table.add_row(*(_cell(row.get(c)) for c in cols))
-        console = Console(file=out, width=max(120, Console().width))
-        if rows:
+            # Headers wrap between words (usd per gpu hour), never inside one.
+            header = col.replace("_", " ")
+            table.add_column(header, overflow="fold", min_width=max(map(len, header.split())))
+        for line in zip(*cells, strict=True):
+            table.add_row(*map(Text, line))
+        if listed:
             console.print(table)
         else:
-            console.print(f"[dim]{title + ': ' if title else ''}no rows[/dim]")
+            console.print(Text(f"{title + ': ' if title else ''}{empty or 'no rows'}", style="dim"))
+
+
+def _write_json_rows(rows: Iterator[dict[str, Any]], out: TextIO) -> None:
+    """Exactly ``to_json(list(rows))``, written one row at a time."""
+    first = True
+    for row in rows:
+        out.write(("[\n" if first else ",\n") + textwrap.indent(to_json(row), "  "))
+        first = False
+    out.write("[]\n" if first else "\n]\n")
+
+
+def _console(out: TextIO) -> Console:
+    """A terminal's own width (a table wider than the screen wraps into garbage); when output
+    goes to a file or a pipe, at least 120 columns."""
+    console = Console(file=out)
+    return console if console.is_terminal else Console(file=out, width=max(120, console.width))
+
+
+def _text(value: str | None) -> Text | None:
+    return None if value is None else Text(value)
+
+
+def say(message: str, *, label: str = "", style: str = "", err: bool = False) -> None:
+    """Print one line of plain ``message`` (never parsed as markup) after an optional styled
+    ``label`` such as ``error:`` or ``warning:``; on stderr with ``err``."""
+    line = Text()
+    if label:
+        line.append(label, style=style or None)
+        line.append(" " if message else "")
+    line.append(message)
+    Console(stderr=err).print(line, highlight=False, soft_wrap=True)
+
+
+class SayHandler(logging.Handler):
+    """Log records of the library (e.g. "another spotopt process is writing") as ``say`` lines
+    on stderr, labelled with their level."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        say(record.getMessage(), label=f"{record.levelname.lower()}:", style="yellow", err=True)
+
+
+def show_library_log() -> None:
+    """Route the ``spotopt`` logger (warnings and above) to stderr through ``SayHandler``, once."""
+    logger = logging.getLogger("spotopt")
+    if not any(isinstance(h, SayHandler) for h in logger.handlers):
+        logger.addHandler(SayHandler(logging.WARNING))
+        logger.propagate = False

@@ -3,15 +3,14 @@
 Import files are CSV (header ``workload,gpu_model,gpu_count,steps_per_s[,source][,note]``) or JSON
 (a list of objects with the same keys). ``source`` defaults to ``imported``. Re-importing the
 same file changes nothing; a new value for an existing (workload, GPU, count, source) replaces
-the old one. A bad row aborts the whole import with its row number and field.
+the old one. A bad row aborts the whole import with its line (or item) and field.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from spotopt.collectors.dump_files import iter_csv_rows, read_text
 from spotopt.db.models import Throughput
 from spotopt.errors import InputError
 from spotopt.jobspec import gpu_key
@@ -29,26 +29,24 @@ REQUIRED = ("workload", "gpu_model", "gpu_count", "steps_per_s")
 
 
 def read_file(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a CSV or JSON throughput file, validated; errors name the row and the field."""
+    """Rows of a CSV or JSON throughput file, validated; errors name the row and the field.
+
+    Rows are located as ``spotopt import`` locates them: ``line N`` of a CSV file (the header
+    is line 1), ``[i]`` of a JSON list.
+    """
     path = Path(path)
+    if path.suffix.lower() != ".json":
+        return [_row(f"{path}: line {line}", r) for line, r in iter_csv_rows(path, REQUIRED)]
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    if path.suffix.lower() == ".json":
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: not valid JSON: {exc}") from None
-        if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
-            raise InputError(f"{path}: expected a JSON list of objects with keys {', '.join(REQUIRED)}")
-    else:
-        raw = list(csv.DictReader(io.StringIO(text)))
-    return [_row(path, i + 1, r) for i, r in enumerate(raw)]
+        raw = json.loads(read_text(path, "the throughput file"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise InputError(f"{path}: expected a JSON list of objects with keys {', '.join(REQUIRED)}")
+    return [_row(f"{path}: [{i}]", r) for i, r in enumerate(raw)]
 
 
-def _row(path: Path, number: int, raw: dict[str, Any]) -> dict[str, Any]:
-    where = f"{path}: row {number}"
+def _row(where: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     for key in REQUIRED:
         if raw.get(key) in (None, ""):
             raise InputError(f"{where}: {key} is required (columns: {', '.join(REQUIRED)}[, source, note])")

@@ -1,11 +1,16 @@
-"""Small builders shared by tests: price records and row counts."""
+"""Small builders shared by tests: price records, row counts, the CLI and a strict JSON parser."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select
+from typer.testing import CliRunner
 
+from spotopt.cli.app import app
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run
 from spotopt.ingest import RunSummary, run_ingest
@@ -41,3 +46,18 @@ def counts(db: Database) -> dict[str, int]:
             model.__tablename__: session.scalar(select(func.count()).select_from(model)) or 0
             for model in (InstanceType, Market, PricePoint, Interruption)
         } | {"runs_ok": session.scalar(select(func.count()).where(Run.status == "ok")) or 0}
+
+
+def cli(*args: str | Path) -> tuple[int, str, str]:
+    """Run ``spotopt ARGS``; (exit code, stdout, stderr)."""
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def strict_json(text: str) -> Any:
+    """``json.loads`` that refuses NaN and Infinity, which Python's json writes by default."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)

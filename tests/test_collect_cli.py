@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from spotopt.cli.app import app
 from spotopt.cloud_calls import redact
 from spotopt.collectors.base import COLLECTORS
+from spotopt.db.engine import Database
 from spotopt.db.models import PricePoint, Run
 from spotopt.db.setup import open_history
 from spotopt.errors import InputError
@@ -106,7 +107,7 @@ def test_collect_all_end_to_end_then_prices_show(db_url: str, fakes: AwsFake) ->
     )
     assert [(q["zone"], q["usd_per_hour"]) for q in aws][-1] == ("us-east-1a", 0.4123)
     csv_out = invoke(db_url, "prices", "show", "--cloud", "azure", "--market", "spot", "-f", "csv").stdout
-    assert ",eastus,,Standard_NC4as_T4_v3,spot,T4,1.0,0.1578,0.1578,azure-prices" in csv_out
+    assert ",eastus,,Standard_NC4as_T4_v3,spot,T4,1,0.1578,0.1578,azure-prices" in csv_out
 
     # A second run over the same (overlapping) windows inserts no price twice.
     points_before, _ = counts(db_url)
@@ -279,3 +280,33 @@ def test_readme_documents_every_collector() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     missing = [name for name in COLLECTORS if f"`{name}`" not in readme]
     assert missing == []
+
+
+@pytest.mark.parametrize(("hidden", "cloud"), [("boto3", "aws"), ("google.cloud.compute_v1", "gcp")])
+def test_a_cloud_without_its_sdk_is_skipped_with_the_pip_install(
+    sqlite_db: Database, fakes: AwsFake, monkeypatch: pytest.MonkeyPatch, hidden: str, cloud: str
+) -> None:
+    """``pip install spotopt`` without the extras: that cloud is skipped naming the extra to
+    install, the other clouds are still collected; asked for by name, the command exits 3.
+    (SQLite only: nothing here depends on the database.)"""
+    from spotopt.adaptors import client_factory
+
+    db_url = sqlite_db.engine.url.render_as_string()
+
+    monkeypatch.setitem(sys.modules, hidden, None)  # as if not installed: importing it fails
+    fake = {"aws": fakes.clients, "gcp": gcp_clients, "azure": azure_clients}
+    monkeypatch.setattr(
+        "spotopt.cli.collect.FACTORY", lambda c: client_factory(c) if c == cloud else fake[c]()
+    )
+    result = invoke(db_url, "collect", "all", "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    mine = [r for r in rows if r["cloud"] == cloud]
+    assert mine and {r["status"] for r in mine} == {"skipped"}
+    assert all(f'pip install "spotopt[{cloud}]"' in r["note"] for r in mine)
+    assert {r["status"] for r in rows if r["cloud"] != cloud} == {"ok"}
+    for extra in ([], ["--dry-run"]):
+        result = invoke(db_url, "collect", cloud, *extra, "--format", "json")
+        assert result.exit_code == 3, result.output
+        notes = [r["note"] for r in json.loads(result.stdout)]
+        assert notes and all(f'pip install "spotopt[{cloud}]"' in n for n in notes)

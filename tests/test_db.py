@@ -58,6 +58,7 @@ def _open(url: str) -> str:
 
 
 def test_sqlite_default_migrates_itself_under_a_lock(tmp_path: Path) -> None:
+    (tmp_path / "new").mkdir()
     url = f"sqlite:///{tmp_path / 'new' / 'fresh.sqlite'}"
     with multiprocessing.get_context("spawn").Pool(3) as pool:
         results = pool.map(_open, [url] * 3)

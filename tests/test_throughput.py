@@ -113,10 +113,10 @@ def test_store_json_and_errors(tmp_path: Path) -> None:
     assert read_file(good)[0]["gpu_model"] == "H100-80GB"
     bad = tmp_path / "t.csv"
     bad.write_text("workload,gpu_model,gpu_count,steps_per_s\nw,V100,1,0\n")
-    with pytest.raises(InputError, match=r"row 1: steps_per_s '0' is not a finite number > 0"):
+    with pytest.raises(InputError, match=r"line 2: steps_per_s '0' is not a finite number > 0"):
         read_file(bad)
     bad.write_text("workload,gpu_model,gpu_count,steps_per_s\nw,Z9,1,1\n")
-    with pytest.raises(InputError, match="row 1: gpu_model: unknown GPU"):
+    with pytest.raises(InputError, match="line 2: gpu_model: unknown GPU"):
         read_file(bad)
 
 
@@ -135,14 +135,14 @@ def test_store_json_and_errors(tmp_path: Path) -> None:
 def test_store_names_the_bad_field(tmp_path: Path, row: str, message: str) -> None:
     path = tmp_path / "t.json"
     path.write_text(f'[{{"workload": "w", "gpu_model": "V100", {row}}}]')
-    with pytest.raises(InputError, match=rf"row 1: {message}"):
+    with pytest.raises(InputError, match=rf"\[0\]: {message}"):
         read_file(path)
 
 
 def test_store_csv_counts_and_integral_json_counts(tmp_path: Path) -> None:
     csv_path = tmp_path / "t.csv"
     csv_path.write_text("workload,gpu_model,gpu_count,steps_per_s\nw,V100,2,1.5\nw,V100,1.5,1\n")
-    with pytest.raises(InputError, match=r"row 2: gpu_count '1.5' is not a whole number"):
+    with pytest.raises(InputError, match=r"line 3: gpu_count '1.5' is not a whole number"):
         read_file(csv_path)
     json_path = tmp_path / "t.json"
     json_path.write_text('[{"workload": "w", "gpu_model": "V100", "gpu_count": 4.0, "steps_per_s": 2}]')

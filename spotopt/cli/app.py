@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
 from spotopt.cli import catalog, collect, db, imports, plan, prices, report, throughput, whatif
 from spotopt.cli.common import State
 from spotopt.errors import SpotoptError
-
-_err = Console(stderr=True)
+from spotopt.render import say, show_library_log
 
 
 class SpotoptGroup(TyperGroup):
-    """Maps every ``SpotoptError`` to one red line on stderr and its exit code (no traceback)."""
+    """Maps every ``SpotoptError`` to one red line on stderr and its exit code (no traceback).
+
+    Option values typer refuses keep typer's usage box, minus the "Value error, " that its
+    pydantic validation puts before our own words.
+    """
 
     def invoke(self, ctx: Any) -> Any:  # click.Context, vendored by typer
         try:
             return super().invoke(ctx)
+        except typer.BadParameter as exc:
+            exc.message = exc.message.removeprefix("Value error, ")
+            raise
         except SpotoptError as exc:
-            _err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            say(str(exc), label="error:", style="bold red", err=True)
             raise typer.Exit(exc.exit_code) from exc
         finally:
             if isinstance(ctx.obj, State):
@@ -49,6 +55,7 @@ def _root(
         ),
     ] = None,
 ) -> None:
+    show_library_log()
     ctx.obj = State(db_url)
 
 
@@ -63,5 +70,12 @@ app.command("collect")(collect.collect)
 app.command("whatif")(whatif.whatif)
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C, so an import or collector run in progress is rolled back
+    and recorded as failed instead of being left ``running``."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminated)
     app()

@@ -10,11 +10,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from spotopt.adaptors import client_factory
 from spotopt.catalog import check_gpu_query
-from spotopt.cli.common import FormatOption, parse_time, state
+from spotopt.cli.common import FormatOption, WideOption, parse_time, state
 from spotopt.cloud_calls import Retry
 from spotopt.collect import ClientFactory, CollectRequest, ScopeResult, run_collect
 from spotopt.errors import CollectorError, InputError
-from spotopt.render import Format, render
+from spotopt.render import Format, render, say
 from spotopt.types import CLOUDS
 
 # The seams tests replace: how a cloud's clients are built, and how long retries sleep.
@@ -58,7 +58,7 @@ class _Bars:
 
     def finished(self, result: ScopeResult) -> None:
         task = self._task(result.cloud)
-        if result.scope == "regions":  # the collector never got as far as listing its scopes
+        if result.scope in ("regions", "all"):  # the collector never got as far as listing its scopes
             self.progress.update(task, total=(self.progress.tasks[task].total or 0) + 1)
         self.progress.update(task, advance=1, what=f"{result.collector} {result.scope}: {result.status}")
 
@@ -95,6 +95,7 @@ def collect(
         bool, typer.Option("--dry-run", help="Fetch and count, write nothing to the history.")
     ] = False,
     fmt: FormatOption = Format.TABLE,
+    wide: WideOption = False,
 ) -> None:
     """Collect GPU catalogs, prices and interruption data from the clouds into the history.
 
@@ -122,7 +123,14 @@ def collect(
         results = run_collect(db, request, FACTORY, retry=RETRY, reporter=_Bars(progress))
     rows: list[dict[str, Any]] = [r.as_row() for r in results]
     title = "Collected (dry run: nothing written)" if dry_run else "Collected"
-    render(rows, fmt, title=title, columns=COLUMNS)
+    render(
+        rows,
+        fmt,
+        title=title,
+        columns=COLUMNS,
+        wide_only=("records", "duplicate", "unchanged", "seconds"),
+        wide=wide,
+    )
     failed = [r for r in results if r.status == "failed"]
     if failed:
         others = (
@@ -130,7 +138,5 @@ def collect(
             if len(failed) < len(results)
             else "nothing was written (see the note column)"
         )
-        Console(stderr=True).print(
-            f"[bold red]{len(failed)} of {len(results)} scopes failed[/bold red]; {others}", highlight=False
-        )
+        say(others, label=f"{len(failed)} of {len(results)} scopes failed;", style="bold red", err=True)
         raise typer.Exit(CollectorError.exit_code)

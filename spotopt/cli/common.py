@@ -6,14 +6,29 @@ from typing import Annotated
 
 import typer
 
-from spotopt.db.engine import Database
+from spotopt.db.engine import Database, sqlite_path
 from spotopt.errors import InputError
-from spotopt.render import Format
+from spotopt.render import Format, say
 from spotopt.times import parse_duration, parse_time
 from spotopt.types import CLOUDS
 
-__all__ = ["FormatOption", "State", "check_cloud", "parse_duration", "parse_time", "state"]
+__all__ = [
+    "MAX_ROWS",
+    "FormatOption",
+    "State",
+    "WideOption",
+    "check_cloud",
+    "parse_duration",
+    "parse_time",
+    "state",
+]
 
+MAX_ROWS = 1_000_000_000
+"""The largest ``--limit``: above it a number no longer fits a database integer (SQLite: 2^63)."""
+
+WideOption = Annotated[
+    bool, typer.Option("--wide", help="Tables show every column (CSV and JSON always do).")
+]
 FormatOption = Annotated[
     Format, typer.Option("--format", "-f", help="Output: table for people, csv or json for scripts.")
 ]
@@ -31,6 +46,9 @@ class State:
             from spotopt.db.setup import open_history
 
             self._db = open_history(self.db_url)
+            path = sqlite_path(str(self._db.engine.url))
+            if self._db.created and path is not None:
+                say(f"created a new, empty history database at {path}", label="note:", style="dim", err=True)
         return self._db
 
     def close(self) -> None:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from sqlalchemy.exc import OperationalError
 
 from spotopt.cli.common import state
 from spotopt.db import migrate
 from spotopt.db.engine import make_engine
 from spotopt.db.setup import connect_error, upgrade_history
+from spotopt.render import say
 from spotopt.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, help="Database schema: upgrade and show the revision.")
-_out = Console()
 
 
 @app.command()
@@ -21,9 +20,9 @@ def upgrade(ctx: typer.Context) -> None:
     """Apply pending migrations (under a lock) and sync the bundled catalog."""
     before, after = upgrade_history(state(ctx).db_url)
     if before == after:
-        _out.print(f"schema already at {after}")
+        say(f"schema already at {after}")
     else:
-        _out.print(f"schema upgraded from {before or 'empty'} to {after}")
+        say(f"schema upgraded from {before or 'empty'} to {after}")
 
 
 @app.command()
@@ -37,4 +36,4 @@ def current(ctx: typer.Context) -> None:
     finally:
         engine.dispose()
     status = "up to date" if cur == head else "needs `spotopt db upgrade`"
-    _out.print(f"current: {cur or 'empty'}  head: {head}  ({status})")
+    say(f"current: {cur or 'empty'}  head: {head}  ({status})")

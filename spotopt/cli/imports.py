@@ -23,7 +23,7 @@ from spotopt.collectors.csv_prices import read_price_csv
 from spotopt.collectors.dump_files import file_size
 from spotopt.db.queries import unknown_gpu_types
 from spotopt.ingest import RunSummary, run_ingest
-from spotopt.render import Format, render, to_json
+from spotopt.render import Format, render, say, to_json
 from spotopt.types import PriceObservation, Record, Rejection
 
 app = typer.Typer(no_args_is_help=True, help="Import price dumps (AWS, Azure, CSV) into the history.")
@@ -130,14 +130,12 @@ def _report(summary: RunSummary, files: list[str], unknown: list[tuple[str, str]
     title = f"Import {summary.source} (run {summary.run_id}): {len(files)} file(s)"
     render(rows, fmt, title=title, columns=["outcome", "detail", "count"])
     if fmt is Format.TABLE:
-        console = Console()
         if stats.examples:
-            console.print("[bold]Rejected, for example:[/bold]", highlight=False)
+            say("", label="Rejected, for example:", style="bold")
             for example in stats.examples[:5]:
-                console.print(f"  {example}", highlight=False, soft_wrap=True)
+                say(f"  {example}")
         if unknown_names:
-            console.print(
+            say(
                 f"{len(unknown_names)} instance type(s) are missing from the catalog; they were imported "
-                "with an unknown GPU (see `spotopt catalog list`) and are left out of GPU rankings.",
-                highlight=False,
+                "with an unknown GPU (see `spotopt catalog list`) and are left out of GPU rankings."
             )

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from spotopt.cli.common import parse_time, state
 from spotopt.db.queries import MarketFilter
@@ -17,7 +16,7 @@ from spotopt.jobspec import load_jobs
 from spotopt.market import snapshot
 from spotopt.plan import build_problem, plan_report, solve
 from spotopt.policies.base import get_policy
-from spotopt.render import Format, render, to_json
+from spotopt.render import Format, render, say, to_json
 from spotopt.throughput_store import stored_figures
 
 COLUMNS = [
@@ -90,7 +89,7 @@ def plan(
     )
     report = plan_report(problem, solve(policy, problem.input))
     for warning in report["warnings"]:
-        Console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+        say(warning, label="warning:", style="yellow", err=True)
     if fmt is Format.JSON:
         typer.echo(to_json(report))
         return

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 
 from spotopt.catalog import check_gpu_query
-from spotopt.cli.common import FormatOption, check_cloud, parse_time, state
-from spotopt.db.queries import MarketFilter, cheapest, price_history
+from spotopt.cli.common import MAX_ROWS, FormatOption, WideOption, check_cloud, parse_time, state
+from spotopt.db.queries import MarketFilter, cheapest, history_span, iter_price_history
 from spotopt.errors import InputError
-from spotopt.render import Format, render
+from spotopt.render import Format, render, say
 from spotopt.types import MarketKind
 
 app = typer.Typer(no_args_is_help=True, help="Prices in the history: as stored, or ranked at a time.")
 
+TABLE_ROWS = 200
 COLUMNS = [
     "observed_at",
     "cloud",
@@ -50,8 +52,9 @@ def show(
     market: Annotated[str | None, typer.Option(help="spot or on-demand.")] = None,
     since: Annotated[str | None, typer.Option(help="ISO 8601 time, 'now' or -7d.")] = None,
     until: Annotated[str | None, typer.Option(help="ISO 8601 time, 'now' or -1d.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most this many rows.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=MAX_ROWS, help="At most this many rows.")] = None,
     fmt: FormatOption = Format.TABLE,
+    wide: WideOption = False,
 ) -> None:
     """Price points oldest first; with --since, the price in effect at that time comes first."""
     flt = MarketFilter(
@@ -65,9 +68,39 @@ def show(
     start, end = parse_time(since, "--since"), parse_time(until, "--until")
     if start and end and start > end:
         raise InputError("--since is after --until; swap them")
+    # A table is for reading: by default it shows TABLE_ROWS points and says whether more match.
+    # CSV and JSON stream every point (millions) in constant memory.
+    capped = fmt is Format.TABLE and limit is None
     with state(ctx).db().session() as session:
-        quotes = price_history(session, flt, since=start, until=end, limit=limit)
-    render([q.as_dict() for q in quotes], fmt, title="Price history (USD)", columns=COLUMNS)
+        quotes = iter_price_history(
+            session, flt, since=start, until=end, limit=TABLE_ROWS + 1 if capped else limit
+        )
+        rows: Iterator[dict[str, object]] = (q.as_dict() for q in quotes)
+        more, empty = False, None
+        if capped:
+            listed = list(rows)
+            more, rows = len(listed) > TABLE_ROWS, iter(listed[:TABLE_ROWS])
+            if not listed:
+                span = history_span(session)
+                covers = f"{span[0]:%Y-%m-%d} – {span[1]:%Y-%m-%d}" if span else "catalog list prices only"
+                empty = f"no price point matches these filters and times; the history covers {covers}"
+        render(
+            rows,
+            fmt,
+            title="Price history (USD)",
+            columns=COLUMNS,
+            empty=empty,
+            wide_only=("gpu", "gpu_count", "usd_per_gpu_hour", "source"),
+            wide=wide,
+        )
+    if more:
+        say(
+            f"showing the first {TABLE_ROWS} price points and more match: --limit N shows more, "
+            "--since/--until/--gpu/--cloud narrow them, --format csv writes them all",
+            label="note:",
+            style="dim",
+            err=True,
+        )
 
 
 @app.command("cheapest")
@@ -77,8 +110,9 @@ def cheapest_cmd(
     at: Annotated[str | None, typer.Option(help="ISO 8601 time (default now).")] = None,
     market: Annotated[str | None, typer.Option(help="spot or on-demand (default both).")] = None,
     cloud: Annotated[str | None, typer.Option(help="aws, gcp or azure.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="How many markets.")] = 10,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_ROWS, help="How many markets.")] = 10,
     fmt: FormatOption = Format.TABLE,
+    wide: WideOption = False,
 ) -> None:
     """Markets ranked by price per GPU-hour at a time, cheapest first."""
     when = parse_time(at, "--at") or datetime.now(UTC)
@@ -94,4 +128,6 @@ def cheapest_cmd(
         fmt,
         title=f"Cheapest {gpu} per GPU-hour at {when:%Y-%m-%d %H:%M} UTC",
         columns=[c for c in COLUMNS if c != "source"] + ["source"],
+        wide_only=("observed_at", "gpu", "usd_per_hour", "source"),
+        wide=wide,
     )

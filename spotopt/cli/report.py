@@ -11,20 +11,21 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
+import pandas as pd
 import typer
-from rich.console import Console
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.orm import Session
 
-from spotopt.cli.common import FormatOption, state
+from spotopt.cli.common import FormatOption, WideOption, state
+from spotopt.db.queries import history_span
 from spotopt.errors import InputError
-from spotopt.render import Format, render, to_json
+from spotopt.render import Format, render, say, to_json
 from spotopt.reports.base import Report, ReportResult, parse_pairs
 from spotopt.reports.registry import REPORTS
 from spotopt.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, help="Reports on the price history: tables, CSV/JSON, plots, SQL.")
-_out = Console()
 
 ParamOption = Annotated[
     list[str] | None,
@@ -71,8 +72,40 @@ def _check_plot(report: Report, plot: Path | None) -> None:
         raise InputError(f"--plot {plot}: directory {plot.parent} does not exist")
 
 
-def _render(result: ReportResult, fmt: Format) -> None:
-    sections = result.sections
+# Secondary columns a report table leaves out unless --wide (CSV and JSON keep them): counts and
+# extremes that support the headline numbers rather than being them.
+WIDE_ONLY = (
+    "gpu_count",
+    "lowest_usd_per_gpu_hour",
+    "markets",
+    "changes",
+    "min_usd_per_hour",
+    "max_usd_per_hour",
+    "hours",
+    "spot_markets",
+    "regions",
+    "min_value",
+    "max_value",
+    "longest_hours",
+    "first_observed",
+    "finished_at",
+)
+
+
+def _region_wide_zones_as_null(frame: pd.DataFrame) -> pd.DataFrame:
+    """Reports group on ``zone == ""`` (pandas drops NaN group keys); on output a region-wide
+    market's zone is null, as ``prices`` prints it."""
+    zones = [c for c in frame.columns if c == "zone" or str(c).endswith("_zone")]
+    if not zones:
+        return frame
+    out = frame.copy()
+    for col in zones:
+        out[col] = out[col].astype(object).where(out[col] != "", None)
+    return out
+
+
+def _render(result: ReportResult, fmt: Format, empty: str, wide: bool) -> None:
+    sections = {name: _region_wide_zones_as_null(frame) for name, frame in result.sections.items()}
     if fmt is Format.JSON and len(sections) > 1:
         sys.stdout.write(
             to_json({name: frame.to_dict(orient="records") for name, frame in sections.items()}) + "\n"
@@ -82,7 +115,31 @@ def _render(result: ReportResult, fmt: Format) -> None:
         if fmt is Format.CSV and len(sections) > 1:
             sys.stdout.write(("\n" if i else "") + f"# section: {name}\n")
         title = result.title if len(sections) == 1 else f"{result.title}: {name}"
-        render(frame, fmt, title=title, caption=result.describe_span(), columns=list(frame.columns))
+        render(
+            frame,
+            fmt,
+            title=title,
+            caption=result.describe_span(),
+            columns=list(frame.columns),
+            empty=empty,
+            wide_only=WIDE_ONLY,
+            wide=wide,
+        )
+
+
+def _empty_note(session: Session, result: ReportResult) -> str:
+    """What an empty table means: the window asked for, the span the history holds, how to ask."""
+    asked = result.describe_span().split(" UTC")[0]
+    span = history_span(session)
+    if span is None:
+        return (
+            f"no rows in {asked}: the history holds only catalog list prices; collect or import prices first"
+        )
+    first, last = (t.strftime("%Y-%m-%d") for t in span)
+    return (
+        f"no rows in {asked}; the history covers {first} – {last}: "
+        f"ask for it with -p since={first} -p until={last}"
+    )
 
 
 @app.command()
@@ -92,6 +149,7 @@ def run(
     param: ParamOption = None,
     fmt: FormatOption = Format.TABLE,
     plot: Annotated[Path | None, typer.Option(help="Also draw the report into this PNG file.")] = None,
+    wide: WideOption = False,
 ) -> None:
     """Run a report on the history and print it; --plot FILE.png also draws it."""
     report = REPORTS.lookup(name)
@@ -99,10 +157,11 @@ def run(
     _check_plot(report, plot)
     with state(ctx).db().session() as session:
         result = report.run(session, args)
-    _render(result, fmt)
+        empty = _empty_note(session, result) if any(f.empty for f in result.sections.values()) else ""
+    _render(result, fmt, empty, wide)
     if plot is not None and report.plot is not None:
         report.plot(result, args, plot)
-        Console(stderr=True).print(f"plot written to {plot}")
+        say(f"plot written to {plot}", err=True)
 
 
 @app.command()

@@ -16,7 +16,7 @@ from spotopt.db.engine import Database
 from spotopt.errors import InputError
 from spotopt.jobspec import load_jobs
 from spotopt.plan import BILLING
-from spotopt.render import Format, render, to_json
+from spotopt.render import Format, render, say, to_json
 from spotopt.whatif.example_market import START as EXAMPLE_START
 from spotopt.whatif.example_market import example_jobs
 from spotopt.whatif.preemptions import PreemptionMode
@@ -193,15 +193,12 @@ def _show(result: ReplayResult, fmt: Format, every: str, plot: Path | None, deta
         if where and details:
             render(where, fmt, title="Where each job ran (one start)", columns=PLACEMENT_COLUMNS)
         elif where:
-            Console().print(
-                "[dim]--details shows where each job ran; --plot FILE.png draws it; "
-                "--format json has everything[/dim]",
-                highlight=False,
-            )
+            say("--details shows where each job ran; --plot FILE.png draws it; --format json has everything")
         for note in result.notes:
-            Console().print(f"[dim]note: {note}[/dim]", highlight=False)
+            say(note, label="note:", style="dim")
         if result.synthetic:
-            Console().print(
-                "[bold yellow]These prices are SYNTHETIC (spotopt's example generator), "
-                "not measurements.[/bold yellow]"
+            say(
+                "these prices come from spotopt's example generator, not measurements",
+                label="SYNTHETIC:",
+                style="bold yellow",
             )

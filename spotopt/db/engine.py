@@ -13,10 +13,11 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from spotopt.errors import ConfigError
+from spotopt.db import writelock
+from spotopt.errors import ConfigError, DatabaseBusyError
 
 
 def normalise_url(url: str) -> str:
@@ -40,7 +41,12 @@ def normalise_url(url: str) -> str:
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA journal_mode=WAL")
+    # WAL is a property of the file: switch only a new file or spotopt's own history, so another
+    # application's database that spotopt then refuses (db.setup) is left exactly as it was.
+    cur.execute("SELECT count(*), count(*) FILTER (WHERE name = 'alembic_version') FROM sqlite_master")
+    objects, ours = cur.fetchone()
+    if objects == 0 or ours:
+        cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA busy_timeout=30000")
     # One import is one transaction; with the default 2 MiB page cache a large one keeps spilling
@@ -50,24 +56,74 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def make_engine(url: str) -> Engine:
-    """Create an engine; for a SQLite file, create its directory first."""
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for other backends and in-memory databases)."""
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    if parsed.database.startswith("file:"):  # sqlite:///file:PATH?mode=ro&uri=true
+        return Path(parsed.database.removeprefix("file:")).expanduser()
+    return Path(parsed.database).expanduser()
+
+
+def make_engine(url: str, create_directory: bool = False) -> Engine:
+    """Create an engine. A SQLite file's directory must exist unless ``create_directory``
+    (the default database in the user's data directory): a typo in ``--db`` must not quietly
+    become a new, empty history somewhere else."""
     url = normalise_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        path = sqlite_path(url)
+        if path is not None and create_directory:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif path is not None and not path.parent.is_dir():
+            raise ConfigError(
+                f"database URL {url!r}: directory {path.parent} does not exist; "
+                "create it first (a new database file is created there) or fix the path"
+            )
         engine = create_engine(url)
         event.listen(engine, "connect", _sqlite_pragmas)
+        if path is not None:
+            writelock.install(engine, path)
         return engine
     return create_engine(url, pool_pre_ping=True)
 
 
-class Database:
-    """An engine plus a session factory. ``session()`` is one unit of work: commit or roll back."""
+# SQLSTATEs of a PostgreSQL write refused for good: read-only transaction, insufficient privilege.
+_PG_WRITE_REFUSED = {"25006", "42501"}
 
-    def __init__(self, engine: Engine) -> None:
+
+def write_refused(engine: Engine, exc: DBAPIError) -> ConfigError | DatabaseBusyError | None:
+    """The user-facing error for a write the database did not accept, else None."""
+    where = engine.url.render_as_string(hide_password=True)
+    if engine.dialect.name == "sqlite" and "database is locked" in str(exc.orig):
+        return DatabaseBusyError(
+            f"the database {where} stayed locked by another program for 30 s ({exc.orig}); "
+            "nothing was written: run this again when it has finished"
+        )
+    if engine.dialect.name == "sqlite" and "readonly database" in str(exc.orig):
+        return ConfigError(
+            f"the database {where} is read-only ({exc.orig}); "
+            "make the file and its directory writable, or point --db at a copy"
+        )
+    if getattr(exc.orig, "sqlstate", None) in _PG_WRITE_REFUSED:
+        first = str(exc.orig).strip().splitlines()[0]
+        return ConfigError(
+            f"the database {where} refused the write ({first}); "
+            "connect as a role that may write, or to a writable server"
+        )
+    return None
+
+
+class Database:
+    """An engine plus a session factory. ``session()`` is one unit of work: commit or roll back.
+
+    ``created``: the SQLite file did not exist before this opened it (a new, empty history).
+    """
+
+    def __init__(self, engine: Engine, created: bool = False) -> None:
         self.engine = engine
+        self.created = created
         self._factory = sessionmaker(engine, expire_on_commit=False)
 
     @property
@@ -76,9 +132,19 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A transaction: committed if the block ends normally, rolled back on any exception."""
-        with self._factory() as session, session.begin():
-            yield session
+        """A transaction: committed if the block ends normally, rolled back on any exception.
+
+        A write the database refuses for good (a read-only SQLite file, a read-only PostgreSQL
+        transaction or role) becomes a ``ConfigError`` saying so; the transaction is rolled back.
+        """
+        try:
+            with self._factory() as session, session.begin():
+                yield session
+        except DBAPIError as exc:
+            refused = write_refused(self.engine, exc)
+            if refused is None:
+                raise
+            raise refused from exc
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -16,6 +16,8 @@ SQL unique constraints treat NULLs as distinct, so NULL would let duplicate mark
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import UTC, datetime
 from typing import Any
 
@@ -132,6 +134,10 @@ class Run(Base):
     # JSON {"reasons": {reason: count}, "examples": ["where: reason", ...]} of rejected records
     # (first 20 examples), the same for imports and collector runs; NULL when none were rejected.
     rejections: Mapped[str | None] = mapped_column(Text)
+    # The process that writes the run: a "running" run whose process is gone was killed
+    # (spotopt.db.setup.fail_stale_runs). Filled in by default wherever a run is created.
+    pid: Mapped[int | None] = mapped_column(Integer, default=os.getpid)
+    host: Mapped[str | None] = mapped_column(String(255), default=socket.gethostname)
 
 
 # Index: "last run per source" (coverage report, collector watermarks).

@@ -7,14 +7,15 @@ t has no price at t (it is unavailable then).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, select
+from sqlalchemy import Select, and_, func, select
 from sqlalchemy.orm import Session
 
+from spotopt.catalog import CATALOG_SOURCE
 from spotopt.db.models import InstanceLifetime, InstanceType, Market, PricePoint
 
 
@@ -71,6 +72,7 @@ class Quote:
 
 
 AnySelect = Select[*tuple[Any, ...]]
+_BATCH_ROWS = 10_000
 
 _QUOTE_COLUMNS = (
     Market.id,
@@ -106,15 +108,20 @@ def _filtered(stmt: AnySelect, flt: MarketFilter) -> AnySelect:
     return stmt
 
 
-def _quotes(session: Session, stmt: AnySelect) -> list[Quote]:
-    seen: set[tuple[int, datetime]] = set()
-    quotes = []
-    for row in session.execute(stmt):
+def _iter_quotes(session: Session, stmt: AnySelect) -> Iterator[Quote]:
+    """Stream the quotes of ``stmt`` (fetched in batches, so millions of points fit in memory).
+
+    Every query here orders the rows of one (market, instant) next to each other, source by
+    name, so of two sources that observed the same instant the first is kept by looking back
+    one row only.
+    """
+    last: tuple[int, datetime] | None = None
+    for row in session.execute(stmt.execution_options(yield_per=_BATCH_ROWS)):
         key = (row[0], row[9])
-        if key in seen:  # two sources observed the same instant: keep the first by source name
+        if key == last:
             continue
-        seen.add(key)
-        quote = Quote(
+        last = key
+        yield Quote(
             market_id=row[0],
             cloud=row[1],
             region=row[2],
@@ -127,8 +134,6 @@ def _quotes(session: Session, stmt: AnySelect) -> list[Quote]:
             observed_at=row[9],
             source=row[10],
         )
-        quotes.append(quote)
-    return quotes
 
 
 def prices_at(
@@ -157,7 +162,7 @@ def prices_at(
     stmt = _filtered(stmt, flt)
     if max_age is not None:
         stmt = stmt.where(PricePoint.observed_at >= at - max_age)
-    return _quotes(session, stmt)
+    return list(_iter_quotes(session, stmt))
 
 
 def price_history(
@@ -167,18 +172,36 @@ def price_history(
     until: datetime | None = None,
     limit: int | None = None,
 ) -> list[Quote]:
+    """``iter_price_history`` as a list."""
+    return list(iter_price_history(session, flt, since, until, limit))
+
+
+def iter_price_history(
+    session: Session,
+    flt: MarketFilter = MarketFilter(),
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int | None = None,
+) -> Iterator[Quote]:
     """Price points in [since, until], oldest first per market, plus the point in effect at ``since``.
 
     Including the point in effect at ``since`` makes the answer a complete step function over
     the window: without it a window that starts between two changes would begin with a gap.
+    Streamed: ``prices show`` on millions of points holds one batch at a time.
     """
-    base: AnySelect = (
+    opening = [] if since is None else [q for q in prices_at(session, since, flt) if q.observed_at < since]
+    if limit is not None:
+        opening = opening[:limit]
+        limit -= len(opening)
+    yield from opening
+    if limit == 0:
+        return
+    stmt: AnySelect = (
         select(*_QUOTE_COLUMNS)
         .join(InstanceType, InstanceType.id == Market.instance_type_id)
         .join(PricePoint, PricePoint.market_id == Market.id)
     )
-    base = _filtered(base, flt)
-    stmt = base
+    stmt = _filtered(stmt, flt)
     if until is not None:
         stmt = stmt.where(PricePoint.observed_at <= until)
     if since is not None:
@@ -189,13 +212,19 @@ def price_history(
     )
     if limit is not None:
         stmt = stmt.limit(limit)
-    quotes = _quotes(session, stmt)
-    if since is not None:
-        opening = [q for q in prices_at(session, since, flt) if q.observed_at < since]
-        quotes = opening + quotes
-        if limit is not None:
-            quotes = quotes[:limit]
-    return quotes
+    yield from _iter_quotes(session, stmt)
+
+
+def history_span(session: Session) -> tuple[datetime, datetime] | None:
+    """The first and last price point of the history, leaving out the bundled catalog's list
+    prices (they are dated when the catalog was compiled, not when anyone observed a market);
+    None when nothing else was collected or imported."""
+    first, last = session.execute(
+        select(func.min(PricePoint.observed_at), func.max(PricePoint.observed_at)).where(
+            PricePoint.source != CATALOG_SOURCE
+        )
+    ).one()
+    return None if first is None or last is None else (first, last)
 
 
 def cheapest(session: Session, at: datetime, flt: MarketFilter, limit: int | None = None) -> list[Quote]:

@@ -153,7 +153,9 @@ REPORT = Report(
             params.time,
         ),
         params.until(),
-        params.positive_float("gap_hours", "report gaps between consecutive points longer than this", "24"),
+        params.positive_float(
+            "gap_hours", "report gaps between consecutive points longer than this", "24", most=24 * 366 * 100
+        ),
     ),
     statements=statements,
     compute=compute,

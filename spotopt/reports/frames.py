@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from spotopt.errors import InputError
+
 US_PER_S = 1_000_000
 US_PER_HOUR = 3600 * US_PER_S
 US_PER_DAY = 24 * US_PER_HOUR
@@ -97,16 +99,30 @@ def bucket_of(t_us: np.ndarray, width: timedelta) -> np.ndarray:
     return ((t_us - origin) // w) * w + origin
 
 
+MAX_BUCKET_PIECES = 3_000_000
+"""At most this many (interval, bucket) rows: about 1 GB of frames. An hourly report over
+decades of catalog prices would need hundreds of millions and run for many minutes."""
+
+
 def split_buckets(iv: pd.DataFrame, width: timedelta) -> pd.DataFrame:
     """Cut intervals at bucket boundaries: one row per (interval, bucket) with the overlap.
 
-    Adds ``bucket`` (start, µs); ``start``/``end`` become the part inside that bucket.
+    Adds ``bucket`` (start, µs); ``start``/``end`` become the part inside that bucket. The
+    number of rows is known before any is built: above ``MAX_BUCKET_PIECES`` an ``InputError``
+    says so and how to ask for less.
     """
     w = int(width.total_seconds()) * US_PER_S
     start, end = iv["start"].to_numpy(), iv["end"].to_numpy()
     first = bucket_of(start, width)
     last = bucket_of(end - 1, width)
     counts = ((last - first) // w + 1).astype(np.int64)
+    total = int(counts.sum())
+    if total > MAX_BUCKET_PIECES:
+        raise InputError(
+            f"parameter bucket: {len(iv):,} price intervals over this window make {total:,} "
+            f"market-buckets, more than {MAX_BUCKET_PIECES:,}; use a wider bucket (day, week) "
+            "or a shorter window (since=…, until=…), or filter by gpu/cloud/region"
+        )
     rows = np.repeat(np.arange(len(iv)), counts)
     offset = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
     bucket = first[rows] + offset * w

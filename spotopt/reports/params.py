@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,14 +39,16 @@ def time(name: str, text: str, now: datetime) -> datetime:
     return parsed
 
 
-def _positive(kind: type[int] | type[float]) -> Callable[[str, str, datetime], Any]:
+def _positive(kind: type[int] | type[float], most: float) -> Callable[[str, str, datetime], Any]:
+    """A finite number in (0, ``most``]: ``nan``, ``inf`` and 1e300 break the arithmetic downstream."""
+
     def parse(name: str, text: str, _now: datetime) -> Any:
         try:
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or value <= 0:
-            raise InputError(f"parameter {name}: {text!r} is not a positive {kind.__name__}")
+        if value is None or not math.isfinite(value) or not 0 < value <= most:
+            raise InputError(f"parameter {name}: {text!r} is not a {kind.__name__} in (0, {most:g}]")
         return value
 
     return parse
@@ -59,7 +62,8 @@ KINDS = tuple(k.value for k in MarketKind)
 
 
 def gpu(required: bool = False) -> Param:
-    return Param("gpu", "GPU model (V100-32GB) or family (V100); default all", _gpu, required=required)
+    default = "required" if required else "default all"
+    return Param("gpu", f"GPU model (V100-32GB) or family (V100); {default}", _gpu, required=required)
 
 
 def cloud() -> Param:
@@ -98,12 +102,8 @@ def bucket() -> Param:
     return Param("bucket", f"time bucket: {', '.join(BUCKETS)}; default day", choice(list(BUCKETS)), "day")
 
 
-def positive_int(name: str, help_text: str, default: str) -> Param:
-    return Param(name, help_text, _positive(int), default)
-
-
-def positive_float(name: str, help_text: str, default: str) -> Param:
-    return Param(name, help_text, _positive(float), default)
+def positive_float(name: str, help_text: str, default: str, most: float) -> Param:
+    return Param(name, help_text, _positive(float, most), default)
 
 
 def window(args: dict[str, Any]) -> None:
