@@ -1,0 +1,1 @@
+"""Providers: where a job runs (local processes now; AWS, GCP, Azure next)."""
