@@ -62,6 +62,7 @@ class AgentConfig:
     checkpoint_s: float = DEFAULT_CHECKPOINT_S
     keep: int = 3
     cloud: str | None = None
+    """``aws``/``gcp``/``azure``/``local``, ``none`` to poll nothing, None to detect the cloud."""
     poll_s: float = 5.0
     heartbeat_s: float = 30.0
     metadata_urls: dict[str, str] = field(default_factory=dict)
@@ -90,7 +91,7 @@ class AgentConfig:
             preemptions_per_hour=_number(env, "SPOTOPT_PREEMPTIONS_PER_HOUR", DEFAULT_PREEMPTIONS_PER_HOUR),
             checkpoint_s=_number(env, "SPOTOPT_CHECKPOINT_S", DEFAULT_CHECKPOINT_S),
             keep=max(1, int(_number(env, "SPOTOPT_KEEP_CHECKPOINTS", 3, integer=True))),
-            cloud=None if cloud == "none" else cloud,
+            cloud=cloud,
             poll_s=_duration(env.get("SPOTOPT_POLL_EVERY", "5s"), "SPOTOPT_POLL_EVERY"),
             heartbeat_s=_duration(env.get("SPOTOPT_HEARTBEAT_EVERY", "30s"), "SPOTOPT_HEARTBEAT_EVERY"),
             metadata_urls={

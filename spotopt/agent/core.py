@@ -55,11 +55,14 @@ class Agent:
         clock: Clock = time.time,
         warn: Callable[[str], None] = _stderr,
         poller: NoticePoller | None = None,
+        background: bool = True,
     ) -> None:
+        """``background=False``: no poller thread; the caller drives ``poll_once`` (tests, simulations)."""
         self.config = config
         self.clock = clock
         self._warn = warn
         self._poller = poller
+        self._background = background
         self._lock = threading.RLock()
         self._loc: Location | None = None
         self._scratch: Path | None = None
@@ -274,8 +277,9 @@ class Agent:
             if self.config.managed:
                 if self._poller is None:
                     self._poller = poller_for(self.config)
-                self._thread = threading.Thread(target=self._run, name="spotopt-agent", daemon=True)
-                self._thread.start()
+                if self._background:
+                    self._thread = threading.Thread(target=self._run, name="spotopt-agent", daemon=True)
+                    self._thread.start()
             return loc
 
     def _run(self) -> None:

@@ -153,6 +153,8 @@ def detect_cloud(dmi_dir: Path = Path("/sys/class/dmi/id")) -> str | None:
 def poller_for(config: AgentConfig, dmi_dir: Path = Path("/sys/class/dmi/id")) -> NoticePoller | None:
     """The one poller for the cloud the job runs on, or None (standalone, off-cloud, ``none``)."""
     cloud = config.cloud
+    if cloud == "none":
+        return None
     if cloud is None and config.notice_file:
         cloud = "local"
     if cloud is None:
