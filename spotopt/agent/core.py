@@ -108,9 +108,7 @@ class Agent:
         with self._lock:
             if self._superseded:
                 return False
-            if self._step <= self._last_step():
-                if self._triggers:  # already saved at this step: that checkpoint answers them
-                    self._answer(dict(self._triggers), self._last)
+            if self._settle():
                 return False
             if self._triggers:
                 return True
@@ -155,7 +153,7 @@ class Agent:
     def should_stop(self) -> bool:
         """True once a stop was asked for and the progress is safe in a verified checkpoint."""
         with self._lock:
-            return bool(self._superseded) or (self._stop_reason is not None and self._step <= self._last_step())
+            return bool(self._superseded) or (self._stop_reason is not None and self._settle())
 
     def finish(self) -> None:
         """Mark the job complete with the newest verified checkpoint as its result.
@@ -303,6 +301,18 @@ class Agent:
 
     def _last_step(self) -> int:
         return self._last.step if self._last else 0
+
+    def _settle(self) -> bool:
+        """True when nothing is unsaved; then the newest checkpoint answers every pending trigger.
+
+        A request that arrived while a checkpoint of the current step was being written is
+        answered by that checkpoint (it holds all progress) rather than by a second one.
+        """
+        if self._step > self._last_step():
+            return False
+        if self._triggers:
+            self._answer(dict(self._triggers), self._last)
+        return True
 
     def _answer(self, triggers: dict[str, ControlRequest | None], manifest: Manifest | None) -> None:
         """Clear the triggers a checkpoint satisfied and acknowledge the daemon's requests."""
