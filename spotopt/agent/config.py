@@ -46,7 +46,8 @@ ENV_VARS: dict[str, str] = {
     "SPOTOPT_SCRATCH_DIR": "local directory for checkpoint staging and restores (default: a temp dir)",
 }
 
-_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""A job name is a directory name in every store: no slashes, no leading dot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ class AgentConfig:
     def from_environ(cls, env: Mapping[str, str]) -> AgentConfig:
         """Read ``SPOTOPT_*``; a bad value is a ``ConfigError`` naming the variable and the fix."""
         job = env.get("SPOTOPT_JOB") or _script_job_name()
-        if not _JOB_NAME.match(job):
+        if not JOB_NAME.match(job):
             raise ConfigError(
                 f"SPOTOPT_JOB: {job!r} is not a job name; use letters, digits, '.', '_' and '-' (≤ 128)"
             )

@@ -6,9 +6,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.core import TyperGroup
 
-from spotopt.cli import catalog, collect, db, imports, plan, prices, report, throughput, whatif
+from spotopt.cli import agent, catalog, collect, db, imports, plan, prices, report, throughput, whatif
 from spotopt.cli.common import State
 from spotopt.errors import SpotoptError
 
@@ -22,7 +23,8 @@ class SpotoptGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except SpotoptError as exc:
-            _err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            # escape: messages quote user input and pip extras like "spotopt[s3]", not rich markup
+            _err.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from exc
         finally:
             if isinstance(ctx.obj, State):
@@ -61,6 +63,7 @@ app.command("plan")(plan.plan)
 app.add_typer(throughput.app, name="throughput")
 app.command("collect")(collect.collect)
 app.command("whatif")(whatif.whatif)
+app.add_typer(agent.app, name="agent")
 
 
 def main() -> None:

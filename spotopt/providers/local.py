@@ -39,8 +39,10 @@ from spotopt.providers.base import (
     matches,
     sorted_instances,
 )
-from spotopt.types import MarketKey
+from spotopt.types import MarketKey, MarketKind
 
+LOCAL_MARKET = MarketKey("local", "local", None, "process", MarketKind.ON_DEMAND)
+"""The one market of this machine: processes are never taken back unless ``preempt`` says so."""
 WAIT_STEP_S = 0.02
 KILL_WAIT_S = 10.0
 
