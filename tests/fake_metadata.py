@@ -39,7 +39,9 @@ class FakeMetadata:
 
             def do_PUT(self) -> None:
                 owner.requests.append(f"PUT {self.path}")
-                if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                if self.path == "/latest/api/token" and self.headers.get(
+                    "X-aws-ec2-metadata-token-ttl-seconds"
+                ):
                     self._send(200, TOKEN.encode())
                 else:
                     self._send(400)
@@ -77,8 +79,15 @@ class FakeMetadata:
             self.gcp_preempted = True
         else:
             self.azure_events = [
-                {"EventId": "C1BF", "EventType": "Preempt", "ResourceType": "VirtualMachine", "Resources": ["vm"],
-                 "EventStatus": "Scheduled", "NotBefore": "Tue, 09 Aug 2022 17:07:32 GMT", "DurationInSeconds": -1}
+                {
+                    "EventId": "C1BF",
+                    "EventType": "Preempt",
+                    "ResourceType": "VirtualMachine",
+                    "Resources": ["vm"],
+                    "EventStatus": "Scheduled",
+                    "NotBefore": "Tue, 09 Aug 2022 17:07:32 GMT",
+                    "DurationInSeconds": -1,
+                }
             ]
 
 

@@ -18,7 +18,9 @@ def _spec(command: tuple[str, ...], job: str = "contract-job", epoch: int = 1, *
     return LaunchSpec(job=job, epoch=epoch, command=command, checkpoint_uri="file:///nonexistent", tags=tags)
 
 
-def wait_for(provider: Provider, instance_id: str, states: set[InstanceState], timeout_s: float = 30.0) -> None:
+def wait_for(
+    provider: Provider, instance_id: str, states: set[InstanceState], timeout_s: float = 30.0
+) -> None:
     deadline = time.monotonic() + timeout_s
     while provider.status(instance_id).state not in states:
         assert time.monotonic() < deadline, f"{instance_id} never reached {states}"
@@ -100,4 +102,3 @@ class ProviderContract:
         finally:
             provider.terminate(a.instance_id)
             provider.terminate(b.instance_id)
-

@@ -47,8 +47,13 @@ class FakeClock:
 
 
 def _config(tmp_path: Path, **env: str) -> AgentConfig:
-    base = {"SPOTOPT_JOB": "job", "SPOTOPT_EPOCH": "1", "SPOTOPT_CHECKPOINT_URI": f"file://{tmp_path / 'store'}",
-            "SPOTOPT_CLOUD": "none", "SPOTOPT_SCRATCH_DIR": str(tmp_path / "scratch")}
+    base = {
+        "SPOTOPT_JOB": "job",
+        "SPOTOPT_EPOCH": "1",
+        "SPOTOPT_CHECKPOINT_URI": f"file://{tmp_path / 'store'}",
+        "SPOTOPT_CLOUD": "none",
+        "SPOTOPT_SCRATCH_DIR": str(tmp_path / "scratch"),
+    }
     return AgentConfig.from_environ({**base, **env})
 
 
@@ -81,7 +86,9 @@ def test_importing_the_agent_is_light_and_fast() -> None:
         " 's3fs', 'gcsfs', 'adlfs', 'google', 'azure', 'pydantic', 'yaml', 'scipy'}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy), took)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split(" ")
     assert out[0] == "[]", f"spotopt.agent imported {out[0]}"
     assert float(out[1]) < 0.3
 
@@ -163,7 +170,9 @@ def test_a_daemon_checkpoint_and_stop_request_is_answered_and_acknowledged(
     assert stopped.value.code == EXIT_STOPPED
     assert read_finished(loc, "job") is None
     beat = read_heartbeat(loc, "job", 1)
-    assert beat is not None and beat.state is AgentState.STOPPED and "checkpoint-and-stop" in (beat.reason or "")
+    assert (
+        beat is not None and beat.state is AgentState.STOPPED and "checkpoint-and-stop" in (beat.reason or "")
+    )
 
 
 def test_a_checkpoint_request_keeps_training(tmp_path: Path, clock: FakeClock, loc: Location) -> None:
@@ -261,7 +270,10 @@ def test_only_the_configured_or_detected_clouds_poller_runs(tmp_path: Path) -> N
     (dmi / "sys_vendor").write_text("Amazon EC2\n")
     assert detect_cloud(dmi) == "aws"
     assert isinstance(poller_for(AgentConfig.from_environ({"SPOTOPT_JOB": "j"}), dmi), AwsImdsPoller)
-    gcp = poller_for(AgentConfig.from_environ({"SPOTOPT_CLOUD": "gcp", "SPOTOPT_GCP_METADATA_URL": "http://127.0.0.1:9"}), dmi)
+    gcp = poller_for(
+        AgentConfig.from_environ({"SPOTOPT_CLOUD": "gcp", "SPOTOPT_GCP_METADATA_URL": "http://127.0.0.1:9"}),
+        dmi,
+    )
     assert isinstance(gcp, GcpMetadataPoller) and gcp.url.startswith("http://127.0.0.1:9/")
     assert poller_for(AgentConfig.from_environ({"SPOTOPT_CLOUD": "none"}), dmi) is None
 

@@ -62,8 +62,18 @@ CASES = _cases(2026, 98, "file") + _cases(7, 7, "s3")
 
 
 def _command(out: Path, log: Path) -> tuple[str, ...]:
-    return (sys.executable, str(SCRIPT), "--steps", str(STEPS), "--out", str(out), "--log", str(log),
-            "--step-delay", str(STEP_DELAY_S))
+    return (
+        sys.executable,
+        str(SCRIPT),
+        "--steps",
+        str(STEPS),
+        "--out",
+        str(out),
+        "--log",
+        str(log),
+        "--step-delay",
+        str(STEP_DELAY_S),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +83,9 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, bytes, dic
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
     import subprocess
 
-    subprocess.run([*_command(work / "out", work / "log")[:-2]], cwd=work, env=env, check=True, timeout=TIMEOUT_S)
+    subprocess.run(
+        [*_command(work / "out", work / "log")[:-2]], cwd=work, env=env, check=True, timeout=TIMEOUT_S
+    )
     return _result(work / "out", work / "log")
 
 
@@ -98,11 +110,16 @@ def provider(tmp_path: Path) -> Iterator[LocalProvider]:
         made.terminate(instance.instance_id, grace_s=0)
 
 
-def _wait(predicate, what: str, provider: LocalProvider, instance_id: str) -> None:  # type: ignore[no-untyped-def]
+def _wait(
+    provider: LocalProvider, iid: str, what: str, log: Path | None = None, step: int = 0, seen: int = 0
+) -> None:
+    """Until the instance ends, or (with ``log``) until it logs ``step`` after line ``seen``."""
     deadline = time.monotonic() + TIMEOUT_S
-    while not predicate():
+    while provider.status(iid).state.is_live:
+        if log is not None and any(s >= step for s, _ in _log_lines(log)[seen:]):
+            return
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; job log:\n{provider.log_path(instance_id).read_text()}")
+            pytest.fail(f"timed out waiting for {what}; job log:\n{provider.log_path(iid).read_text()}")
         time.sleep(0.005)
 
 
@@ -134,17 +151,23 @@ def test_an_interrupted_job_resumes_to_bit_identical_weights(
         env = {k: str(v) for k, v in timing.items()}
         if metadata is not None:
             env |= {"SPOTOPT_CLOUD": mode, f"SPOTOPT_{mode.upper()}_METADATA_URL": metadata.url}
-        spec = LaunchSpec(JOB, lease.epoch, _command(out, log), store.url, store.storage_options,
-                          checkpoint_every_s=every, env=env)
+        spec = LaunchSpec(
+            JOB,
+            lease.epoch,
+            _command(out, log),
+            store.url,
+            store.storage_options,
+            checkpoint_every_s=every,
+            env=env,
+        )
         instance = provider.launch(spec, MARKET, f"{JOB}-{lease.epoch}")
         iid = instance.instance_id
         if kill_step is None:
-            _wait(lambda: not provider.status(iid).state.is_live, "the last run to end", provider, iid)
+            _wait(provider, iid, "the last run to end")
             assert provider.status(iid).exit_code == 0, provider.log_path(iid).read_text()
             break
         seen = len(_log_lines(log))
-        _wait(lambda: any(s >= kill_step for s, _ in _log_lines(log)[seen:]) or not provider.status(iid).state.is_live,
-              f"step {kill_step}", provider, iid)
+        _wait(provider, iid, f"step {kill_step}", log, kill_step, seen)
         if mode == "sigkill":
             pid = json.loads((provider.state_dir / "instances" / iid / "record.json").read_text())["pid"]
             os.killpg(pid, signal.SIGKILL)
@@ -157,7 +180,7 @@ def test_an_interrupted_job_resumes_to_bit_identical_weights(
         else:
             assert metadata is not None
             metadata.notify(mode)
-        _wait(lambda: not provider.status(iid).state.is_live, f"the {mode} interruption to end the run", provider, iid)
+        _wait(provider, iid, f"the {mode} interruption to end the run")
         status = provider.status(iid)
         if mode in GENTLE:
             assert status.exit_code == 0, provider.log_path(iid).read_text()

@@ -48,7 +48,9 @@ def _state(directory: Path, step: int) -> Path:
 
 
 def _write(loc: Location, tmp_path: Path, step: int, epoch: int = 0, keep: int = 3):  # type: ignore[no-untyped-def]
-    return write_checkpoint(loc, JOB, step, epoch, _state(tmp_path / f"s{step}", step), T0 + timedelta(minutes=step), keep)
+    return write_checkpoint(
+        loc, JOB, step, epoch, _state(tmp_path / f"s{step}", step), T0 + timedelta(minutes=step), keep
+    )
 
 
 def _restore(loc: Location, tmp_path: Path) -> tuple[int | None, list[str]]:
@@ -65,7 +67,9 @@ def _data_path(loc: Location, name: str, rel: str) -> str:
     return loc.path(JOB, CHECKPOINTS, name, DATA, rel)
 
 
-def test_a_written_checkpoint_is_verified_and_restores_byte_for_byte(store: StoreUnderTest, tmp_path: Path) -> None:
+def test_a_written_checkpoint_is_verified_and_restores_byte_for_byte(
+    store: StoreUnderTest, tmp_path: Path
+) -> None:
     loc = store.location()
     manifest = _write(loc, tmp_path, 7, epoch=0)
     assert (manifest.job, manifest.step, manifest.epoch) == (JOB, 7, 0)
@@ -121,7 +125,9 @@ def test_a_crash_after_the_manifest_leaves_a_good_checkpoint(
 ) -> None:
     loc = store.location()
     _write(loc, tmp_path, 10)
-    monkeypatch.setattr("spotopt.checkpoints.store.collect_garbage", lambda *a: (_ for _ in ()).throw(Crash()))
+    monkeypatch.setattr(
+        "spotopt.checkpoints.store.collect_garbage", lambda *a: (_ for _ in ()).throw(Crash())
+    )
     with pytest.raises(Crash):
         _write(loc, tmp_path, 20)
     assert _restore(loc, tmp_path) == (20, [])
@@ -195,7 +201,9 @@ def test_an_old_epoch_that_wrote_after_the_lease_moved_is_never_resumed_from(
     grant_lease(loc, JOB, T0)
     _write(loc, tmp_path, 10, epoch=1)
     grant_lease(loc, JOB, T0 + timedelta(hours=1))
-    monkeypatch.setattr("spotopt.checkpoints.store.check_epoch", lambda *a: None)  # it checked before the grant
+    monkeypatch.setattr(
+        "spotopt.checkpoints.store.check_epoch", lambda *a: None
+    )  # it checked before the grant
     monkeypatch.setattr("spotopt.checkpoints.store.collect_garbage", lambda *a: [])
     stale = _write(loc, tmp_path, 30, epoch=1)
     monkeypatch.undo()

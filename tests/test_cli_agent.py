@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from spotopt.cli.app import app
 from spotopt.checkpoints import Location, list_checkpoints
+from spotopt.cli.app import app
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "examples" / "train_numpy.py"
 
-CRASHES_ONCE = '''
+CRASHES_ONCE = """
 import os, sys
 from pathlib import Path
 from spotopt import agent
@@ -30,7 +30,7 @@ for step in range(start, 4):
         os._exit(9)  # dies like a segfault, after the checkpoint of step 2
 print("started at", start)
 agent.finish()
-'''
+"""
 
 
 def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):  # type: ignore[no-untyped-def]
@@ -39,27 +39,54 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str):  # type: 
 
 
 def test_the_example_runs_in_one_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result = _run(tmp_path, monkeypatch, str(EXAMPLE), "--checkpoint-every", "0.05s", "--format", "json",
-                  "--", "--steps", "40", "--out", "result")
+    result = _run(
+        tmp_path,
+        monkeypatch,
+        str(EXAMPLE),
+        "--checkpoint-every",
+        "0.05s",
+        "--format",
+        "json",
+        "--",
+        "--steps",
+        "40",
+        "--out",
+        "result",
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert [(r["epoch"], r["state"], r["exit_code"], r["finished_step"]) for r in rows] == [(1, "exited", 0, 40)]
+    assert [(r["epoch"], r["state"], r["exit_code"], r["finished_step"]) for r in rows] == [
+        (1, "exited", 0, 40)
+    ]
     assert np.load(tmp_path / "result" / "losses.npy").shape == (40,)
     assert list_checkpoints(Location(str(tmp_path / "spotopt-checkpoints")), "train_numpy")[0].step == 40
 
 
-def test_a_crashed_job_is_relaunched_from_its_last_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_crashed_job_is_relaunched_from_its_last_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     script = tmp_path / "crashy.py"
     script.write_text(CRASHES_ONCE)
-    result = _run(tmp_path, monkeypatch, str(script), "--store", f"file://{tmp_path / 'ck'}", "--format", "json",
-                  "--", str(tmp_path / "marker"))
+    result = _run(
+        tmp_path,
+        monkeypatch,
+        str(script),
+        "--store",
+        f"file://{tmp_path / 'ck'}",
+        "--format",
+        "json",
+        "--",
+        str(tmp_path / "marker"),
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [(r["epoch"], r["exit_code"], r["finished_step"]) for r in rows] == [(1, 9, None), (2, 0, 4)]
     assert "started at 2" in Path(rows[1]["log"]).read_text()
 
 
-def test_a_job_that_never_finishes_fails_after_its_restarts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_that_never_finishes_fails_after_its_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     script = tmp_path / "fails.py"
     script.write_text("import sys\nsys.exit(4)\n")
     result = _run(tmp_path, monkeypatch, str(script), "--restarts", "1")
@@ -78,14 +105,18 @@ def test_a_job_that_never_finishes_fails_after_its_restarts(tmp_path: Path, monk
         ([str(EXAMPLE), "--store", "/etc/hostname/store"], "--store: cannot write to"),
     ],
 )
-def test_bad_input_names_the_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str) -> None:
+def test_bad_input_names_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
     result = _run(tmp_path, monkeypatch, *args)
     assert result.exit_code == 2
     assert message in result.stderr
     assert not (tmp_path / "spotopt-local").exists()
 
 
-def test_a_missing_backend_extra_names_the_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_backend_extra_names_the_pip_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "adlfs", None)
     result = _run(tmp_path, monkeypatch, str(EXAMPLE), "--store", "az://container/ckpt")
     assert result.exit_code == 2

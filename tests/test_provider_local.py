@@ -60,8 +60,13 @@ def test_the_registry_builds_local_and_suggests_a_name(tmp_path: Path) -> None:
 
 
 def test_the_job_gets_the_agent_environment_and_its_log(provider: LocalProvider, tmp_path: Path) -> None:
-    script = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('SPOTOPT_')}))"
-    instance = provider.launch(_spec((sys.executable, "-c", script), SPOTOPT_POLL_EVERY="1s"), LOCAL_MARKET, "env")
+    script = (
+        "import json, os\n"
+        "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('SPOTOPT_')}))"
+    )
+    instance = provider.launch(
+        _spec((sys.executable, "-c", script), SPOTOPT_POLL_EVERY="1s"), LOCAL_MARKET, "env"
+    )
     wait_for(provider, instance.instance_id, {InstanceState.EXITED})
     env = json.loads(provider.log_path(instance.instance_id).read_text())
     assert env["SPOTOPT_JOB"] == "j" and env["SPOTOPT_EPOCH"] == "4" and env["SPOTOPT_CLOUD"] == "local"
@@ -91,11 +96,18 @@ def test_a_reused_pid_is_not_mistaken_for_the_instance(provider: LocalProvider) 
     assert stranger.terminate(instance.instance_id).state is InstanceState.EXITED  # must not signal
     record["start_ticks"] -= 1
     record_file.write_text(json.dumps(record))
-    assert provider.status(instance.instance_id).state is InstanceState.RUNNING  # still alive: it was never signalled
+    assert (
+        provider.status(instance.instance_id).state is InstanceState.RUNNING
+    )  # still alive: it was never signalled
 
 
 def test_terminate_escalates_to_sigkill_after_the_grace_period(provider: LocalProvider) -> None:
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    stubborn = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)"
+    )
     instance = provider.launch(_spec((sys.executable, "-c", stubborn)), LOCAL_MARKET, "stubborn")
     log = provider.log_path(instance.instance_id)
     deadline = time.monotonic() + 30
@@ -122,7 +134,13 @@ def test_concurrent_launches_with_one_key_start_one_process(provider: LocalProvi
 
 
 def test_preempt_delivers_a_notice_then_kills(provider: LocalProvider) -> None:
-    waits = "import os, pathlib, time\np = pathlib.Path(os.environ['SPOTOPT_NOTICE_FILE'])\nwhile not p.exists(): time.sleep(0.01)\nprint('noticed', flush=True)\ntime.sleep(60)"
+    waits = (
+        "import os, pathlib, time\n"
+        "p = pathlib.Path(os.environ['SPOTOPT_NOTICE_FILE'])\n"
+        "while not p.exists(): time.sleep(0.01)\n"
+        "print('noticed', flush=True)\n"
+        "time.sleep(60)"
+    )
     instance = provider.launch(_spec((sys.executable, "-c", waits)), LOCAL_MARKET, "preempt")
     status = provider.preempt(instance.instance_id, notice_s=1.0)
     assert status.state is InstanceState.PREEMPTED

@@ -43,7 +43,9 @@ def init_params(seed: int) -> dict[str, np.ndarray]:
     }
 
 
-def train_step(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, seed: int, step: int, lr: float) -> float:
+def train_step(
+    params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, seed: int, step: int, lr: float
+) -> float:
     """One SGD step on the minibatch of ``step`` (seeded by it); returns the minibatch loss."""
     idx = np.random.default_rng([seed, step]).integers(0, SAMPLES, BATCH)
     xb, yb = x[idx], y[idx]

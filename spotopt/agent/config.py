@@ -30,13 +30,14 @@ CLOUD_CHOICES = ("aws", "gcp", "azure", "local", "none")
 ENV_VARS: dict[str, str] = {
     "SPOTOPT_JOB": "job name: the store directory and every record (default: the script's file name)",
     "SPOTOPT_EPOCH": "this placement's epoch; the store's lease fences older ones (default 0, unfenced)",
-    "SPOTOPT_CHECKPOINT_URI": "the store: file://DIR, s3://BUCKET/PREFIX, gs://…, az://… (default ./spotopt-checkpoints)",
+    "SPOTOPT_CHECKPOINT_URI": "the store: file://DIR, s3://BUCKET/PREFIX, gs://…, az://… "
+    "(default ./spotopt-checkpoints)",
     "SPOTOPT_STORAGE_OPTIONS": 'JSON keyword arguments for the fsspec back-end, e.g. {"endpoint_url": "http://…"}',
     "SPOTOPT_CHECKPOINT_EVERY": "fixed checkpoint period such as 30s or 10m (default: Young/Daly)",
     "SPOTOPT_PREEMPTIONS_PER_HOUR": "the market's preemption rate for Young/Daly (default 1/24)",
     "SPOTOPT_CHECKPOINT_S": "expected seconds to write a checkpoint until one was measured (default 10)",
     "SPOTOPT_KEEP_CHECKPOINTS": "verified checkpoints to keep (default 3)",
-    "SPOTOPT_CLOUD": "aws, gcp, azure, local or none: which preemption-notice poller runs (default: detected)",
+    "SPOTOPT_CLOUD": "aws, gcp, azure, local or none: the preemption-notice poller (default: detected)",
     "SPOTOPT_POLL_EVERY": "how often notices, control requests and the lease are polled (default 5s)",
     "SPOTOPT_HEARTBEAT_EVERY": "how often a heartbeat is written (default 30s)",
     "SPOTOPT_AWS_METADATA_URL": "AWS instance metadata base URL (default http://169.254.169.254)",
@@ -151,7 +152,9 @@ def _json_object(env: Mapping[str, str], name: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
     except ValueError as exc:
-        raise ConfigError(f"{name}: not JSON ({exc}); write an object such as {{\"endpoint_url\": \"…\"}}") from exc
+        raise ConfigError(
+            f'{name}: not JSON ({exc}); write an object such as {{"endpoint_url": "…"}}'
+        ) from exc
     if not isinstance(value, dict):
         raise ConfigError(f"{name}: must be a JSON object, got {type(value).__name__}")
     return value

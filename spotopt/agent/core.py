@@ -87,11 +87,15 @@ class Agent:
         with self._lock:
             if not self._resumed:
                 dest = self._scratch_dir() / "restored"
-                self._last = restore_latest(loc, self.config.job, read_lease(loc, self.config.job), dest, self._warn)
+                self._last = restore_latest(
+                    loc, self.config.job, read_lease(loc, self.config.job), dest, self._warn
+                )
                 self._step = self._last.step if self._last else 0
                 self._resumed = True
                 if self._last is not None:
-                    self._warn(f"resuming job {self.config.job} from {self._last.name} (step {self._last.step})")
+                    self._warn(
+                        f"resuming job {self.config.job} from {self._last.name} (step {self._last.step})"
+                    )
             return self._scratch_dir() / "restored" if self._last is not None else None
 
     def start_step(self) -> int:
@@ -172,7 +176,9 @@ class Agent:
             if self.config.managed:
                 self._heartbeat(AgentState.STOPPED)
             where = f"{last.name} (step {last.step})" if last else "none"
-            self._warn(f"stopped at step {self._step} ({self._stop_reason}); newest verified checkpoint: {where}")
+            self._warn(
+                f"stopped at step {self._step} ({self._stop_reason}); newest verified checkpoint: {where}"
+            )
             raise SystemExit(EXIT_STOPPED)
         if last is None or last.step < self._step:
             self._warn(
@@ -200,7 +206,11 @@ class Agent:
         """
         if self.config.checkpoint_every_s is not None:
             return self.config.checkpoint_every_s
-        c = self._measured_checkpoint_s if self._measured_checkpoint_s is not None else self.config.checkpoint_s
+        c = (
+            self._measured_checkpoint_s
+            if self._measured_checkpoint_s is not None
+            else self.config.checkpoint_s
+        )
         return young_daly_s(c, self.config.preemptions_per_hour)
 
     @property
@@ -269,9 +279,9 @@ class Agent:
                     self._exit_superseded()
             loc.check_writable()
             self._loc = loc
-            if threading.current_thread() is threading.main_thread():
-                if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                    signal.signal(signal.SIGTERM, lambda _sig, _frame: self.request_stop("SIGTERM"))
+            main = threading.current_thread() is threading.main_thread()
+            if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, lambda _sig, _frame: self.request_stop("SIGTERM"))
             if self.config.managed:
                 if self._poller is None:
                     self._poller = poller_for(self.config)
@@ -321,7 +331,11 @@ class Agent:
             self._triggers.pop(reason, None)
             if request is not None and self._loc is not None:
                 acknowledge(
-                    self._loc, request, manifest.name if manifest else None, manifest.step if manifest else None, now
+                    self._loc,
+                    request,
+                    manifest.name if manifest else None,
+                    manifest.step if manifest else None,
+                    now,
                 )
 
     def _heartbeat(self, state: AgentState) -> None:

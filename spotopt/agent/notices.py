@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -96,7 +97,11 @@ class AwsImdsPoller:
             return Notice("aws", NoticeKind.PREEMPT, f"spot {data.get('action')} at {data.get('time')}")
         status, body = self._get("/latest/meta-data/events/recommendations/rebalance")
         if status == 200:
-            return Notice("aws", NoticeKind.REBALANCE, f"rebalance recommendation at {json.loads(body).get('noticeTime')}")
+            return Notice(
+                "aws",
+                NoticeKind.REBALANCE,
+                f"rebalance recommendation at {json.loads(body).get('noticeTime')}",
+            )
         return None
 
 
@@ -133,7 +138,9 @@ class LocalNoticePoller:
 
     def poll(self) -> Notice | None:
         if self.path.exists():
-            return Notice("local", NoticeKind.PREEMPT, self.path.read_text(encoding="utf-8").strip() or "preempted")
+            return Notice(
+                "local", NoticeKind.PREEMPT, self.path.read_text(encoding="utf-8").strip() or "preempted"
+            )
         return None
 
 
@@ -164,5 +171,9 @@ def poller_for(config: AgentConfig, dmi_dir: Path = Path("/sys/class/dmi/id")) -
     if cloud is None:
         return None
     url = config.metadata_urls.get(cloud, DEFAULT_URLS[cloud])
-    pollers = {"aws": AwsImdsPoller, "gcp": GcpMetadataPoller, "azure": AzureScheduledEventsPoller}
+    pollers: dict[str, Callable[[str], NoticePoller]] = {
+        "aws": AwsImdsPoller,
+        "gcp": GcpMetadataPoller,
+        "azure": AzureScheduledEventsPoller,
+    }
     return pollers[cloud](url)

@@ -82,7 +82,12 @@ def acknowledge(
 ) -> None:
     loc.write_json(
         loc.path(request.job, CONTROL, f"{request.id}{ACK_SUFFIX}"),
-        {"request_id": request.id, "checkpoint": checkpoint, "step": step, "acknowledged_at": now.isoformat()},
+        {
+            "request_id": request.id,
+            "checkpoint": checkpoint,
+            "step": step,
+            "acknowledged_at": now.isoformat(),
+        },
     )
 
 

@@ -56,7 +56,9 @@ def read_heartbeat(loc: Location, job: str, epoch: int) -> Heartbeat | None:
     return Heartbeat(**data)
 
 
-def mark_finished(loc: Location, job: str, epoch: int, checkpoint: str | None, step: int, now: datetime) -> None:
+def mark_finished(
+    loc: Location, job: str, epoch: int, checkpoint: str | None, step: int, now: datetime
+) -> None:
     loc.write_json(
         loc.path(job, FINISHED),
         {"job": job, "epoch": epoch, "checkpoint": checkpoint, "step": step, "finished_at": now.isoformat()},

@@ -74,7 +74,9 @@ def check_epoch(loc: Location, job: str, epoch: int) -> Lease | None:
     """Raise ``SupersededError`` unless ``epoch`` may write; return the lease (None: unfenced)."""
     lease = read_lease(loc, job)
     if lease is not None and lease.epoch != epoch:
-        newer = "a newer placement" if lease.epoch > epoch else "no placement yet (the daemon never granted it)"
+        newer = (
+            "a newer placement" if lease.epoch > epoch else "no placement yet (the daemon never granted it)"
+        )
         raise SupersededError(
             f"job {job}: epoch {epoch} is not the lease holder (lease epoch {lease.epoch}, {newer}); "
             "this copy stops without writing a checkpoint"

@@ -7,6 +7,7 @@ The cloud back-ends are extras; a missing one is a ``ConfigError`` naming the pi
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import uuid
@@ -57,7 +58,8 @@ class Location:
                 importlib.import_module(module)
             except ImportError as exc:
                 raise ConfigError(
-                    f'{setting}: {scheme}:// needs the {module} package; install it with pip install "spotopt[{extra}]"'
+                    f"{setting}: {scheme}:// needs the {module} package; "
+                    f'install it with pip install "spotopt[{extra}]"'
                 ) from exc
         import fsspec.core
 
@@ -113,10 +115,8 @@ class Location:
 
     def remove(self, path: str) -> None:
         """Delete a file or a directory tree; a missing path is not an error (GC may race)."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.rm(path, recursive=True)
-        except FileNotFoundError:
-            pass
 
     def check_writable(self) -> None:
         """Write and delete a probe object; a store we cannot write is a ``ConfigError`` up front."""

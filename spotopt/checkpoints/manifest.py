@@ -66,7 +66,9 @@ class Manifest:
             files = tuple(
                 FileEntry(str(f["path"]), int(f["size_bytes"]), str(f["sha256"])) for f in data["files"]
             )
-            return cls(str(data["name"]), str(data["job"]), int(data["step"]), int(data["epoch"]), created, files)
+            return cls(
+                str(data["name"]), str(data["job"]), int(data["step"]), int(data["epoch"]), created, files
+            )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise CorruptCheckpointError(f"{where}: unreadable manifest ({exc})") from exc
 
@@ -90,7 +92,9 @@ def check_entry(entry: FileEntry, size: int, sha256: str, checkpoint: str) -> No
             f"checkpoint {checkpoint}: {entry.path} has {size} bytes, the manifest says {entry.size_bytes}"
         )
     if sha256 != entry.sha256:
-        raise CorruptCheckpointError(f"checkpoint {checkpoint}: {entry.path} sha256 does not match the manifest")
+        raise CorruptCheckpointError(
+            f"checkpoint {checkpoint}: {entry.path} sha256 does not match the manifest"
+        )
 
 
 def newest_first(manifests: Iterable[Manifest]) -> list[Manifest]:

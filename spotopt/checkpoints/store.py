@@ -56,7 +56,12 @@ def checkpoint_name(step: int, epoch: int) -> str:
 
 def _parse_name(name: str) -> tuple[int, int] | None:
     parts = name.split("-")
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].startswith("e") or not parts[1][1:].isdigit():
+    if (
+        len(parts) != 3
+        or not parts[0].isdigit()
+        or not parts[1].startswith("e")
+        or not parts[1][1:].isdigit()
+    ):
         return None
     return int(parts[0]), int(parts[1][1:])
 
@@ -127,7 +132,8 @@ def list_checkpoints(loc: Location, job: str) -> list[Listed]:
         except (ValueError, CorruptCheckpointError) as exc:
             manifest, problem = None, f"unreadable manifest ({exc})"
         if manifest is not None and (manifest.name, manifest.job) != (name, job):
-            manifest, problem = None, f"manifest names {manifest.job}/{manifest.name}, not {job}/{name}"
+            problem = f"manifest names {manifest.job}/{manifest.name}, not {job}/{name}"
+            manifest = None
         found.append(Listed(name, parsed[0], parsed[1], manifest, problem))
     return found
 

@@ -27,17 +27,24 @@ POLL_S = 0.2
 
 @app.command("run-local", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run_local(
-    script: Annotated[Path, typer.Argument(help="The training script (Python); its own arguments follow --.")],
+    script: Annotated[
+        Path, typer.Argument(help="The training script (Python); its own arguments follow --.")
+    ],
     args: Annotated[list[str] | None, typer.Argument(help="Arguments for the script, after --.")] = None,
     store: Annotated[
-        str, typer.Option("--store", help="Checkpoint store URL: file://DIR, s3://BUCKET/PREFIX, gs://…, az://…")
+        str,
+        typer.Option("--store", help="Checkpoint store URL: file://DIR, s3://BUCKET/PREFIX, gs://…, az://…"),
     ] = "spotopt-checkpoints",
-    job: Annotated[str | None, typer.Option("--job", help="Job name (default: the script's file name).")] = None,
+    job: Annotated[
+        str | None, typer.Option("--job", help="Job name (default: the script's file name).")
+    ] = None,
     checkpoint_every: Annotated[
-        str | None, typer.Option("--checkpoint-every", help="Checkpoint period, e.g. 30s (default: Young/Daly).")
+        str | None,
+        typer.Option("--checkpoint-every", help="Checkpoint period, e.g. 30s (default: Young/Daly)."),
     ] = None,
     storage_options: Annotated[
-        str | None, typer.Option("--storage-options", help='JSON for the store back-end, e.g. {"endpoint_url": "…"}.')
+        str | None,
+        typer.Option("--storage-options", help='JSON for the store back-end, e.g. {"endpoint_url": "…"}.'),
     ] = None,
     state_dir: Annotated[
         Path, typer.Option("--state-dir", help="Where the local provider records its processes and logs.")
@@ -45,7 +52,9 @@ def run_local(
     restarts: Annotated[
         int, typer.Option("--restarts", min=0, help="Relaunch (resuming) this many times after a crash.")
     ] = 3,
-    grace: Annotated[str, typer.Option("--grace", help="On Ctrl-C: time to checkpoint before SIGKILL.")] = "60s",
+    grace: Annotated[
+        str, typer.Option("--grace", help="On Ctrl-C: time to checkpoint before SIGKILL.")
+    ] = "60s",
     fmt: FormatOption = Format.TABLE,
 ) -> None:
     """Run SCRIPT as a local job under the agent; relaunch it from its last verified checkpoint
@@ -55,7 +64,9 @@ def run_local(
     name = job or script.stem
     if not JOB_NAME.match(name):
         raise InputError(f"--job: {name!r} is not a job name; use letters, digits, '.', '_' and '-'")
-    every = parse_duration(checkpoint_every, "--checkpoint-every").total_seconds() if checkpoint_every else None
+    every = (
+        parse_duration(checkpoint_every, "--checkpoint-every").total_seconds() if checkpoint_every else None
+    )
     grace_s = parse_duration(grace, "--grace").total_seconds()
     options = _options(storage_options)
     url = store if "://" in store else f"file://{Path(store).resolve()}"
@@ -68,21 +79,35 @@ def run_local(
     for _ in range(restarts + 1):
         lease = grant_lease(loc, name, datetime.now(UTC))
         spec = LaunchSpec(name, lease.epoch, command, url, options, checkpoint_every_s=every)
-        instance = provider.launch(spec, LOCAL_MARKET, f"{name}-epoch-{lease.epoch}-{lease.granted_at.isoformat()}")
-        typer.echo(f"{name}: epoch {lease.epoch} running as {instance.instance_id} (log: "
-                   f"{provider.log_path(instance.instance_id)})", err=True)
+        instance = provider.launch(
+            spec, LOCAL_MARKET, f"{name}-epoch-{lease.epoch}-{lease.granted_at.isoformat()}"
+        )
+        typer.echo(
+            f"{name}: epoch {lease.epoch} running as {instance.instance_id} (log: "
+            f"{provider.log_path(instance.instance_id)})",
+            err=True,
+        )
         status = _follow(provider, instance.instance_id)
         finished = read_finished(loc, name)
-        rows.append({"job": name, "epoch": lease.epoch, "instance_id": instance.instance_id,
-                     "state": str(status.state), "exit_code": status.exit_code,
-                     "finished_step": finished["step"] if finished else None,
-                     "checkpoint": finished["checkpoint"] if finished else None,
-                     "log": str(provider.log_path(instance.instance_id))})
+        rows.append(
+            {
+                "job": name,
+                "epoch": lease.epoch,
+                "instance_id": instance.instance_id,
+                "state": str(status.state),
+                "exit_code": status.exit_code,
+                "finished_step": finished["step"] if finished else None,
+                "checkpoint": finished["checkpoint"] if finished else None,
+                "log": str(provider.log_path(instance.instance_id)),
+            }
+        )
         if finished or status.state != "exited":
             break
     render(rows, fmt, title=f"{name}: placements")
     if not read_finished(loc, name):
-        raise ProviderError(f"job {name} did not finish (last state {rows[-1]['state']}); see {rows[-1]['log']}")
+        raise ProviderError(
+            f"job {name} did not finish (last state {rows[-1]['state']}); see {rows[-1]['log']}"
+        )
 
 
 def _options(text: str | None) -> dict[str, Any]:

@@ -99,7 +99,9 @@ class Provider(Protocol):
 
     def terminate(self, instance_id: str) -> InstanceStatus: ...
 
-    def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]: ...
+    def list_instances(
+        self, job: str | None = None, tags: Mapping[str, str] | None = None
+    ) -> list[Instance]: ...
 
 
 def market_label(market: MarketKey) -> str:

@@ -14,6 +14,7 @@ leaves a record without a pid, and the next launch with that key starts the proc
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -94,7 +95,11 @@ class LocalProvider:
                 "pid": None,
             }
             self._write(record)
-            env = {**os.environ, **agent_environment(spec, market), "SPOTOPT_NOTICE_FILE": str(home / "notice")}
+            env = {
+                **os.environ,
+                **agent_environment(spec, market),
+                "SPOTOPT_NOTICE_FILE": str(home / "notice"),
+            }
             runner = [sys.executable, "-m", "spotopt.providers.local_runner", str(home / "exit_code"), "--"]
             try:
                 with (home / "log").open("ab") as log:
@@ -185,7 +190,9 @@ class LocalProvider:
 
     def _read(self, instance_id: str) -> dict[str, Any] | None:
         try:
-            data: dict[str, Any] = json.loads((self._dir(instance_id) / "record.json").read_text(encoding="utf-8"))
+            data: dict[str, Any] = json.loads(
+                (self._dir(instance_id) / "record.json").read_text(encoding="utf-8")
+            )
         except FileNotFoundError:
             return None
         return data
@@ -222,10 +229,8 @@ class LocalProvider:
     def _signal(self, record: Mapping[str, Any], sig: signal.Signals) -> None:
         if not self._alive(record):
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):  # it ended between the check and the signal
             os.killpg(int(record["pid"]), sig)
-        except ProcessLookupError:
-            pass
 
     def _wait_dead(self, record: Mapping[str, Any], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -234,4 +239,3 @@ class LocalProvider:
                 return False
             time.sleep(WAIT_STEP_S)
         return True
-
