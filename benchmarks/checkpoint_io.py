@@ -166,7 +166,10 @@ def main() -> None:
     sizes = [int(s) * MB for s in args.sizes.split(",")]
     moto = None
     print(f"notice windows: {', '.join(f'{k} {v} s' for k, v in WINDOWS_S.items())}")
-    print("| store | size | SIGTERM → verified (s) | notice → verified (s) | write MB/s | verify MB/s | restore MB/s |")
+    print(
+        "| store | size | SIGTERM → verified (s) | notice → verified (s) | write MB/s | verify MB/s "
+        "| restore MB/s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     try:
         for kind in args.stores.split(","):

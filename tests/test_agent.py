@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spotopt.agent import EXIT_STOPPED, EXIT_SUPERSEDED, Agent, AgentConfig, young_daly_s
+from spotopt.agent import ENV_VARS, EXIT_STOPPED, EXIT_SUPERSEDED, Agent, AgentConfig, young_daly_s
 from spotopt.agent.notices import (
     AwsImdsPoller,
     AzureScheduledEventsPoller,
@@ -291,3 +291,12 @@ def test_an_agent_polls_the_notice_and_stops_after_saving(
     assert agent.should_checkpoint()
     _save(agent, 7)
     assert agent.should_stop() and "azure preempt notice" in (agent.stop_reason or "")
+
+
+def test_every_variable_the_agent_reads_is_listed_for_the_docs() -> None:
+    import re
+
+    import spotopt.agent.config as config_module
+
+    source = Path(config_module.__file__).read_text()
+    assert set(re.findall(r'"(SPOTOPT_[A-Z_]+)"', source)) <= set(ENV_VARS)

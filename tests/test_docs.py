@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from spotopt.agent.config import ENV_VARS
 from spotopt.cli.app import app
 from spotopt.collectors.base import load_all
 from spotopt.policies.base import policy_names
@@ -29,6 +30,7 @@ def _documented(name: str) -> bool:
         *sorted(REPORTS),
         *STRATEGIES,
         *(f"SPOTOPT_{field.upper()}" for field in Settings.model_fields),
+        *ENV_VARS,
     ],
 )
 def test_registered_name_is_in_the_readme(name: str) -> None:
