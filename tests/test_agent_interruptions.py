@@ -29,9 +29,9 @@ from spotopt.providers.base import InstanceState, LaunchSpec
 from spotopt.providers.local import LocalProvider
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_metadata import FakeMetadata
-from tests.stores import StoreUnderTest, moto_s3, s3_store
+from tests.stores import azurite, moto_s3, store_for
 
-__all__ = ["moto_s3"]
+__all__ = ["azurite", "moto_s3"]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "examples" / "train_numpy.py"
 STEPS = 60
@@ -45,8 +45,9 @@ TIMEOUT_S = 60.0
 TIMING = {
     "file": {"checkpoint_every_s": 0.05, "SPOTOPT_POLL_EVERY": "0.01s", "SPOTOPT_HEARTBEAT_EVERY": "0.1s"},
     "s3": {"checkpoint_every_s": 0.3, "SPOTOPT_POLL_EVERY": "0.05s", "SPOTOPT_HEARTBEAT_EVERY": "0.5s"},
+    "az": {"checkpoint_every_s": 0.3, "SPOTOPT_POLL_EVERY": "0.05s", "SPOTOPT_HEARTBEAT_EVERY": "0.5s"},
 }
-"""Every HTTP round-trip to moto costs milliseconds (and the test process's GIL): poll it less."""
+"""Every HTTP round-trip to moto or Azurite costs milliseconds: poll them less."""
 
 
 def _cases(seed: int, count: int, store: str) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -58,7 +59,7 @@ def _cases(seed: int, count: int, store: str) -> list[tuple[str, str, tuple[int,
     return cases
 
 
-CASES = _cases(2026, 98, "file") + _cases(7, 7, "s3")
+CASES = _cases(2026, 98, "file") + _cases(7, 7, "s3") + _cases(11, 7, "az")
 
 
 def _command(out: Path, log: Path) -> tuple[str, ...]:
@@ -133,11 +134,7 @@ def test_an_interrupted_job_resumes_to_bit_identical_weights(
     mode: str,
     kill_steps: tuple[int, ...],
 ) -> None:
-    store = (
-        StoreUnderTest(f"file://{tmp_path / 'store'}")
-        if store_kind == "file"
-        else s3_store(request.getfixturevalue("moto_s3"))
-    )
+    store = store_for(store_kind, request, tmp_path)
     loc = store.location()
     out, log = tmp_path / "out", tmp_path / "steps.log"
     metadata = FakeMetadata() if mode in ("aws", "gcp", "azure") else None

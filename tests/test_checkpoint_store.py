@@ -26,9 +26,9 @@ from spotopt.checkpoints import (
 )
 from spotopt.checkpoints.store import CHECKPOINTS, DATA, MANIFEST
 from spotopt.errors import ConfigError, InputError, SupersededError
-from tests.stores import StoreUnderTest, moto_s3, store
+from tests.stores import StoreUnderTest, azurite, moto_s3, store
 
-__all__ = ["moto_s3", "store"]
+__all__ = ["azurite", "moto_s3", "store"]
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 JOB = "job-1"

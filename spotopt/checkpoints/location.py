@@ -106,8 +106,9 @@ class Location:
 
     def names(self, path: str) -> list[str]:
         """Base names of the entries directly under ``path`` (empty when it does not exist)."""
+        self.fs.invalidate_cache(path)  # another process (daemon, agent) may have written since
         try:
-            entries = self.fs.ls(path, detail=False, refresh=True)
+            entries = self.fs.ls(path, detail=False)
         except FileNotFoundError:
             return []
         prefix = path.rstrip("/") + "/"
