@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -65,6 +67,14 @@ def _agent(tmp_path: Path, clock: FakeClock, **env: str) -> Agent:
 def _save(agent: Agent, step: int) -> None:
     with agent.checkpoint(step) as d:
         (d / "state").write_text(str(step))
+
+
+@pytest.fixture(autouse=True)
+def _keep_sigterm() -> Iterator[None]:
+    """Agents built here install their SIGTERM handler in the test process: put the old one back."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture
@@ -300,3 +310,25 @@ def test_every_variable_the_agent_reads_is_listed_for_the_docs() -> None:
 
     source = Path(config_module.__file__).read_text()
     assert set(re.findall(r'"(SPOTOPT_[A-Z_]+)"', source)) <= set(ENV_VARS)
+
+
+def test_the_module_api_reads_the_injected_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import spotopt.agent as agent_module
+
+    monkeypatch.setattr(agent_module, "_agent", None)
+    monkeypatch.setattr(agent_module, "_clock", agent_module._clock)
+    monkeypatch.setenv("SPOTOPT_CHECKPOINT_URI", str(tmp_path / "store"))
+    monkeypatch.setenv("SPOTOPT_CHECKPOINT_EVERY", "60s")
+    clock = FakeClock()
+    agent_module.set_clock(clock)
+    assert agent_module.resume() is None and agent_module.start_step() == 0
+    agent_module.progress(1)
+    assert not agent_module.should_checkpoint()
+    clock.now += 60
+    assert agent_module.should_checkpoint()
+    with agent_module.checkpoint(1) as d:
+        (d / "w").write_text("1")
+    assert not agent_module.should_stop()
+    agent_module.finish()
+    done = read_finished(Location(str(tmp_path / "store")), agent_module.current().config.job)
+    assert done is not None and done["finished_at"] == datetime.fromtimestamp(clock.now, UTC).isoformat()
