@@ -91,7 +91,7 @@ def loc(tmp_path: Path) -> Location:
 
 def test_importing_the_agent_is_light_and_fast() -> None:
     code = (
-        "import sys, time; t = time.perf_counter(); import spotopt.agent; took = time.perf_counter() - t\n"
+        "import sys, time; t = time.process_time(); import spotopt.agent; took = time.process_time() - t\n"
         "heavy = {'sqlalchemy', 'cvxpy', 'pandas', 'numpy', 'rich', 'typer', 'fsspec', 'boto3', 'botocore',"
         " 's3fs', 'gcsfs', 'adlfs', 'google', 'azure', 'pydantic', 'yaml', 'scipy'}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy), took)"
@@ -100,7 +100,7 @@ def test_importing_the_agent_is_light_and_fast() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split(" ")
     assert out[0] == "[]", f"spotopt.agent imported {out[0]}"
-    assert float(out[1]) < 0.3
+    assert float(out[1]) < 0.3  # CPU seconds: wall time on a shared 2-core machine measures the neighbours
 
 
 def test_without_environment_the_agent_is_standalone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
