@@ -43,7 +43,7 @@ GENTLE = {"sigterm", "aws", "gcp", "azure", "control", "preempt"}
 """Modes that let the agent checkpoint and stop: the process must exit 0."""
 TIMEOUT_S = 60.0
 TIMING = {
-    "file": {"checkpoint_every_s": 0.05, "SPOTOPT_POLL_EVERY": "0.01s", "SPOTOPT_HEARTBEAT_EVERY": "0.1s"},
+    "file": {"checkpoint_every_s": 0.05, "SPOTOPT_POLL_EVERY": "0.02s", "SPOTOPT_HEARTBEAT_EVERY": "0.1s"},
     "s3": {"checkpoint_every_s": 0.3, "SPOTOPT_POLL_EVERY": "0.05s", "SPOTOPT_HEARTBEAT_EVERY": "0.5s"},
     "az": {"checkpoint_every_s": 0.3, "SPOTOPT_POLL_EVERY": "0.05s", "SPOTOPT_HEARTBEAT_EVERY": "0.5s"},
 }
@@ -121,7 +121,7 @@ def _wait(
             return
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}; job log:\n{provider.log_path(iid).read_text()}")
-        time.sleep(0.005)
+        time.sleep(0.02)
 
 
 @pytest.mark.parametrize(("store_kind", "mode", "kill_steps"), CASES)

@@ -3,7 +3,7 @@
 State lives under ``state_dir/instances/<instance id>/``: ``record.json`` (job, epoch, market,
 key, pid and the process's start time in clock ticks since boot, so a reused pid is never
 mistaken for ours), ``log`` (the job's stdout and stderr), ``exit_code`` (written by
-``local_runner``) and ``notice`` (written by ``preempt``). A restarted daemon builds a new
+``RUNNER``) and ``notice`` (written by ``preempt``). A restarted daemon builds a new
 ``LocalProvider`` on the same directory and finds every instance again.
 
 The instance id is derived from the idempotency key, and launches are serialised by a file
@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -42,6 +41,15 @@ from spotopt.providers.base import (
 )
 from spotopt.types import MarketKey, MarketKind
 
+RUNNER = 'trap : TERM INT; "$@"; code=$?; echo "$code" > "$0.tmp" && mv "$0.tmp" "$0"; exit "$code"'
+"""``sh -c RUNNER EXIT_FILE COMMAND…``: the process-group leader that records the command's status.
+
+A restarted daemon is not the job's parent and cannot ``wait`` for it, so this shell waits and
+writes the status (``128 + signal`` when a signal ended it, 127 when the program is missing)
+where any later process can read it. Its ``:`` trap lets it outlive the group's SIGTERM (POSIX
+runs the trap only after the foreground command ends) while, unlike an ignored signal, leaving
+the command's own SIGTERM handling at the default. SIGKILL ends both and leaves no file.
+"""
 LOCAL_MARKET = MarketKey("local", "local", None, "process", MarketKind.ON_DEMAND)
 """The one market of this machine: processes are never taken back unless ``preempt`` says so."""
 WAIT_STEP_S = 0.02
@@ -100,7 +108,7 @@ class LocalProvider:
                 **agent_environment(spec, market),
                 "SPOTOPT_NOTICE_FILE": str(home / "notice"),
             }
-            runner = [sys.executable, "-m", "spotopt.providers.local_runner", str(home / "exit_code"), "--"]
+            runner = ["/bin/sh", "-c", RUNNER, str(home / "exit_code")]
             try:
                 with (home / "log").open("ab") as log:
                     child = subprocess.Popen(
