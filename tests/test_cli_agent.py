@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +122,23 @@ def test_a_missing_backend_extra_names_the_pip_command(
     result = _run(tmp_path, monkeypatch, str(EXAMPLE), "--store", "az://container/ckpt")
     assert result.exit_code == 2
     assert 'pip install "spotopt[azure-storage]"' in result.stderr
+
+
+def test_ctrl_c_makes_the_job_checkpoint_and_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "steps.log"
+
+    def sleep(seconds: float) -> None:  # the user presses Ctrl-C once the job has made progress
+        if log.exists() and log.read_text().count("\n") >= 5:
+            raise KeyboardInterrupt
+        time.sleep(seconds)
+
+    monkeypatch.setattr("spotopt.cli.agent.sleep", sleep)
+    args = ["--checkpoint-every", "1h", "--format", "json", "--", "--steps", "100000", "--log", str(log)]
+    result = _run(tmp_path, monkeypatch, str(EXAMPLE), *args)
+    assert result.exit_code == 3 and "did not finish (last state terminated)" in result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["exit_code"] == 0  # the agent saved and stopped within the grace period
+    job_log = Path(row["log"]).read_text()
+    assert "stopped at step" in job_log and "(SIGTERM)" in job_log
+    (saved,) = list_checkpoints(Location(str(tmp_path / "spotopt-checkpoints")), "train_numpy")
+    assert saved.step >= 5

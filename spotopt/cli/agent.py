@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
+from time import sleep
 from typing import Annotated, Any
 
 import typer
@@ -16,7 +16,7 @@ from spotopt.checkpoints import Location, grant_lease, read_finished
 from spotopt.cli.common import FormatOption, parse_duration
 from spotopt.errors import InputError, ProviderError
 from spotopt.providers import get_provider
-from spotopt.providers.base import LaunchSpec
+from spotopt.providers.base import InstanceStatus, LaunchSpec
 from spotopt.providers.local import LOCAL_MARKET, LocalProvider
 from spotopt.render import Format, render
 
@@ -122,7 +122,7 @@ def _options(text: str | None) -> dict[str, Any]:
     return value
 
 
-def _follow(provider: LocalProvider, instance_id: str):  # type: ignore[no-untyped-def]
+def _follow(provider: LocalProvider, instance_id: str) -> InstanceStatus:
     """Copy the job's log to stderr until it ends; Ctrl-C terminates it (SIGTERM: checkpoint, stop)."""
     log = provider.log_path(instance_id)
     offset = 0
@@ -133,7 +133,7 @@ def _follow(provider: LocalProvider, instance_id: str):  # type: ignore[no-untyp
             if not status.state.is_live:
                 _copy(log, offset)
                 return status
-            time.sleep(POLL_S)
+            sleep(POLL_S)
     except KeyboardInterrupt:
         typer.echo("interrupted: asking the job to checkpoint and stop", err=True)
         status = provider.terminate(instance_id)
