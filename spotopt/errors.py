@@ -68,3 +68,9 @@ class BudgetExceededError(SpotoptError):
     """An action would spend more than the configured budget."""
 
     exit_code = 4
+
+
+class SupersededError(SpotoptError):
+    """A newer placement of the job holds the lease: this one must stop and write nothing."""
+
+    exit_code = 5

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from spotopt.agent.config import ENV_VARS
 from spotopt.cli.app import app
 from spotopt.collectors.base import COLLECTORS
 from spotopt.policies.base import policy_names
@@ -29,6 +30,7 @@ SECTIONS = {
     "report": "Reports and SQL views",
     "strategy": "What-if analysis",
     "setting": "Configuration",
+    "agent variable": "Running a training job under the agent",
 }
 
 
@@ -39,6 +41,7 @@ def _registered() -> list[tuple[str, str]]:
         *(("report", n) for n in sorted(REPORTS)),
         *(("strategy", n) for n in STRATEGIES),
         *(("setting", f"SPOTOPT_{field.upper()}") for field in Settings.model_fields),
+        *(("agent variable", v) for v in ENV_VARS),
     ]
 
 

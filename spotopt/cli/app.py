@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from spotopt.cli import catalog, collect, db, imports, plan, prices, report, throughput, whatif
+from spotopt.cli import agent, catalog, collect, db, imports, plan, prices, report, throughput, whatif
 from spotopt.cli.common import State
 from spotopt.errors import SpotoptError
 from spotopt.render import say, show_library_log
@@ -68,6 +68,7 @@ app.command("plan")(plan.plan)
 app.add_typer(throughput.app, name="throughput")
 app.command("collect")(collect.collect)
 app.command("whatif")(whatif.whatif)
+app.add_typer(agent.app, name="agent")
 
 
 def _terminated(signum: int, _frame: object) -> None:

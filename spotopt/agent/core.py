@@ -1,0 +1,373 @@
+"""The agent inside a training job: when to checkpoint, when to stop, and talking to the store.
+
+All state changes happen under one lock: the training loop (main thread), the SIGTERM handler
+(also the main thread, hence a re-entrant lock) and the background poller thread share it.
+The background thread exists only for managed jobs (``SPOTOPT_JOB`` set); it polls the lease,
+the cloud's notice endpoint and the daemon's control requests every ``poll_s`` and writes a
+heartbeat every ``heartbeat_s``. Nothing it does blocks the training loop.
+
+Time comes from one injectable ``clock`` (seconds since the epoch, like ``time.time``), so a
+simulated clock can drive the periodic trigger, steps/s and every timestamp.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NoReturn
+
+from spotopt.agent.config import AgentConfig, young_daly_s
+from spotopt.agent.notices import NoticeKind, NoticePoller, poller_for
+from spotopt.checkpoints.control import ControlRequest, RequestKind, acknowledge, pending_requests
+from spotopt.checkpoints.heartbeat import AgentState, Heartbeat, mark_finished, write_heartbeat
+from spotopt.checkpoints.lease import check_epoch, read_lease
+from spotopt.checkpoints.location import Location
+from spotopt.checkpoints.manifest import Manifest
+from spotopt.checkpoints.store import restore_latest, write_checkpoint
+from spotopt.errors import SupersededError
+
+Clock = Callable[[], float]
+EXIT_STOPPED = 0
+"""Exit status after a requested stop: the newest verified checkpoint holds all progress."""
+EXIT_SUPERSEDED = SupersededError.exit_code
+
+
+def _stderr(message: str) -> None:
+    print(f"spotopt agent: {message}", file=sys.stderr, flush=True)
+
+
+class Agent:
+    """One per process (see ``spotopt.agent``); tests build their own with a config and a clock."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        clock: Clock = time.time,
+        warn: Callable[[str], None] = _stderr,
+        poller: NoticePoller | None = None,
+        background: bool = True,
+    ) -> None:
+        """``background=False``: no poller thread; the caller drives ``poll_once`` (tests, simulations)."""
+        self.config = config
+        self.clock = clock
+        self._warn = warn
+        self._poller = poller
+        self._background = background
+        self._lock = threading.RLock()
+        self._loc: Location | None = None
+        self._scratch: Path | None = None
+        self._resumed = False
+        self._step = 0
+        self._last: Manifest | None = None
+        self._last_checkpoint_at = clock()
+        self._measured_checkpoint_s: float | None = None
+        self._triggers: dict[str, ControlRequest | None] = {}
+        self._seen: set[str] = set()
+        self._stop_reason: str | None = None
+        self._superseded: str | None = None
+        self._beat: tuple[float, int] | None = None
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the training script's calls ---------------------------------------------------------
+
+    def resume(self) -> Path | None:
+        """The local directory holding the newest verified checkpoint, or None to start fresh."""
+        loc = self._start()
+        with self._lock:
+            if not self._resumed:
+                dest = self._scratch_dir() / "restored"
+                self._last = restore_latest(
+                    loc, self.config.job, read_lease(loc, self.config.job), dest, self._warn
+                )
+                self._step = self._last.step if self._last else 0
+                self._resumed = True
+                if self._last is not None:
+                    self._warn(
+                        f"resuming job {self.config.job} from {self._last.name} (step {self._last.step})"
+                    )
+            return self._scratch_dir() / "restored" if self._last is not None else None
+
+    def start_step(self) -> int:
+        """The step the restored checkpoint reached (0 without one); resumes first if needed."""
+        self.resume()
+        return self._last.step if self._last else 0
+
+    def progress(self, step: int) -> None:
+        """Record that ``step`` steps are done. Cheap: the heartbeat thread reports it."""
+        self._step = step
+
+    def should_checkpoint(self) -> bool:
+        """True when a checkpoint is due: the period elapsed, or the daemon, SIGTERM or a notice asked."""
+        with self._lock:
+            if self._superseded:
+                return False
+            if self._settle():
+                return False
+            if self._triggers:
+                return True
+            return self.clock() - self._last_checkpoint_at >= self.period_s()
+
+    @contextmanager
+    def checkpoint(self, step: int) -> Iterator[Path]:
+        """A fresh local directory to write the state of ``step`` into; uploaded and verified on exit.
+
+        On a clean exit of the ``with`` block the files are uploaded, read back and checked, the
+        manifest is written last, and only then does the checkpoint count. If the block raises,
+        nothing is uploaded. A superseded epoch exits the process (status 5) writing nothing.
+        """
+        loc = self._start()
+        if self._superseded:
+            self._exit_superseded()
+        staging = self._scratch_dir() / f"staging-{uuid.uuid4().hex[:8]}"
+        staging.mkdir(parents=True)
+        started = self.clock()
+        with self._lock:
+            answering = dict(self._triggers)
+        try:
+            yield staging
+            now = datetime.fromtimestamp(self.clock(), UTC)
+            try:
+                manifest = write_checkpoint(
+                    loc, self.config.job, step, self.config.epoch, staging, now, self.config.keep
+                )
+            except SupersededError as exc:
+                self._supersede(str(exc))
+                self._exit_superseded()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        with self._lock:
+            self._last = manifest
+            self._last_checkpoint_at = self.clock()
+            self._measured_checkpoint_s = self._last_checkpoint_at - started
+            self._answer(answering, manifest)
+        if self.config.managed:
+            self._heartbeat(AgentState.STOPPING if self._stop_reason else AgentState.RUNNING)
+
+    def should_stop(self) -> bool:
+        """True once a stop was asked for and the progress is safe in a verified checkpoint."""
+        with self._lock:
+            return bool(self._superseded) or (self._stop_reason is not None and self._settle())
+
+    def finish(self) -> None:
+        """Mark the job complete with the newest verified checkpoint as its result.
+
+        After a requested stop it instead exits the process (status 0) so that nothing after the
+        loop runs as if training were complete; a superseded epoch exits with status 5.
+        """
+        loc = self._start()
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._superseded:
+            self._exit_superseded()
+        last = self._last
+        if self._stop_reason is not None:
+            if self.config.managed:
+                self._heartbeat(AgentState.STOPPED)
+            where = f"{last.name} (step {last.step})" if last else "none"
+            self._warn(
+                f"stopped at step {self._step} ({self._stop_reason}); newest verified checkpoint: {where}"
+            )
+            raise SystemExit(EXIT_STOPPED)
+        if last is None or last.step < self._step:
+            self._warn(
+                f"finished at step {self._step} but the newest verified checkpoint is at step "
+                f"{last.step if last else 0}: checkpoint on the last step to keep the result"
+            )
+        try:
+            if self.config.managed:
+                check_epoch(loc, self.config.job, self.config.epoch)
+        except SupersededError as exc:
+            self._supersede(str(exc))
+            self._exit_superseded()
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        mark_finished(loc, self.config.job, self.config.epoch, last.name if last else None, self._step, now)
+        if self.config.managed:
+            self._heartbeat(AgentState.FINISHED)
+
+    # -- state the daemon and tests read -------------------------------------------------------
+
+    def period_s(self) -> float:
+        """The periodic checkpoint interval: ``SPOTOPT_CHECKPOINT_EVERY``, else Young/Daly.
+
+        Young/Daly uses the measured duration of the last checkpoint once there is one (the
+        write time of *this* job on *this* store), else ``SPOTOPT_CHECKPOINT_S``.
+        """
+        if self.config.checkpoint_every_s is not None:
+            return self.config.checkpoint_every_s
+        c = (
+            self._measured_checkpoint_s
+            if self._measured_checkpoint_s is not None
+            else self.config.checkpoint_s
+        )
+        return young_daly_s(c, self.config.preemptions_per_hour)
+
+    @property
+    def last_checkpoint(self) -> Manifest | None:
+        return self._last
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._stop_reason
+
+    def request_stop(self, reason: str, request: ControlRequest | None = None) -> None:
+        """Checkpoint at the next step boundary, then stop (SIGTERM, a preemption notice, the daemon)."""
+        with self._lock:
+            self._triggers[reason] = request
+            if self._stop_reason is None:
+                self._stop_reason = reason
+
+    def request_checkpoint(self, reason: str, request: ControlRequest | None = None) -> None:
+        """Checkpoint at the next step boundary and keep training."""
+        with self._lock:
+            self._triggers[reason] = request
+
+    def poll_once(self) -> None:
+        """One round of the background thread: lease, notice, control requests, maybe a heartbeat."""
+        loc = self._start()
+        job, epoch = self.config.job, self.config.epoch
+        try:
+            check_epoch(loc, job, epoch)
+        except SupersededError as exc:
+            self._supersede(str(exc))
+            return
+        if self._poller is not None:
+            notice = self._poller.poll()
+            if notice is not None and f"notice:{notice.kind}" not in self._seen:
+                self._seen.add(f"notice:{notice.kind}")
+                reason = f"{notice.cloud} {notice.kind} notice: {notice.detail}"
+                self._warn(reason)
+                if notice.kind is NoticeKind.PREEMPT:
+                    self.request_stop(reason)
+                else:
+                    self.request_checkpoint(reason)
+        for request in pending_requests(loc, job, epoch):
+            if request.id not in self._seen:
+                self._seen.add(request.id)
+                reason = f"daemon request {request.id} ({request.kind})"
+                if request.kind is RequestKind.CHECKPOINT_AND_STOP:
+                    self.request_stop(reason, request)
+                else:
+                    self.request_checkpoint(reason, request)
+        if self._beat is None or self.clock() - self._beat[0] >= self.config.heartbeat_s:
+            self._heartbeat(AgentState.STOPPING if self._stop_reason else AgentState.RUNNING)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _start(self) -> Location:
+        """Open the store on first use: lease check, write probe, SIGTERM handler, poller thread."""
+        with self._lock:
+            if self._loc is not None:
+                return self._loc
+            loc = Location(self.config.checkpoint_uri, self.config.storage_options)
+            if self.config.managed:
+                try:
+                    check_epoch(loc, self.config.job, self.config.epoch)
+                except SupersededError as exc:
+                    self._supersede(str(exc))
+                    self._exit_superseded()
+            loc.check_writable()
+            self._loc = loc
+            main = threading.current_thread() is threading.main_thread()
+            if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, lambda _sig, _frame: self.request_stop("SIGTERM"))
+            if self.config.managed:
+                if self._poller is None:
+                    self._poller = poller_for(self.config)
+                if self._background:
+                    self._thread = threading.Thread(target=self._run, name="spotopt-agent", daemon=True)
+                    self._thread.start()
+            return loc
+
+    def _run(self) -> None:
+        while not self._superseded:
+            try:
+                self.poll_once()
+            except Exception as exc:  # a flaky network must not kill training; say so and retry
+                self._warn(f"background poll failed ({type(exc).__name__}: {exc}); retrying")
+            if self._halt.wait(self.config.poll_s):
+                return
+
+    def _scratch_dir(self) -> Path:
+        if self._scratch is None:
+            if self.config.scratch_dir:
+                self._scratch = Path(self.config.scratch_dir)
+                self._scratch.mkdir(parents=True, exist_ok=True)
+            else:
+                self._scratch = Path(tempfile.mkdtemp(prefix="spotopt-agent-"))
+                atexit.register(shutil.rmtree, self._scratch, True)
+        return self._scratch
+
+    def _last_step(self) -> int:
+        return self._last.step if self._last else 0
+
+    def _settle(self) -> bool:
+        """True when nothing is unsaved; then the newest checkpoint answers every pending trigger.
+
+        A request that arrived while a checkpoint of the current step was being written is
+        answered by that checkpoint (it holds all progress) rather than by a second one.
+        """
+        if self._step > self._last_step():
+            return False
+        if self._triggers:
+            self._answer(dict(self._triggers), self._last)
+        return True
+
+    def _answer(self, triggers: dict[str, ControlRequest | None], manifest: Manifest | None) -> None:
+        """Clear the triggers a checkpoint satisfied and acknowledge the daemon's requests."""
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        for reason, request in triggers.items():
+            self._triggers.pop(reason, None)
+            if request is not None and self._loc is not None:
+                acknowledge(
+                    self._loc,
+                    request,
+                    manifest.name if manifest else None,
+                    manifest.step if manifest else None,
+                    now,
+                )
+
+    def _heartbeat(self, state: AgentState) -> None:
+        if self._superseded or self._loc is None:
+            return
+        now, step = self.clock(), self._step
+        rate = None
+        if self._beat is not None and now > self._beat[0]:
+            rate = (step - self._beat[1]) / (now - self._beat[0])
+        self._beat = (now, step)
+        last = self._last
+        write_heartbeat(
+            self._loc,
+            Heartbeat(
+                job=self.config.job,
+                epoch=self.config.epoch,
+                state=state,
+                step=step,
+                steps_per_s=rate,
+                last_checkpoint=last.name if last else None,
+                last_checkpoint_step=last.step if last else None,
+                at=datetime.fromtimestamp(now, UTC),
+                reason=self._stop_reason,
+            ),
+        )
+
+    def _supersede(self, message: str) -> None:
+        with self._lock:
+            if self._superseded is None:
+                self._superseded = message
+                self._halt.set()
+
+    def _exit_superseded(self) -> NoReturn:
+        self._warn(self._superseded or "superseded")
+        raise SystemExit(EXIT_SUPERSEDED)

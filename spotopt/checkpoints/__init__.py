@@ -1,0 +1,68 @@
+"""The checkpoint store: verified checkpoints, the lease, control requests and heartbeats.
+
+Shared by the agent (inside the training job) and the daemon; they talk only through it.
+Importing this package imports no fsspec back-end: a ``Location`` opens its URL when built.
+"""
+
+from spotopt.checkpoints.control import (
+    Acknowledgement,
+    ControlRequest,
+    RequestKind,
+    acknowledge,
+    pending_requests,
+    read_acknowledgement,
+    send_request,
+)
+from spotopt.checkpoints.heartbeat import (
+    AgentState,
+    Heartbeat,
+    mark_finished,
+    read_finished,
+    read_heartbeat,
+    write_heartbeat,
+)
+from spotopt.checkpoints.lease import Lease, check_epoch, grant_lease, read_lease
+from spotopt.checkpoints.location import Location
+from spotopt.checkpoints.manifest import CorruptCheckpointError, FileEntry, Manifest
+from spotopt.checkpoints.store import (
+    Listed,
+    collect_garbage,
+    download_checkpoint,
+    list_checkpoints,
+    restore_latest,
+    trusted_checkpoints,
+    verify_files,
+    write_checkpoint,
+)
+
+__all__ = [
+    "Acknowledgement",
+    "AgentState",
+    "ControlRequest",
+    "CorruptCheckpointError",
+    "FileEntry",
+    "Heartbeat",
+    "Lease",
+    "Listed",
+    "Location",
+    "Manifest",
+    "RequestKind",
+    "acknowledge",
+    "check_epoch",
+    "collect_garbage",
+    "download_checkpoint",
+    "grant_lease",
+    "list_checkpoints",
+    "mark_finished",
+    "pending_requests",
+    "read_acknowledgement",
+    "read_finished",
+    "read_heartbeat",
+    "read_lease",
+    "restore_latest",
+    "send_request",
+    "trusted_checkpoints",
+    "verify_files",
+    "write_checkpoint",
+    "write_heartbeat",
+]

@@ -1,0 +1,84 @@
+"""Fencing: one epoch per job holds the lease, and only its checkpoints (and those it inherited) count.
+
+Every placement of a job gets an epoch, an integer the daemon increments per placement and hands
+to the agent as ``SPOTOPT_EPOCH``. ``lease.json`` in the job's directory holds the current one.
+An agent whose epoch is older than the lease is *superseded*: it must stop and write nothing.
+
+Checking the lease before writing is not enough on its own: an old writer may check, stall (a
+network partition), and write its manifest after the lease moved on. So the lease also decides
+what may be resumed from. When the daemon grants epoch E+1 it records in ``inherited`` the
+verified checkpoints that were trusted under epoch E at that moment; from then on a checkpoint
+is *trusted* only if its epoch is the lease's or it is listed in ``inherited``. A manifest an old
+epoch writes after the grant is in neither, so no one ever resumes from it, and GC deletes it.
+
+Without a lease file (a script run outside spotopt, or before the daemon's first grant) every
+verified checkpoint is trusted and nothing is fenced.
+
+The daemon is the only writer of ``lease.json`` (one daemon per store); agents only read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from spotopt.checkpoints.location import Location
+from spotopt.errors import SupersededError
+
+LEASE_FILE = "lease.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    job: str
+    epoch: int
+    granted_at: datetime
+    inherited: frozenset[str]
+    """Names of checkpoints of older epochs that this epoch may resume from."""
+
+    def trusts(self, name: str, epoch: int) -> bool:
+        return epoch == self.epoch or name in self.inherited
+
+
+def read_lease(loc: Location, job: str) -> Lease | None:
+    """The job's current lease, or None when no epoch was ever granted."""
+    data = loc.read_json(loc.path(job, LEASE_FILE))
+    if data is None:
+        return None
+    return Lease(
+        job=job,
+        epoch=int(data["epoch"]),
+        granted_at=datetime.fromisoformat(data["granted_at"]),
+        inherited=frozenset(data.get("inherited", [])),
+    )
+
+
+def grant_lease(loc: Location, job: str, now: datetime) -> Lease:
+    """Give the job a new epoch (current + 1, or 1) and fence every older writer.
+
+    The daemon calls this before it launches a placement and passes the new epoch to it.
+    """
+    from spotopt.checkpoints.store import trusted_checkpoints
+
+    current = read_lease(loc, job)
+    inherited = frozenset(m.name for m in trusted_checkpoints(loc, job, current))
+    lease = Lease(job, (current.epoch if current else 0) + 1, now, inherited)
+    loc.write_json(
+        loc.path(job, LEASE_FILE),
+        {"job": job, "epoch": lease.epoch, "granted_at": now.isoformat(), "inherited": sorted(inherited)},
+    )
+    return lease
+
+
+def check_epoch(loc: Location, job: str, epoch: int) -> Lease | None:
+    """Raise ``SupersededError`` unless ``epoch`` may write; return the lease (None: unfenced)."""
+    lease = read_lease(loc, job)
+    if lease is not None and lease.epoch != epoch:
+        newer = (
+            "a newer placement" if lease.epoch > epoch else "no placement yet (the daemon never granted it)"
+        )
+        raise SupersededError(
+            f"job {job}: epoch {epoch} is not the lease holder (lease epoch {lease.epoch}, {newer}); "
+            "this copy stops without writing a checkpoint"
+        )
+    return lease

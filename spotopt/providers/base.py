@@ -1,0 +1,136 @@
+"""The provider interface: launch, status, terminate, list — what the daemon needs from a cloud.
+
+Contract (every provider; ``tests/provider_contract.py`` checks it and each provider runs it):
+
+- ``launch(spec, market, idempotency_key)`` starts one placement of a job. The same key twice
+  returns the same instance and starts nothing new (AWS maps the key to ``ClientToken``, GCP to
+  ``request_id``, Azure to the VM name, ``local`` to its state file). Capacity shortfalls raise
+  ``CapacityUnavailableError``, other failures ``ProviderError``.
+- ``status(instance_id)`` never raises for an id the provider does not know: it is ``GONE``.
+- ``terminate(instance_id)`` is idempotent: terminating a gone or already terminated instance
+  succeeds and returns its status.
+- ``list_instances(job=None, tags=None)`` lists instances this provider launched (for
+  reconciliation with the daemon's journal after a restart), filtered by job and by tags.
+
+Checkpoints are not the provider's business: the provider only passes the agent its
+environment (``agent_environment``); the daemon and the agent talk through the store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from spotopt.types import MarketKey
+
+
+class InstanceState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    EXITED = "exited"
+    """The job's process ended by itself (``exit_code`` says how, when the provider can see it)."""
+    TERMINATED = "terminated"
+    """Ended because we asked (``terminate``)."""
+    PREEMPTED = "preempted"
+    """Taken back by the market (a spot interruption; ``preempt`` for the local provider)."""
+    GONE = "gone"
+    """The provider has no record of this id."""
+
+    @property
+    def is_live(self) -> bool:
+        return self in (InstanceState.PENDING, InstanceState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """One placement of a job: what to run and the agent settings it runs with."""
+
+    job: str
+    epoch: int
+    """The lease epoch the daemon granted this placement (``spotopt.checkpoints.grant_lease``)."""
+    command: tuple[str, ...]
+    checkpoint_uri: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint_every_s: float | None = None
+    """Fixed checkpoint period; None lets the agent use Young/Daly with ``preemptions_per_hour``."""
+    preemptions_per_hour: float | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment for the job; wins over the agent variables (tests point pollers here)."""
+    workdir: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """What the provider launched; ``instance_id`` is the provider's own id (``i-…``, ``local-…``)."""
+
+    instance_id: str
+    provider: str
+    job: str
+    epoch: int
+    market: str
+    """``market_label(market)``: cloud/region/zone/instance type/kind."""
+    idempotency_key: str
+    launched_at: datetime
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceStatus:
+    instance: Instance | None
+    """None when the state is ``GONE``."""
+    instance_id: str
+    state: InstanceState
+    exit_code: int | None = None
+    detail: str = ""
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    def launch(self, spec: LaunchSpec, market: MarketKey, idempotency_key: str) -> Instance: ...
+
+    def status(self, instance_id: str) -> InstanceStatus: ...
+
+    def terminate(self, instance_id: str) -> InstanceStatus: ...
+
+    def list_instances(
+        self, job: str | None = None, tags: Mapping[str, str] | None = None
+    ) -> list[Instance]: ...
+
+
+def market_label(market: MarketKey) -> str:
+    return "/".join([market.cloud, market.region, market.zone or "-", market.instance_type, str(market.kind)])
+
+
+def agent_environment(spec: LaunchSpec, market: MarketKey) -> dict[str, str]:
+    """The ``SPOTOPT_*`` variables a provider sets for the job's agent (``spec.env`` wins)."""
+    env = {
+        "SPOTOPT_JOB": spec.job,
+        "SPOTOPT_EPOCH": str(spec.epoch),
+        "SPOTOPT_CHECKPOINT_URI": spec.checkpoint_uri,
+        "SPOTOPT_CLOUD": market.cloud,
+    }
+    if spec.storage_options:
+        env["SPOTOPT_STORAGE_OPTIONS"] = json.dumps(dict(spec.storage_options))
+    if spec.checkpoint_every_s is not None:
+        env["SPOTOPT_CHECKPOINT_EVERY"] = f"{spec.checkpoint_every_s:.6f}s"
+    if spec.preemptions_per_hour is not None:
+        env["SPOTOPT_PREEMPTIONS_PER_HOUR"] = repr(spec.preemptions_per_hour)
+    return {**env, **spec.env}
+
+
+def matches(instance: Instance, job: str | None, tags: Mapping[str, str] | None) -> bool:
+    """The ``list_instances`` filter every provider applies."""
+    if job is not None and instance.job != job:
+        return False
+    return all(instance.tags.get(k) == v for k, v in (tags or {}).items())
+
+
+def sorted_instances(instances: Sequence[Instance]) -> list[Instance]:
+    return sorted(instances, key=lambda i: (i.launched_at, i.instance_id))

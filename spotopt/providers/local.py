@@ -1,0 +1,249 @@
+"""The ``local`` provider: each instance is a real process group on this machine (Linux).
+
+State lives under ``state_dir/instances/<instance id>/``: ``record.json`` (job, epoch, market,
+key, pid and the process's start time in clock ticks since boot, so a reused pid is never
+mistaken for ours), ``log`` (the job's stdout and stderr), ``exit_code`` (written by
+``RUNNER``) and ``notice`` (written by ``preempt``). A restarted daemon builds a new
+``LocalProvider`` on the same directory and finds every instance again.
+
+The instance id is derived from the idempotency key, and launches are serialised by a file
+lock, so the same key launches one process even from two processes at once. The record is
+written before the process starts and completed with its pid right after; a crash in between
+leaves a record without a pid, and the next launch with that key starts the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from spotopt.errors import ProviderError
+from spotopt.providers.base import (
+    Instance,
+    InstanceState,
+    InstanceStatus,
+    LaunchSpec,
+    agent_environment,
+    market_label,
+    matches,
+    sorted_instances,
+)
+from spotopt.types import MarketKey, MarketKind
+
+RUNNER = 'trap : TERM INT; "$@"; code=$?; echo "$code" > "$0.tmp" && mv "$0.tmp" "$0"; exit "$code"'
+"""``sh -c RUNNER EXIT_FILE COMMAND…``: the process-group leader that records the command's status.
+
+A restarted daemon is not the job's parent and cannot ``wait`` for it, so this shell waits and
+writes the status (``128 + signal`` when a signal ended it, 127 when the program is missing)
+where any later process can read it. Its ``:`` trap lets it outlive the group's SIGTERM (POSIX
+runs the trap only after the foreground command ends) while, unlike an ignored signal, leaving
+the command's own SIGTERM handling at the default. SIGKILL ends both and leaves no file.
+"""
+LOCAL_MARKET = MarketKey("local", "local", None, "process", MarketKind.ON_DEMAND)
+"""The one market of this machine: processes are never taken back unless ``preempt`` says so."""
+WAIT_STEP_S = 0.02
+KILL_WAIT_S = 10.0
+
+
+def _proc_start_ticks(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in ticks since boot) from /proc, or None if there is no such pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[19])
+
+
+class LocalProvider:
+    """Runs jobs as local subprocesses; see the module docstring for the state directory."""
+
+    name = "local"
+
+    def __init__(self, state_dir: str | Path, grace_s: float = 30.0) -> None:
+        self.state_dir = Path(state_dir)
+        self.grace_s = grace_s
+        (self.state_dir / "instances").mkdir(parents=True, exist_ok=True)
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    # -- Provider ---------------------------------------------------------------------------
+
+    def launch(self, spec: LaunchSpec, market: MarketKey, idempotency_key: str) -> Instance:
+        """Start ``spec.command`` in its own process group; the same key returns the same instance."""
+        if not spec.command:
+            raise ProviderError(f"job {spec.job}: the launch spec has no command")
+        instance_id = "local-" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:16]
+        with FileLock(str(self.state_dir / "launch.lock")):
+            record = self._read(instance_id)
+            if record is not None and record.get("pid") is not None:
+                return self._instance(record)
+            home = self._dir(instance_id)
+            home.mkdir(parents=True, exist_ok=True)
+            record = {
+                "instance_id": instance_id,
+                "provider": self.name,
+                "job": spec.job,
+                "epoch": spec.epoch,
+                "market": market_label(market),
+                "idempotency_key": idempotency_key,
+                "launched_at": datetime.now(UTC).isoformat(),
+                "tags": dict(spec.tags),
+                "command": list(spec.command),
+                "pid": None,
+            }
+            self._write(record)
+            env = {
+                **os.environ,
+                **agent_environment(spec, market),
+                "SPOTOPT_NOTICE_FILE": str(home / "notice"),
+            }
+            runner = ["/bin/sh", "-c", RUNNER, str(home / "exit_code")]
+            try:
+                with (home / "log").open("ab") as log:
+                    child = subprocess.Popen(
+                        [*runner, *spec.command],
+                        env=env,
+                        cwd=spec.workdir,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+            except OSError as exc:
+                raise ProviderError(f"job {spec.job}: cannot start {spec.command[0]!r}: {exc}") from exc
+            proc = _proc_start_ticks(child.pid)
+            record["pid"] = child.pid
+            record["start_ticks"] = proc[1] if proc else None
+            self._write(record)
+            self._children[instance_id] = child
+            return self._instance(record)
+
+    def status(self, instance_id: str) -> InstanceStatus:
+        record = self._read(instance_id)
+        if record is None:
+            return InstanceStatus(None, instance_id, InstanceState.GONE, detail="no such local instance")
+        instance = self._instance(record)
+        if record.get("pid") is None:
+            return InstanceStatus(instance, instance_id, InstanceState.PENDING)
+        if self._alive(record):
+            return InstanceStatus(instance, instance_id, InstanceState.RUNNING)
+        exit_file = self._dir(instance_id) / "exit_code"
+        code = int(exit_file.read_text(encoding="utf-8")) if exit_file.exists() else None
+        detail = "" if code is not None else "killed (no exit status recorded)"
+        if record.get("preempted_at"):
+            return InstanceStatus(instance, instance_id, InstanceState.PREEMPTED, code, detail)
+        if record.get("terminate_requested_at"):
+            return InstanceStatus(instance, instance_id, InstanceState.TERMINATED, code, detail)
+        return InstanceStatus(instance, instance_id, InstanceState.EXITED, code, detail)
+
+    def terminate(self, instance_id: str, grace_s: float | None = None) -> InstanceStatus:
+        """SIGTERM the process group, wait up to the grace period, then SIGKILL. Idempotent."""
+        record = self._read(instance_id)
+        if record is not None and self._alive(record):
+            record["terminate_requested_at"] = datetime.now(UTC).isoformat()
+            self._write(record)
+            self._signal(record, signal.SIGTERM)
+            if not self._wait_dead(record, self.grace_s if grace_s is None else grace_s):
+                self._signal(record, signal.SIGKILL)
+                self._wait_dead(record, KILL_WAIT_S)
+        return self.status(instance_id)
+
+    def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]:
+        found = []
+        for home in (self.state_dir / "instances").iterdir():
+            record = self._read(home.name)
+            if record is not None and matches(self._instance(record), job, tags):
+                found.append(self._instance(record))
+        return sorted_instances(found)
+
+    # -- what a cloud does to spot instances -------------------------------------------------
+
+    def preempt(self, instance_id: str, notice_s: float) -> InstanceStatus:
+        """Deliver a preemption notice, then hard-stop the instance ``notice_s`` seconds later.
+
+        The notice is the file ``SPOTOPT_NOTICE_FILE`` (the agent's ``local`` poller sees it);
+        like a cloud, the instance is killed at the deadline whatever it is doing. Returns once
+        the process is gone (early if the job stops by itself).
+        """
+        record = self._read(instance_id)
+        if record is None or not self._alive(record):
+            return self.status(instance_id)
+        record["preempted_at"] = datetime.now(UTC).isoformat()
+        self._write(record)
+        notice = self._dir(instance_id) / "notice"
+        notice.write_text(f"local preemption: hard stop in {notice_s:g} s\n", encoding="utf-8")
+        if not self._wait_dead(record, notice_s):
+            self._signal(record, signal.SIGKILL)
+            self._wait_dead(record, KILL_WAIT_S)
+        return self.status(instance_id)
+
+    def log_path(self, instance_id: str) -> Path:
+        return self._dir(instance_id) / "log"
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _dir(self, instance_id: str) -> Path:
+        return self.state_dir / "instances" / instance_id
+
+    def _read(self, instance_id: str) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads(
+                (self._dir(instance_id) / "record.json").read_text(encoding="utf-8")
+            )
+        except FileNotFoundError:
+            return None
+        return data
+
+    def _write(self, record: dict[str, Any]) -> None:
+        path = self._dir(record["instance_id"]) / "record.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @staticmethod
+    def _instance(record: Mapping[str, Any]) -> Instance:
+        return Instance(
+            instance_id=record["instance_id"],
+            provider=record["provider"],
+            job=record["job"],
+            epoch=int(record["epoch"]),
+            market=record["market"],
+            idempotency_key=record["idempotency_key"],
+            launched_at=datetime.fromisoformat(record["launched_at"]),
+            tags=dict(record.get("tags", {})),
+        )
+
+    def _alive(self, record: Mapping[str, Any]) -> bool:
+        """Is the recorded process still running? A reused pid (other start time) is not ours."""
+        child = self._children.get(record["instance_id"])
+        if child is not None and child.poll() is not None:
+            return False  # reaped: our own child has exited
+        proc = _proc_start_ticks(int(record["pid"]))
+        if proc is None or proc[0] == "Z":
+            return False
+        return record.get("start_ticks") is None or proc[1] == record["start_ticks"]
+
+    def _signal(self, record: Mapping[str, Any], sig: signal.Signals) -> None:
+        if not self._alive(record):
+            return
+        with contextlib.suppress(ProcessLookupError):  # it ended between the check and the signal
+            os.killpg(int(record["pid"]), sig)
+
+    def _wait_dead(self, record: Mapping[str, Any], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self._alive(record):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(WAIT_STEP_S)
+        return True

@@ -1,0 +1,100 @@
+"""A fake cloud metadata service on 127.0.0.1 serving the three clouds' preemption-notice endpoints.
+
+Shapes follow /work/shared/notes/cloud-apis.md §2.6 (AWS IMDSv2: token PUT first, then GETs
+carrying it; 404 until a notice), §3.5 (GCP ``instance/preempted`` with ``Metadata-Flavor``) and
+§4.6 (Azure Scheduled Events with ``Metadata: true``). Requests without the required header or
+token are refused, as the real services do.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+TOKEN = "fake-imds-token"
+
+
+class FakeMetadata:
+    def __init__(self) -> None:
+        self.aws_action: dict[str, str] | None = None
+        self.aws_rebalance: dict[str, str] | None = None
+        self.gcp_preempted = False
+        self.azure_events: list[dict[str, object]] = []
+        self.requests: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # keep test output clean
+                pass
+
+            def _send(self, status: int, body: bytes = b"") -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_PUT(self) -> None:
+                owner.requests.append(f"PUT {self.path}")
+                if self.path == "/latest/api/token" and self.headers.get(
+                    "X-aws-ec2-metadata-token-ttl-seconds"
+                ):
+                    self._send(200, TOKEN.encode())
+                else:
+                    self._send(400)
+
+            def do_GET(self) -> None:
+                owner.requests.append(f"GET {self.path}")
+                if self.path.startswith("/latest/meta-data/"):
+                    if self.headers.get("X-aws-ec2-metadata-token") != TOKEN:
+                        return self._send(401)
+                    doc = {
+                        "/latest/meta-data/spot/instance-action": owner.aws_action,
+                        "/latest/meta-data/events/recommendations/rebalance": owner.aws_rebalance,
+                    }.get(self.path)
+                    return self._send(404) if doc is None else self._send(200, json.dumps(doc).encode())
+                if self.path == "/computeMetadata/v1/instance/preempted":
+                    if self.headers.get("Metadata-Flavor") != "Google":
+                        return self._send(403)
+                    return self._send(200, b"TRUE" if owner.gcp_preempted else b"FALSE")
+                if self.path == "/metadata/scheduledevents?api-version=2020-07-01":
+                    if self.headers.get("Metadata") != "true":
+                        return self._send(400)
+                    body = {"DocumentIncarnation": len(owner.azure_events), "Events": owner.azure_events}
+                    return self._send(200, json.dumps(body).encode())
+                return self._send(404)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def notify(self, cloud: str) -> None:
+        """Serve a preemption notice the way ``cloud`` does."""
+        if cloud == "aws":
+            self.aws_action = {"action": "terminate", "time": "2026-11-21T08:24:00Z"}
+        elif cloud == "gcp":
+            self.gcp_preempted = True
+        else:
+            self.azure_events = [
+                {
+                    "EventId": "C1BF",
+                    "EventType": "Preempt",
+                    "ResourceType": "VirtualMachine",
+                    "Resources": ["vm"],
+                    "EventStatus": "Scheduled",
+                    "NotBefore": "Tue, 09 Aug 2022 17:07:32 GMT",
+                    "DurationInSeconds": -1,
+                }
+            ]
+
+
+@pytest.fixture
+def metadata() -> Iterator[FakeMetadata]:
+    fake = FakeMetadata()
+    fake._thread.start()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
