@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -163,6 +163,14 @@ def whatif(
     _show(result, fmt, every, plot, details)
 
 
+def _table_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The table leaves out columns that say nothing for these rows (CSV keeps them all)."""
+    empty = {c for c in ("bound_usd", "deadline_met") if all(r.get(c) is None for r in rows)}
+    if all(r["unfinished_starts"] == 0 for r in rows):
+        empty.add("unfinished_starts")
+    return [c for c in COLUMNS if c not in empty]
+
+
 def _show(result: ReplayResult, fmt: Format, every: str, plot: Path | None, details: bool) -> None:
     req = result.request
     label = "SYNTHETIC example market" if result.synthetic else "price history"
@@ -185,7 +193,7 @@ def _show(result: ReplayResult, fmt: Format, every: str, plot: Path | None, deta
         result.rows,
         fmt,
         title=title,
-        columns=COLUMNS,
+        columns=COLUMNS if fmt is not Format.TABLE else _table_columns(result.rows),
         caption=caption if "oracle" in req.strategies else None,
     )
     if fmt is Format.TABLE:
