@@ -117,6 +117,8 @@ class OptionTable:
     """Every (job, market, GPUs per job) option of a spec on a snapshot, before any pricing
     decision: what ``spotopt plan``, the what-if engine and the daemon all start from."""
 
+    key: Array
+    """A stable id per option, sorted: ``option_key(market_id, job, gpus)``."""
     job: Array
     market: Array
     steps_per_hour: Array
@@ -180,15 +182,27 @@ def enumerate_options(
                     rows["slots"].append(slots)
                     interval = checkpoint_interval_s(job.checkpoint_seconds, rate, period_s)
                     infos.append(OptionInfo(m, d, slots, fig, eff, interval, 0.0))
+    job = np.asarray(rows["job"], dtype=np.int64)
+    market = np.asarray(rows["market"], dtype=np.int64)
+    ids = np.array([markets[i].quote.market_id for i in market.tolist()], dtype=np.int64)
+    key = option_key(ids, job, np.array([o.gpus for o in infos], dtype=np.int64))
+    order = np.argsort(key, kind="stable")
     return OptionTable(
-        job=np.asarray(rows["job"], dtype=np.int64),
-        market=np.asarray(rows["market"], dtype=np.int64),
-        steps_per_hour=np.asarray(rows["tput"], dtype=float),
-        slots=np.asarray(rows["slots"], dtype=np.int64),
-        infos=infos,
+        key=key[order],
+        job=job[order],
+        market=market[order],
+        steps_per_hour=np.asarray(rows["tput"], dtype=float)[order],
+        slots=np.asarray(rows["slots"], dtype=np.int64)[order],
+        infos=[infos[e] for e in order.tolist()],
         work_steps=np.asarray(work, dtype=float),
         deadline_hours=np.asarray(deadlines, dtype=float),
     )
+
+
+def option_key(market_id: Array, job: Array, gpus: Array) -> Array:
+    """A stable id of (market, job, GPUs per job): the same option keeps its key from one
+    snapshot to the next, so a fleet state that names it stays valid (the daemon's case)."""
+    return np.asarray(market_id.astype(np.int64) * 2**32 + job.astype(np.int64) * 2**12 + gpus)
 
 
 def initial_state(
@@ -197,17 +211,13 @@ def initial_state(
     """The fleet before any job runs, and the table's options priced at the snapshot (no
     history: the forecast is today's price), for ``spotopt.mover.core``."""
     locations: list[tuple[str, str]] = []
-
-    def loc(cloud: str, region: str) -> int:
-        if (cloud, region) not in locations:
-            locations.append((cloud, region))
-        return locations.index((cloud, region))
-
-    market_loc = np.array([loc(m.quote.cloud, m.quote.region) for m in markets], dtype=np.int64)
     data_loc = [
-        -1 if job.dataset is None or job.dataset.gb == 0 else loc(job.dataset.cloud, job.dataset.region)
+        -1
+        if job.dataset is None or job.dataset.gb == 0
+        else location_index(locations, job.dataset.cloud, job.dataset.region)
         for job in spec.jobs
     ]
+    opts = price_options(table, markets, at, locations)
     n = len(spec.jobs)
     state = FleetState(
         names=tuple(job.name for job in spec.jobs),
@@ -227,27 +237,53 @@ def initial_state(
         dataset_gb=np.array([job.dataset.gb if job.dataset else 0.0 for job in spec.jobs]),
         dataset_location=np.asarray(data_loc, dtype=np.int64),
     )
-    price = np.array([markets[i].quote.usd_per_hour for i in table.market.tolist()]) / np.maximum(
-        table.slots, 1
+    return state, opts
+
+
+def location_index(locations: list[tuple[str, str]], cloud: str, region: str) -> int:
+    """Index of ``(cloud, region)`` in ``locations``, appended if new (append only: indices a fleet
+    state holds stay valid)."""
+    if (cloud, region) not in locations:
+        locations.append((cloud, region))
+    return locations.index((cloud, region))
+
+
+def price_options(
+    table: OptionTable,
+    markets: Sequence[MarketState],
+    at: datetime,
+    locations: list[tuple[str, str]],
+    baseline_usd_per_hour: Array | None = None,
+    revert_h: Array | None = None,
+) -> Options:
+    """The table's options priced at the snapshot ``markets`` for ``spotopt.mover.core``.
+
+    ``locations`` gains the markets' regions it lacks. The forecast is per market (instance
+    prices; ``None``: today's price holds).
+    """
+    market_loc = np.array(
+        [location_index(locations, m.quote.cloud, m.quote.region) for m in markets], dtype=np.int64
     )
-    opts = Options(
-        key=np.arange(len(table.job), dtype=np.int64),
+    slots = np.maximum(table.slots, 1)
+    now = np.array([m.quote.usd_per_hour for m in markets], dtype=float)
+    base = now if baseline_usd_per_hour is None else baseline_usd_per_hour
+    revert = np.full(len(markets), np.inf) if revert_h is None else revert_h
+    m = table.market
+    return Options(
+        key=table.key,
         job=table.job,
-        market=table.market,
-        location=market_loc[table.market],
+        market=m,
+        location=market_loc[m],
         steps_per_hour=table.steps_per_hour,
-        usd_per_hour=price,
-        instances_per_hour=1.0 / np.maximum(table.slots, 1),
-        on_demand=np.array(
-            [markets[i].quote.market == "on-demand" for i in table.market.tolist()], dtype=bool
-        ),
-        baseline_usd_per_hour=price,
-        revert_h=np.full(len(price), np.inf),
-        preemptions_per_hour=np.array([markets[i].preemptions_per_hour for i in table.market.tolist()]),
+        usd_per_hour=now[m] / slots,
+        instances_per_hour=1.0 / slots,
+        on_demand=np.array([markets[i].quote.market == "on-demand" for i in m.tolist()], dtype=bool),
+        baseline_usd_per_hour=base[m] / slots,
+        revert_h=revert[m],
+        preemptions_per_hour=np.array([markets[i].preemptions_per_hour for i in m.tolist()]),
         transfer=transfer_matrix(locations, at),
         capacity=np.full(len(markets), math.inf),
     )
-    return state, opts
 
 
 def build_problem(

@@ -85,7 +85,8 @@ def test_plan_whatif_and_a_daemon_loop_choose_the_same_options() -> None:
     table = enumerate_options(spec, markets, AT)
     state, opts = initial_state(spec, table, markets, AT)
     moves = decide(state, opts, Guardrails(), Memory())
-    core = {m.job: label(table.infos[m.to].market, table.infos[m.to].gpus) for m in moves}
+    at = {m.job: int(opts.position(np.array([m.to]))[0]) for m in moves}
+    core = {j: label(table.infos[e].market, table.infos[e].gpus) for j, e in at.items()}
     assert {m.reason for m in moves} == {"start"}
 
     quotes = [m.quote for m in markets]

@@ -46,6 +46,13 @@ class ForecastParams:
 FORECAST = ForecastParams()
 
 
+def step_prices(times: Array, values: Array, ticks: Array) -> Array:
+    """Sample one market's step function (sorted ``times``) at ``ticks``; NaN before the first point."""
+    idx = np.searchsorted(times, ticks, side="right") - 1
+    out = np.where(idx >= 0, values[np.maximum(idx, 0)], np.nan)
+    return out
+
+
 def forecast(prices: Array, tick_h: float, params: ForecastParams = FORECAST) -> tuple[Array, Array]:
     """``(baseline, revert_h)`` for a markets × ticks price matrix (NaN: no price then).
 

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from spotopt.db.queries import MarketFilter, Quote, price_history
 from spotopt.errors import InputError
 from spotopt.market import DEFAULT_RATE_PER_HOUR, MarketState, snapshot
+from spotopt.mover.forecast import step_prices
 
 Array = np.ndarray[Any, Any]
 SYNTHETIC_SOURCE = "synthetic-example"
@@ -63,13 +64,6 @@ class Timeline:
         if key not in self.locations:
             self.locations.append(key)
         return self.locations.index(key)
-
-
-def step_prices(times: Array, values: Array, ticks: Array) -> Array:
-    """Sample one market's step function (sorted ``times``) at ``ticks``; NaN before the first point."""
-    idx = np.searchsorted(times, ticks, side="right") - 1
-    out = np.where(idx >= 0, values[np.maximum(idx, 0)], np.nan)
-    return out
 
 
 def build_timeline(

@@ -1,0 +1,84 @@
+"""What the daemon decides on: its jobs' options priced now, with the forecast from the history.
+
+The what-if engine builds the same ``Options`` from its timeline (``spotopt.whatif.spotopt_decider``);
+the daemon builds them here from the SQL history at the moment it decides: the snapshot at ``at``
+(``spotopt.market.snapshot``: prices and preemption rates known then), the options of the jobs
+(``spotopt.plan.enumerate_options``, the builder ``spotopt plan`` uses) and, per market, the
+forecast of ``spotopt.mover.forecast`` learnt from the ``history_h`` hours before ``at``, sampled
+every planning period as the what-if engine samples its ticks. Nothing after ``at`` is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from spotopt.db.queries import MarketFilter, price_history
+from spotopt.jobspec import JobSpec
+from spotopt.market import MarketState, snapshot
+from spotopt.mover.fleet import Options
+from spotopt.mover.forecast import forecast, step_prices
+from spotopt.plan import OptionTable, enumerate_options, price_options
+from spotopt.throughput import StoredFigure
+
+Array = np.ndarray[Any, Any]
+
+HISTORY_H = 30 * 24.0
+"""Hours of history the forecast learns excursion lengths from (its baseline uses its own 72 h)."""
+
+
+@dataclass(frozen=True)
+class MarketView:
+    at: datetime
+    markets: list[MarketState]
+    table: OptionTable
+    options: Options
+
+
+def market_view(
+    session: Session,
+    spec: JobSpec,
+    at: datetime,
+    locations: list[tuple[str, str]],
+    figures: Sequence[StoredFigure] = (),
+    *,
+    period_h: float = 1.0,
+    billing: str = "instance",
+    history_h: float = HISTORY_H,
+    flt: MarketFilter | None = None,
+) -> MarketView:
+    """The options of ``spec``'s jobs at ``at``; ``locations`` (the fleet's) gains new regions."""
+    markets = snapshot(session, at, flt)
+    table = enumerate_options(spec, markets, at, figures, period_h=period_h, billing=billing)
+    baseline, revert = market_forecast(session, markets, at, period_h, history_h)
+    opts = price_options(table, markets, at, locations, baseline, revert)
+    return MarketView(at, markets, table, opts)
+
+
+def market_forecast(
+    session: Session, markets: Sequence[MarketState], at: datetime, period_h: float, history_h: float
+) -> tuple[Array, Array]:
+    """Per market: the forecast's baseline and expected hours to it at ``at`` (instance prices)."""
+    since = at - timedelta(hours=history_h)
+    n_ticks = int(np.floor(history_h / period_h + 1e-9)) + 1
+    ticks_s = (np.arange(n_ticks) * period_h - (n_ticks - 1) * period_h) * 3600.0  # ends at ``at``
+    ids = {m.quote.market_id: i for i, m in enumerate(markets)}
+    rows: dict[int, list[tuple[float, float]]] = {i: [] for i in range(len(markets))}
+    for q in price_history(session, MarketFilter(), since=since, until=at):
+        i = ids.get(q.market_id)
+        if i is not None and q.observed_at <= at:
+            rows[i].append(((q.observed_at - at).total_seconds(), q.usd_per_hour))
+    prices = np.full((len(markets), n_ticks), np.nan)
+    for i, points in rows.items():
+        if points:
+            points.sort()
+            times = np.array([t for t, _ in points])
+            values = np.array([v for _, v in points])
+            prices[i] = step_prices(times, values, ticks_s)
+    baseline, revert = forecast(prices, period_h)
+    return baseline[:, -1], revert[:, -1]
