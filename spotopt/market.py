@@ -14,6 +14,13 @@ row wins over the region's), converted to preemptions per hour:
 - Azure eviction rate (``eviction-rate``, upper bound of the 0-5, 5-10, 10-15, 15-20, 20+ %
   bucket): Microsoft documents these as the chance of eviction within the next hour, so
   ``rate = -ln(1 - p)`` per hour with the same midpoints.
+- Observed lifetimes (``instance_lifetimes``: spotopt's own instances, or imported ones) refine
+  that rate: with ``n`` preemptions over ``E`` instance-hours of exposure up to t (an instance
+  still running, or terminated by its owner, counts its hours but no preemption: a censored
+  life), the rate is the posterior mean of exponential lifetimes under a Gamma prior centred on
+  the cloud's rate with the weight of ``PRIOR_HOURS`` of exposure:
+  ``(n + rate_cloud · PRIOR_HOURS) / (E + PRIOR_HOURS)``. With no lifetimes it is the cloud's
+  rate; with many it is the observed ``n / E`` (the exponential MLE). Labelled ``observed+…``.
 - No observation: a per-cloud default from the thesis' availability study (§6.3, Fig. 6.2):
   GCP preemptible VMs are preempted at least once per 24 h (rate 1/24); AWS spot instances were
   reliably available for longer than GCP's and preempted "on the order of hours" (we assume a
@@ -34,13 +41,15 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from spotopt.db.models import InstanceType, Interruption
-from spotopt.db.queries import MarketFilter, Quote, prices_at
+from spotopt.db.queries import MarketFilter, Quote, observed_lifetimes, prices_at
 
 HOURS_PER_MONTH = 730.0
 BUCKET_MIDPOINT_PERCENT = ((5.0, 2.5), (10.0, 7.5), (15.0, 12.5), (20.0, 17.5))
 OPEN_BUCKET_PERCENT = 25.0
 DEFAULT_RATE_PER_HOUR = {"gcp": 1 / 24, "aws": 1 / 48, "azure": 1 / 24}
 RATE_KINDS = ("advisor-bucket", "eviction-rate")
+PRIOR_HOURS = 48.0
+"""Weight of the cloud's own rate, in instance-hours of exposure, against observed lifetimes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +58,7 @@ class MarketState:
 
     quote: Quote
     preemptions_per_hour: float
-    rate_source: str  # on-demand | advisor-bucket | eviction-rate | default
+    rate_source: str  # on-demand | advisor-bucket | eviction-rate | default, "observed+" with lifetimes
     rate_observed_at: datetime | None
 
     @property
@@ -124,6 +133,7 @@ def snapshot(session: Session, at: datetime, flt: MarketFilter | None = None) ->
     flt = flt or MarketFilter()
     quotes = prices_at(session, at, flt)
     rates = _latest_interruptions(session, at, flt.clouds)
+    lives = observed_lifetimes(session, at, [q.market_id for q in quotes if q.market == "spot"])
     states = []
     for q in quotes:
         if q.market != "spot":
@@ -133,8 +143,18 @@ def snapshot(session: Session, at: datetime, flt: MarketFilter | None = None) ->
             (q.cloud, q.instance_type, q.region, "")
         )
         if hit is None:
-            states.append(MarketState(q, DEFAULT_RATE_PER_HOUR[q.cloud], "default", None))
+            state = MarketState(q, DEFAULT_RATE_PER_HOUR[q.cloud], "default", None)
         else:
             kind, value, observed = hit
-            states.append(MarketState(q, rate_per_hour(kind, value), kind, observed))
+            state = MarketState(q, rate_per_hour(kind, value), kind, observed)
+        states.append(with_lifetimes(state, lives.get(q.market_id)))
     return states
+
+
+def with_lifetimes(state: MarketState, observed: tuple[int, float] | None) -> MarketState:
+    """``state``'s rate refined by ``(preemptions, exposure hours)`` (see the module docstring)."""
+    if observed is None:
+        return state
+    events, hours = observed
+    rate = (events + state.preemptions_per_hour * PRIOR_HOURS) / (hours + PRIOR_HOURS)
+    return MarketState(state.quote, rate, f"observed+{state.rate_source}", state.rate_observed_at)

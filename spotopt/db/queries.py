@@ -252,6 +252,36 @@ def preemption_ends(session: Session, since: datetime, until: datetime) -> list[
     return [(int(m), ended) for m, ended in session.execute(stmt).all() if ended is not None]
 
 
+def observed_lifetimes(
+    session: Session, at: datetime, market_ids: Sequence[int]
+) -> dict[int, tuple[int, float]]:
+    """Per market: ``(preemptions, exposure hours)`` of the recorded spot instances up to ``at``.
+
+    Exposure counts each instance from its start to its end, or to ``at`` if it ended later or
+    still runs (a censored life); a preemption counts only if it happened by ``at``. Nothing after
+    ``at`` is read, so a replay learns only what it pretends to know.
+    """
+    if not market_ids:
+        return {}
+    stmt = (
+        select(
+            InstanceLifetime.market_id,
+            InstanceLifetime.started_at,
+            InstanceLifetime.ended_at,
+            InstanceLifetime.end_reason,
+        )
+        .where(InstanceLifetime.market_id.in_(list(market_ids)), InstanceLifetime.started_at < at)
+        .order_by(InstanceLifetime.market_id)
+    )
+    out: dict[int, tuple[int, float]] = {}
+    for market_id, started, ended, reason in session.execute(stmt).all():
+        end = at if ended is None or ended > at else ended
+        events, hours = out.get(int(market_id), (0, 0.0))
+        preempted = reason == "preempted" and ended is not None and ended <= at
+        out[int(market_id)] = (events + int(preempted), hours + (end - started).total_seconds() / 3600.0)
+    return out
+
+
 def instance_types(session: Session, cloud: str | None = None) -> list[InstanceType]:
     """The catalog as the history holds it (bundled types plus those seen in imports and collections)."""
     stmt = select(InstanceType).order_by(InstanceType.cloud, InstanceType.gpu_model, InstanceType.name)
