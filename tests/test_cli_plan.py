@@ -199,3 +199,18 @@ def test_stale_price_warning_counts_markets_and_names_aws_only_for_aws_spot() ->
         both.startswith("2 of the 2 chosen markets")
         and "AWS records a spot price only when it changes" in both
     )
+
+
+def test_plan_table_keeps_secondary_columns_for_wide(db_url: str, tmp_path: Path) -> None:
+    seed(db_url)
+    jobs = str(write_jobs(tmp_path, "200h"))
+    args = ["--db", db_url, "plan", jobs, "--policy", "min-cost", "--at", "2025-03-02"]
+    narrow = CliRunner().invoke(app, args)
+    wide = CliRunner().invoke(app, [*args, "--wide"])
+    assert narrow.exit_code == wide.exit_code == 0, narrow.output
+    assert "--wide adds" in narrow.output and "--wide adds" not in wide.output
+
+    def columns(text: str) -> int:
+        return next(line for line in text.splitlines() if "┳" in line).count("┳") + 1
+
+    assert columns(wide.output) == columns(narrow.output) + 5

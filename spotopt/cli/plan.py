@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from spotopt.cli.common import parse_time, state
+from spotopt.cli.common import WideOption, parse_time, state
 from spotopt.db.queries import MarketFilter
 from spotopt.errors import InputError
 from spotopt.jobspec import load_jobs
@@ -63,6 +63,7 @@ def plan(
         ),
     ] = "instance",
     fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json.")] = Format.TABLE,
+    wide: WideOption = False,
 ) -> None:
     """Plan jobs on the markets priced at --at with a policy; shows shares, cost, finish and slack."""
     get_policy(policy)  # an unknown name fails before any work, with a did-you-mean
@@ -93,7 +94,14 @@ def plan(
     if fmt is Format.JSON:
         typer.echo(to_json(report))
         return
-    render(_rows(report), fmt, title=_title(report), columns=COLUMNS)
+    render(
+        _rows(report),
+        fmt,
+        title=_title(report),
+        columns=COLUMNS,
+        wide_only=("gpus", "share", "usd_per_step", "runner_up", "throughput"),
+        wide=wide,
+    )
 
 
 def _title(report: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from spotopt.cli.common import check_cloud, parse_duration, parse_time, state
+from spotopt.cli.common import WideOption, check_cloud, parse_duration, parse_time, state
 from spotopt.db.engine import Database
 from spotopt.errors import InputError
 from spotopt.jobspec import load_jobs
@@ -119,6 +119,7 @@ def whatif(
     details: Annotated[
         bool, typer.Option("--details", help="Also show where each job ran (one start only).")
     ] = False,
+    wide: WideOption = False,
 ) -> None:
     """Replay the price history through every strategy: cost, ratio to spot, finish, deadlines, moves."""
     if jobs_file is None and not example:
@@ -160,7 +161,7 @@ def whatif(
             progress.update(task, advance=1, description=f"{name} from {at:%Y-%m-%d %H:%M}")
 
         result = replay(db, request, step)
-    _show(result, fmt, every, plot, details)
+    _show(result, fmt, every, plot, details, wide)
 
 
 def _table_columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -171,7 +172,9 @@ def _table_columns(rows: list[dict[str, Any]]) -> list[str]:
     return [c for c in COLUMNS if c not in empty]
 
 
-def _show(result: ReplayResult, fmt: Format, every: str, plot: Path | None, details: bool) -> None:
+def _show(
+    result: ReplayResult, fmt: Format, every: str, plot: Path | None, details: bool, wide: bool
+) -> None:
     req = result.request
     label = "SYNTHETIC example market" if result.synthetic else "price history"
     title = (
@@ -195,11 +198,20 @@ def _show(result: ReplayResult, fmt: Format, every: str, plot: Path | None, deta
         title=title,
         columns=COLUMNS if fmt is not Format.TABLE else _table_columns(result.rows),
         caption=caption if "oracle" in req.strategies else None,
+        wide_only=("finish_hours", "preemptions", "unfinished_starts"),
+        wide=wide,
     )
     if fmt is Format.TABLE:
         where = result.placements()
         if where and details:
-            render(where, fmt, title="Where each job ran (one start)", columns=PLACEMENT_COLUMNS)
+            render(
+                where,
+                fmt,
+                title="Where each job ran (one start)",
+                columns=PLACEMENT_COLUMNS,
+                wide_only=("zone", "gpu", "gpus"),
+                wide=wide,
+            )
         elif where:
             say("--details shows where each job ran; --plot FILE.png draws it; --format json has everything")
         for note in result.notes:
