@@ -25,7 +25,7 @@ from spotopt.jobspec import parse_jobs
 from spotopt.mover.egress import transfer_matrix
 from spotopt.whatif.jobs import build_jobs
 from spotopt.whatif.preemptions import model_preemptions
-from spotopt.whatif.run import run_strategy
+from spotopt.whatif.run import STRATEGIES, run_strategy
 from spotopt.whatif.timeline import build_timeline
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -101,7 +101,7 @@ def main() -> None:
         f"{args.days} days × {tl.n_markets} markets × {args.jobs} jobs: {sim.n_options} options; "
         f"timeline {t_timeline}, options + preemptions {t_build}"
     )
-    for name in ("on-demand", "spot", "gpu-type", "multi-gpu", "multi-cloud", "dynamic", "spotopt"):
+    for name in (n for n in STRATEGIES if n != "oracle"):
         run = run_strategy(name, tl, sim, events, transfer, 0)
         lap = clock.lap()
         done = int(np.isfinite(run.result.finish_h).sum())
