@@ -51,15 +51,21 @@ DYNAMIC_PERIOD_H = 24.0
 
 def best_per_job(score: Array, sim: SimJobs) -> Array:
     """Per job, the option with the lowest finite ``score`` (-1 if none); ties: lowest index."""
+    return best_among(np.arange(sim.n_options), score, sim)
+
+
+def best_among(idx: Array, score: Array, sim: SimJobs) -> Array:
+    """``best_per_job`` over the options ``idx`` only (``score[k]`` belongs to ``idx[k]``)."""
     out = np.full(sim.n_jobs, -1, dtype=np.int64)
-    finite = np.isfinite(score)
-    if not finite.any():
+    ok = np.isfinite(score)
+    if not ok.any():
         return out
-    idx = np.flatnonzero(finite)
-    order = idx[np.lexsort((idx, score[idx], sim.job[idx]))]
+    idx, score = idx[ok], score[ok]
+    jobs = sim.job[idx]
+    order = np.lexsort((idx, score, jobs))
     first = np.ones(len(order), dtype=bool)
-    first[1:] = sim.job[order][1:] != sim.job[order][:-1]
-    out[sim.job[order][first]] = order[first]
+    first[1:] = jobs[order][1:] != jobs[order][:-1]
+    out[jobs[order][first]] = idx[order][first]
     return out
 
 
@@ -186,18 +192,24 @@ class UniformProgressDecider:
         fast = spot & (sim.steps_per_hour >= od_speed[sim.job] * (1 - 1e-9))
         has_fast = np.zeros(sim.n_jobs, dtype=bool)
         has_fast[sim.job[fast]] = True
-        self.spot = np.where(has_fast[sim.job], fast, spot)
+        self.spot_idx = np.flatnonzero(np.where(has_fast[sim.job], fast, spot))
+        self.od_idx = np.flatnonzero(self.od)
         self.to_end = np.zeros(sim.n_jobs, dtype=bool)
         self.start: int | None = None
 
-    def _fastest_od(self, t: int) -> Array:
+    def _per_step(self, idx: Array, t: int) -> Array:
         sim = self.sim
-        priced = self.od & np.isfinite(self.tl.price[sim.market, t])
-        speed = np.where(priced, sim.steps_per_hour * sim.checkpoint_eff, np.nan)
+        return np.asarray(self.tl.price[sim.market[idx], t] / sim.slots[idx] / sim.steps_per_hour[idx])
+
+    def _fastest_od(self, t: int) -> Array:
+        sim, idx = self.sim, self.od_idx
+        per_step = self._per_step(idx, t)
+        priced = np.isfinite(per_step)
+        speed = np.where(priced, (sim.steps_per_hour * sim.checkpoint_eff)[idx], np.nan)
         top = np.full(sim.n_jobs, -np.inf)
-        np.fmax.at(top, sim.job, speed)
-        fastest = priced & (speed >= top[sim.job])
-        return best_per_job(np.where(fastest, usd_per_step(self.tl, sim, t), np.nan), self.sim)
+        np.fmax.at(top, sim.job[idx], speed)
+        fastest = priced & (speed >= top[sim.job[idx]])
+        return best_among(idx, np.where(fastest, per_step, np.nan), sim)
 
     def __call__(self, t: int, state: SimState) -> Array:
         if self.start is None:
@@ -215,7 +227,7 @@ class UniformProgressDecider:
 
         with np.errstate(invalid="ignore", divide="ignore"):
             left_h = (sim.work - state.progress) / od_speed
-        spot_now = best_per_job(np.where(self.spot, usd_per_step(tl, sim, t), np.nan), sim)
+        spot_now = best_among(self.spot_idx, self._per_step(self.spot_idx, t), sim)
         cur = state.option
         alive = state.alive
         on_od = alive & (cur >= 0) & sim.on_demand[np.maximum(cur, 0)]
