@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -69,6 +71,13 @@ def _details(job: ManagedJob, history: list[JobEvent]) -> dict[str, Any]:
     }
 
 
+def _cell(value: Any) -> Any:
+    """One value of the key/value table: nested fields as one line of JSON, times in ISO 8601."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(", ", ": "))
+    return iso(value) if isinstance(value, datetime) else value
+
+
 @app.command("submit")
 def submit(
     ctx: typer.Context,
@@ -121,12 +130,8 @@ def show(
     elif fmt is Format.CSV:
         render([{"job": job.name, **e} for e in details["events"]], fmt, columns=("job", *_EVENT_COLUMNS))
     else:
-        essentials = {k: v for k, v in details.items() if k != "events"}
         render(
-            [
-                {"field": k, "value": v if not isinstance(v, (dict, list)) else to_json(v)}
-                for k, v in essentials.items()
-            ],
+            [{"field": k, "value": _cell(v)} for k, v in details.items() if k != "events"],
             fmt,
             title=f"Job {job.name}",
         )
