@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from spotopt.db.engine import Database
 from spotopt.db.models import JOB_STATES, JobEvent, ManagedJob
@@ -79,6 +80,29 @@ def test_another_spec_under_the_same_name_is_refused(db: Database, tmp_path: Pat
         jobs.submit(db, write(other_dir))
     assert stored(db) == {"jobs": 1, "events": 1}
     assert jobs.get_job(db, "resnet").budget_usd == 50.0
+
+
+def test_a_submission_racing_another_is_resolved_by_the_unique_name(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process stores the same name after our look-up: the insert fails on the unique
+    constraint and the submission compares with what the other one stored."""
+    first = jobs.submit(db, write(tmp_path), now=T0)
+    real = jobs._existing
+    calls: list[str] = []
+
+    def late(session: Session, name: str) -> ManagedJob | None:
+        calls.append(name)
+        return None if len(calls) == 1 else real(session, name)  # the first look-up misses it
+
+    monkeypatch.setattr(jobs, "_existing", late)
+    assert jobs.submit(db, write(tmp_path)).id == first.id
+    assert calls == ["resnet", "resnet"]
+    calls.clear()
+    with pytest.raises(InputError, match="exists with another spec"):
+        jobs.submit(db, SPEC.replace("budget_usd: 50", "budget_usd: 60"))
+    assert calls == ["resnet", "resnet"]
+    assert stored(db) == {"jobs": 1, "events": 1}
 
 
 def test_dry_run_validates_and_stores_nothing(db: Database, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from spotopt.agent.config import JOB_NAME
@@ -142,35 +143,51 @@ def submit(db: Database, spec: str | Path, dry_run: bool = False, now: datetime 
     job, workdir, source = _load(spec)
     assert job.run is not None and job.checkpoint is not None and job.budget_usd is not None
     text = _canonical(job)
-    digest = hashlib.sha256(text.encode()).hexdigest()
     at = now or datetime.now(UTC)
+    created = ManagedJob(
+        name=job.name,
+        spec_json=text,
+        spec_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        run_command=job.run,
+        workdir=workdir,
+        checkpoint_uri=job.checkpoint.uri,
+        budget_usd=job.budget_usd,
+        max_usd_per_hour=job.max_usd_per_hour,
+        state="pending",
+        created_at=at,
+        updated_at=at,
+    )
+    try:
+        return _store(db, created, source, dry_run)
+    except IntegrityError:
+        # Another process stored this name between our look-up and our insert (the unique
+        # constraint caught it): compare with what it stored, as if it had come first.
+        return _store(db, created, source, dry_run)
+
+
+def _existing(session: Session, name: str) -> ManagedJob | None:
+    return session.scalar(select(ManagedJob).where(ManagedJob.name == name))
+
+
+def _store(db: Database, created: ManagedJob, source: str, dry_run: bool) -> ManagedJob:
+    """Insert ``created`` with its first event, or return the identical stored job, in one transaction."""
     with db.session() as session:
-        stored = session.scalar(select(ManagedJob).where(ManagedJob.name == job.name))
+        stored = _existing(session, created.name)
         if stored is not None:
-            if stored.spec_sha256 != digest or stored.workdir != workdir:
-                what = "spec" if stored.spec_sha256 != digest else f"directory ({stored.workdir})"
+            if (stored.spec_sha256, stored.workdir) != (created.spec_sha256, created.workdir):
+                what = (
+                    "spec" if stored.spec_sha256 != created.spec_sha256 else f"directory ({stored.workdir})"
+                )
                 raise InputError(
-                    f"{source}: jobs[0].name: job {job.name!r} exists with another {what} "
-                    f"(state {stored.state}); submit under a new name or cancel and rename"
+                    f"{source}: jobs[0].name: job {created.name!r} exists with another {what} "
+                    f"(state {stored.state}); submit this one under a new name"
                 )
             return stored
-        created = ManagedJob(
-            name=job.name,
-            spec_json=text,
-            spec_sha256=digest,
-            run_command=job.run,
-            workdir=workdir,
-            checkpoint_uri=job.checkpoint.uri,
-            budget_usd=job.budget_usd,
-            max_usd_per_hour=job.max_usd_per_hour,
-            state="pending",
-            created_at=at,
-            updated_at=at,
-        )
         if dry_run:
             return created
         session.add(created)
         session.flush()
+        at = created.created_at
         session.add(
             JobEvent(job_id=created.id, at=at, from_state=None, to_state="pending", reason="submitted")
         )
