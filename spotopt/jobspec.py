@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -65,6 +66,7 @@ MAX_GPUS = 1024
 MAX_GB = 1e7
 MAX_SECONDS = 7 * 86400.0
 MAX_COMM_RATIO = 100.0
+MAX_USD = 1e9
 
 
 class Work(_Strict):
@@ -128,6 +130,25 @@ class Scaling(_Strict):
     comm_ratio: Annotated[float, Field(ge=0, le=MAX_COMM_RATIO)]
 
 
+class Checkpoint(_Strict):
+    """Where a managed job's checkpoints go (a store URL or a path relative to the job file) and
+    how often (a duration; none: the agent's Young/Daly period)."""
+
+    uri: Annotated[str, Field(min_length=1)]
+    every: str | None = None
+
+    @field_validator("every")
+    @classmethod
+    def _every(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                if parse_duration(value, "every").total_seconds() <= 0:
+                    raise ValueError(f"{value!r} must be longer than 0s")
+            except InputError as exc:
+                raise ValueError(str(exc).removeprefix("every: ")) from None
+        return value
+
+
 StepsPerS = Annotated[float, Field(ge=MIN_STEPS_PER_S, le=MAX_STEPS_PER_S)]
 GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
 Throughputs = dict[str, StepsPerS | dict[GpuCount, StepsPerS]]
@@ -156,6 +177,25 @@ class Job(_Strict):
     dataset: Dataset | None = None
     allow: Allow = Allow()
     scaling: Scaling | None = None
+    # What the mover needs to run the job (``spotopt jobs submit`` requires run, checkpoint and
+    # budget_usd); the planner and the what-if engine ignore these fields.
+    run: Annotated[str, Field(min_length=1)] | None = None
+    checkpoint: Checkpoint | None = None
+    budget_usd: Annotated[float, Field(gt=0, le=MAX_USD)] | None = None
+    max_usd_per_hour: Annotated[float, Field(gt=0, le=MAX_USD)] | None = None
+
+    @field_validator("run")
+    @classmethod
+    def _run(cls, value: str | None) -> str | None:
+        """The command is split like a shell would (no shell runs it): unbalanced quotes fail here."""
+        if value is not None:
+            try:
+                words = shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"not a command line ({exc}); check the quotes") from None
+            if not words:
+                raise ValueError("must name a command, e.g. python train.py")
+        return value
 
     @field_validator("throughput")
     @classmethod
@@ -280,6 +320,7 @@ _FIELDS = {
     "dataset": list(Dataset.model_fields),
     "allow": list(Allow.model_fields),
     "scaling": list(Scaling.model_fields),
+    "checkpoint": list(Checkpoint.model_fields),
     "": list(JobSpec.model_fields),
 }
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import (
     Boolean,
+    CheckConstraint,
     DateTime,
     Dialect,
     Float,
@@ -234,3 +235,73 @@ class Throughput(Base):
 Index("ix_interruptions_observed_at", Interruption.observed_at)
 # Index: interruptions report (survival section), lifetimes started inside [since, until).
 Index("ix_instance_lifetimes_started_at", InstanceLifetime.started_at)
+
+
+JOB_STATES = (
+    "pending",
+    "launching",
+    "running",
+    "moving",
+    "recovering",
+    "done",
+    "failed",
+    "cancelled",
+    "over-budget",
+)
+"""Every state a managed job can be in (``spotopt.mover.jobs.TRANSITIONS`` says which follow which)."""
+
+
+def _state_in(column: str) -> str:
+    """The CHECK that keeps ``column`` inside ``JOB_STATES`` (SQL any backend understands)."""
+    return "{} IN ({})".format(column, ", ".join(f"'{s}'" for s in JOB_STATES))
+
+
+class ManagedJob(Base):
+    """A job submitted to the mover: the validated spec, what it may spend, and where it stands.
+
+    ``spec_json`` is the validated job (canonical JSON, sorted keys) and ``spec_sha256`` its hash:
+    re-submitting the same name is idempotent exactly when the hash (and the directory) agree.
+    """
+
+    __tablename__ = "managed_jobs"
+    __table_args__ = (CheckConstraint(_state_in("state"), name="state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    spec_json: Mapped[str] = mapped_column(Text)
+    spec_sha256: Mapped[str] = mapped_column(String(64))
+    run_command: Mapped[str] = mapped_column(Text)
+    # Where ``run_command`` runs and a relative checkpoint path is resolved: the job file's
+    # directory; NULL when the spec was submitted as text.
+    workdir: Mapped[str | None] = mapped_column(Text)
+    checkpoint_uri: Mapped[str] = mapped_column(Text)
+    budget_usd: Mapped[float] = mapped_column(Float)
+    max_usd_per_hour: Mapped[float | None] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# Index: "jobs in these states" (the executor's tick, ``jobs list`` by state, daemon status).
+Index("ix_managed_jobs_state", ManagedJob.state)
+
+
+class JobEvent(Base):
+    """Append-only: one row per state transition of a managed job, with its time and reason.
+
+    ``from_state`` is NULL for the submission (the job's first state).
+    """
+
+    __tablename__ = "job_events"
+    __table_args__ = (CheckConstraint(_state_in("to_state"), name="to_state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("managed_jobs.id"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+
+
+# Index: "the transitions of one job, in order" (``jobs show``, ``jobs events``).
+Index("ix_job_events_job_at", JobEvent.job_id, JobEvent.at)

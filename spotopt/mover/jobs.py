@@ -1,0 +1,245 @@
+"""Managed jobs: what the mover has been asked to run, and every state it has been in.
+
+A managed job is one job of the planner's spec plus what it takes to run it (``run``,
+``checkpoint: {uri, every}``, ``budget_usd``, optional ``max_usd_per_hour``). It is stored
+validated, as canonical JSON with its sha256, so re-submitting the same spec is a no-op and a
+different spec under the same name is refused. Its state changes only through
+``record_transition``, which checks ``TRANSITIONS`` and writes a ``job_events`` row: the
+executor and the CLI share that one path, so no transition goes unrecorded or unchecked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from spotopt.agent.config import JOB_NAME
+from spotopt.db.engine import Database
+from spotopt.db.models import JOB_STATES, JobEvent, ManagedJob
+from spotopt.errors import InputError
+from spotopt.jobspec import Job, load_jobs, parse_jobs, yaml_problem
+
+__all__ = [
+    "JOB_STATES",
+    "TERMINAL",
+    "TRANSITIONS",
+    "TransitionError",
+    "cancel",
+    "check_transition",
+    "events",
+    "get_job",
+    "job_spec",
+    "list_jobs",
+    "record_transition",
+    "submit",
+]
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    # Waiting for the planner to pick a market; the budget may already be spent (a resubmission).
+    "pending": frozenset({"launching", "cancelled", "failed", "over-budget"}),
+    # A launch in flight: up, back to pending (no capacity), or preempted before it came up.
+    "launching": frozenset({"running", "pending", "recovering", "failed", "cancelled", "over-budget"}),
+    "running": frozenset({"moving", "recovering", "done", "failed", "cancelled", "over-budget"}),
+    # A voluntary move ends running (done, or aborted where it was) or becomes a recovery when a
+    # preemption notice arrives mid-move.
+    "moving": frozenset({"running", "recovering", "done", "failed", "cancelled", "over-budget"}),
+    # Emergency checkpoint and relaunch: running again, relaunching, or nowhere left to run.
+    "recovering": frozenset({"launching", "running", "pending", "failed", "cancelled", "over-budget"}),
+    # Stopped at its budget; runs again only when the budget is raised (back to pending).
+    "over-budget": frozenset({"pending", "cancelled"}),
+    "done": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+}
+"""Which state may follow which; the only source of truth (the CLI and the executor use it)."""
+
+TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+"""States a job never leaves."""
+
+
+class TransitionError(InputError):
+    """A state change that ``TRANSITIONS`` does not allow (e.g. cancelling a finished job)."""
+
+
+def check_transition(from_state: str, to_state: str) -> None:
+    """Raise ``TransitionError`` unless ``from_state`` → ``to_state`` is allowed."""
+    for state in (from_state, to_state):
+        if state not in TRANSITIONS:
+            raise TransitionError(f"state: {state!r} is not a job state; use one of {', '.join(JOB_STATES)}")
+    allowed = TRANSITIONS[from_state]
+    if to_state not in allowed:
+        after = f"it may only become {', '.join(sorted(allowed))}" if allowed else "that state is final"
+        raise TransitionError(f"a {from_state} job cannot become {to_state}: {after}")
+
+
+def record_transition(
+    session: Session, job: ManagedJob, to_state: str, reason: str, at: datetime | None = None
+) -> JobEvent:
+    """Move ``job`` to ``to_state`` and record the event, inside the caller's transaction."""
+    if not reason.strip():
+        raise InputError("reason: give a reason for the state change")
+    try:
+        check_transition(job.state, to_state)
+    except TransitionError as exc:
+        raise TransitionError(f"job {job.name!r}: {exc}") from None
+    at = at or datetime.now(UTC)
+    event = JobEvent(job_id=job.id, at=at, from_state=job.state, to_state=to_state, reason=reason)
+    job.state = to_state
+    job.updated_at = at
+    session.add(event)
+    return event
+
+
+def _load(spec: str | Path) -> tuple[Job, str | None, str]:
+    """The one job of a spec file (``Path``) or YAML text (``str``), its directory and its source."""
+    if isinstance(spec, Path):
+        parsed, workdir, source = load_jobs(spec), str(spec.resolve().parent), str(spec)
+    else:
+        source = "the job spec"
+        try:
+            data = yaml.safe_load(spec)
+        except yaml.YAMLError as exc:
+            raise InputError(f"{source}: not valid YAML: {yaml_problem(exc)}") from None
+        parsed, workdir = parse_jobs(data, source), None
+    if len(parsed.jobs) != 1:
+        raise InputError(
+            f"{source}: jobs: a managed job spec holds exactly one job (found {len(parsed.jobs)}); "
+            "write one file per job"
+        )
+    job = parsed.jobs[0]
+    where = f"jobs[0] ({job.name})"
+    missing = [field for field in ("run", "checkpoint", "budget_usd") if getattr(job, field) is None]
+    if missing:
+        lines = "\n  ".join(f"{where}.{field}: is required for a managed job" for field in missing)
+        raise InputError(f"{source}: invalid job spec:\n  {lines}")
+    if not JOB_NAME.match(job.name):
+        raise InputError(
+            f"{source}: {where}.name: {job.name!r} is not a managed job name; "
+            "use letters, digits, '.', '_' and '-' (it names the checkpoint directory)"
+        )
+    return job, workdir, source
+
+
+def _canonical(job: Job) -> str:
+    """The validated job as JSON with sorted keys: the same spec always gives the same text."""
+    return json.dumps(job.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def submit(db: Database, spec: str | Path, dry_run: bool = False, now: datetime | None = None) -> ManagedJob:
+    """Validate and store one managed job (state ``pending``); return it.
+
+    ``spec`` is a job file (``Path``, its directory becomes the job's ``workdir``) or YAML text.
+    Re-submitting an identical spec returns the stored job unchanged; a different spec under an
+    existing name is an ``InputError``. ``dry_run`` validates and checks the name, stores nothing
+    and returns the job as it would be stored (``id`` None).
+    """
+    job, workdir, source = _load(spec)
+    assert job.run is not None and job.checkpoint is not None and job.budget_usd is not None
+    text = _canonical(job)
+    at = now or datetime.now(UTC)
+    created = ManagedJob(
+        name=job.name,
+        spec_json=text,
+        spec_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        run_command=job.run,
+        workdir=workdir,
+        checkpoint_uri=job.checkpoint.uri,
+        budget_usd=job.budget_usd,
+        max_usd_per_hour=job.max_usd_per_hour,
+        state="pending",
+        created_at=at,
+        updated_at=at,
+    )
+    try:
+        return _store(db, created, source, dry_run)
+    except IntegrityError:
+        # Another process stored this name between our look-up and our insert (the unique
+        # constraint caught it): compare with what it stored, as if it had come first.
+        return _store(db, created, source, dry_run)
+
+
+def _existing(session: Session, name: str) -> ManagedJob | None:
+    return session.scalar(select(ManagedJob).where(ManagedJob.name == name))
+
+
+def _store(db: Database, created: ManagedJob, source: str, dry_run: bool) -> ManagedJob:
+    """Insert ``created`` with its first event, or return the identical stored job, in one transaction."""
+    with db.session() as session:
+        stored = _existing(session, created.name)
+        if stored is not None:
+            if (stored.spec_sha256, stored.workdir) != (created.spec_sha256, created.workdir):
+                what = (
+                    "spec" if stored.spec_sha256 != created.spec_sha256 else f"directory ({stored.workdir})"
+                )
+                raise InputError(
+                    f"{source}: jobs[0].name: job {created.name!r} exists with another {what} "
+                    f"(state {stored.state}); submit this one under a new name"
+                )
+            return stored
+        if dry_run:
+            return created
+        session.add(created)
+        session.flush()
+        at = created.created_at
+        session.add(
+            JobEvent(job_id=created.id, at=at, from_state=None, to_state="pending", reason="submitted")
+        )
+    return created
+
+
+def job_spec(job: ManagedJob) -> Job:
+    """The validated spec a managed job was submitted with."""
+    return Job.model_validate(json.loads(job.spec_json))
+
+
+def list_jobs(db: Database, states: tuple[str, ...] = ()) -> list[ManagedJob]:
+    """Managed jobs (in ``states`` when given), oldest first."""
+    unknown = [s for s in states if s not in JOB_STATES]
+    if unknown:
+        raise InputError(f"--state: {unknown[0]!r} is not a job state; use one of {', '.join(JOB_STATES)}")
+    query = select(ManagedJob).order_by(ManagedJob.created_at, ManagedJob.id)
+    if states:
+        query = query.where(ManagedJob.state.in_(states))
+    with db.session() as session:
+        return list(session.scalars(query))
+
+
+def _find(session: Session, name: str, lock: bool = False) -> ManagedJob:
+    query = select(ManagedJob).where(ManagedJob.name == name)
+    job = session.scalar(query.with_for_update() if lock else query)
+    if job is None:
+        raise InputError(f"NAME: no managed job named {name!r}; `spotopt jobs list` shows them")
+    return job
+
+
+def get_job(db: Database, name: str) -> ManagedJob:
+    """The managed job called ``name``; ``InputError`` if there is none."""
+    with db.session() as session:
+        return _find(session, name)
+
+
+def cancel(db: Database, name: str, reason: str, now: datetime | None = None) -> ManagedJob:
+    """Cancel ``name`` (recorded in ``job_events``); a finished or cancelled job is an error.
+
+    The row is locked (``SELECT … FOR UPDATE`` on PostgreSQL) so a concurrent executor
+    transition cannot interleave between the check and the write.
+    """
+    with db.session() as session:
+        job = _find(session, name, lock=True)
+        record_transition(session, job, "cancelled", reason, now)
+    return job
+
+
+def events(db: Database, name: str) -> list[JobEvent]:
+    """Every state transition of ``name``, in the order they happened."""
+    with db.session() as session:
+        job = _find(session, name)
+        query = select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.at, JobEvent.id)
+        return list(session.scalars(query))
