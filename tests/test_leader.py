@@ -132,8 +132,8 @@ def test_release_hands_over_at_once_and_clears_the_record(db: Database) -> None:
 def test_release_keeps_a_newer_leaders_record(db: Database) -> None:
     """A leader that lost its lock must not erase the record of the one that replaced it."""
     lead = Leadership(db)
-    assert lead.try_acquire()
-    newer = LeaderRecord(host="other-host", pid=4242, since=lead.record.since)  # type: ignore[union-attr]
+    assert lead.try_acquire() and lead.record is not None
+    newer = LeaderRecord(host="other-host", pid=4242, since=lead.record.since)
     with db.session() as session:
         session.merge(Meta(key=LEADER_KEY, value=newer.to_json()))
     lead.release()
