@@ -182,14 +182,14 @@ def enumerate_options(
                     rows["slots"].append(slots)
                     interval = checkpoint_interval_s(job.checkpoint_seconds, rate, period_s)
                     infos.append(OptionInfo(m, d, slots, fig, eff, interval, 0.0))
-    job = np.asarray(rows["job"], dtype=np.int64)
+    job_of = np.asarray(rows["job"], dtype=np.int64)
     market = np.asarray(rows["market"], dtype=np.int64)
     ids = np.array([markets[i].quote.market_id for i in market.tolist()], dtype=np.int64)
-    key = option_key(ids, job, np.array([o.gpus for o in infos], dtype=np.int64))
+    key = option_key(ids, job_of, np.array([o.gpus for o in infos], dtype=np.int64))
     order = np.argsort(key, kind="stable")
     return OptionTable(
         key=key[order],
-        job=job[order],
+        job=job_of[order],
         market=market[order],
         steps_per_hour=np.asarray(rows["tput"], dtype=float)[order],
         slots=np.asarray(rows["slots"], dtype=np.int64)[order],
