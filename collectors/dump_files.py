@@ -274,13 +274,14 @@ def _json_stream(name: str, stream: Any, array_key: str, value_label: str) -> It
 
 class _Events:
     """ijson events with parse errors turned into ``InputError``s that name the last good item
-    and the field being read (``integer overflow`` in ``SpotPrice``, not just "invalid JSON")."""
+    and the field being read (``integer overflow`` in ``SpotPrice``, not just "invalid JSON"): the
+    path of keys inside the item, e.g. ``SpotPrice.x`` for a value nested in it."""
 
     def __init__(self, name: str, stream: Any) -> None:
         self._name = name
         self._parser = ijson.basic_parse(stream, multiple_values=True, use_float=True)
         self.last_item = ""
-        self._last_key: str | None = None
+        self._keys: list[str | None] = []  # the key being read in each open object
 
     def __iter__(self) -> _Events:
         return self
@@ -293,10 +294,18 @@ class _Events:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if "premature EOF" in detail:
                 raise InputError(f"{self._name}: the JSON ends early{after} (truncated?)") from None
-            field = f" in field {self._last_key!r}" if self._last_key is not None else ""
+            path = ".".join(k for k in self._keys[1:] if k is not None) or next(
+                (k for k in self._keys if k is not None), ""
+            )
+            field = f" in field {path!r}" if self._keys and path else ""
             raise InputError(f"{self._name}: not valid JSON{field}{after} ({detail})") from None
-        if event[0] == "map_key":
-            self._last_key = event[1]
+        kind = event[0]
+        if kind == "start_map":
+            self._keys.append(None)
+        elif kind == "end_map" and self._keys:
+            self._keys.pop()
+        elif kind == "map_key" and self._keys:
+            self._keys[-1] = event[1]
         return event
 
 

@@ -164,7 +164,7 @@ def test_one_corrupted_aws_field_fails_naming_it_or_imports(
     if isinstance(outcome, InputError):
         where = f"line {index + 1}: {field}" if lines else f"SpotPriceHistory[{index}].{field}"
         if "not valid JSON" in str(outcome):  # the parser itself failed (e.g. 2**63): the field it read
-            where = f"in field {field!r}"
+            where = f"in field '{field}"  # the path starts with the item's field
         assert where in str(outcome) and "spot.json" in str(outcome), outcome
     else:
         assert len(outcome) == len(items)  # every item is a price or a counted rejection
