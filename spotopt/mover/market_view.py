@@ -55,21 +55,27 @@ def market_view(
     """The options of ``spec``'s jobs at ``at``; ``locations`` (the fleet's) gains new regions."""
     markets = snapshot(session, at, flt)
     table = enumerate_options(spec, markets, at, figures, period_h=period_h, billing=billing)
-    baseline, revert = market_forecast(session, markets, at, period_h, history_h)
+    baseline, revert = market_forecast(session, markets, at, period_h, history_h, flt)
     opts = price_options(table, markets, at, locations, baseline, revert)
     return MarketView(at, markets, table, opts)
 
 
 def market_forecast(
-    session: Session, markets: Sequence[MarketState], at: datetime, period_h: float, history_h: float
+    session: Session,
+    markets: Sequence[MarketState],
+    at: datetime,
+    period_h: float,
+    history_h: float,
+    flt: MarketFilter | None = None,
 ) -> tuple[Array, Array]:
-    """Per market: the forecast's baseline and expected hours to it at ``at`` (instance prices)."""
+    """Per market: the forecast's baseline and expected hours to it at ``at`` (instance prices);
+    ``flt`` as the snapshot's, so only those markets' history is read."""
     since = at - timedelta(hours=history_h)
     n_ticks = int(np.floor(history_h / period_h + 1e-9)) + 1
     ticks_s = (np.arange(n_ticks) * period_h - (n_ticks - 1) * period_h) * 3600.0  # ends at ``at``
     ids = {m.quote.market_id: i for i, m in enumerate(markets)}
     rows: dict[int, list[tuple[float, float]]] = {i: [] for i in range(len(markets))}
-    for q in price_history(session, MarketFilter(), since=since, until=at):
+    for q in price_history(session, flt or MarketFilter(), since=since, until=at):
         i = ids.get(q.market_id)
         if i is not None and q.observed_at <= at:
             rows[i].append(((q.observed_at - at).total_seconds(), q.usd_per_hour))

@@ -90,7 +90,7 @@ def run_whatif(
 
 
 @dataclass(frozen=True)
-class Replay:
+class RunInputs:
     """What every strategy of one replay shares: the market, the jobs, the preemptions, the
     egress prices, and the ``spotopt`` strategy's guardrails and policy."""
 
@@ -105,15 +105,15 @@ class Replay:
         return simulate(self.tl, self.sim, self.events, self.transfer, decider, start, free_moves)
 
 
-Runner = Callable[[Replay, int], StrategyRun]
-"""``runner(replay, start_tick) -> StrategyRun``."""
+Runner = Callable[[RunInputs, int], StrategyRun]
+"""``runner(inputs, start_tick) -> StrategyRun``."""
 
 STRATEGIES: Registry[Runner] = Registry("strategy", "strategies")
 """Every strategy by name, in the order the what-if shows them (``spotopt.whatif.strategies``)."""
 
 
 def _rule(name: str) -> Runner:
-    def run(r: Replay, start: int) -> StrategyRun:
+    def run(r: RunInputs, start: int) -> StrategyRun:
         decider = rule_decider(name, r.tl, r.sim, start)
         return StrategyRun(name, r.simulate(decider, start, free_moves=name == "dynamic"))
 
@@ -125,19 +125,19 @@ for _name in (*FIXED, *PERIODIC):
 
 
 @STRATEGIES.register("uniform-progress")
-def _uniform_progress(r: Replay, start: int) -> StrategyRun:
+def _uniform_progress(r: RunInputs, start: int) -> StrategyRun:
     return StrategyRun("uniform-progress", r.simulate(UniformProgressDecider(r.tl, r.sim), start))
 
 
 @STRATEGIES.register("spotopt")
-def _spotopt(r: Replay, start: int) -> StrategyRun:
+def _spotopt(r: RunInputs, start: int) -> StrategyRun:
     spot = SpotoptDecider(r.tl, r.sim, r.transfer, r.guard, r.policy)
     result = r.simulate(spot, start)
     return StrategyRun("spotopt", result, notes=[*spot.notes, f"policy solves: {spot.solves}"])
 
 
 @STRATEGIES.register("oracle")
-def _oracle(r: Replay, start: int) -> StrategyRun:
+def _oracle(r: RunInputs, start: int) -> StrategyRun:
     tl, sim = r.tl, r.sim
     plan = np.full((sim.n_jobs, tl.n_ticks - start), -1, dtype=np.int64)
     bound = np.full(sim.n_jobs, np.inf)
@@ -165,7 +165,7 @@ def run_strategy(
     policy: str | None = None,
 ) -> StrategyRun:
     """Run the registered strategy ``name`` (did-you-mean ``InputError`` for an unknown one)."""
-    return STRATEGIES.lookup(name)(Replay(tl, sim, events, transfer, guard or Guardrails(), policy), start)
+    return STRATEGIES.lookup(name)(RunInputs(tl, sim, events, transfer, guard or Guardrails(), policy), start)
 
 
 def _mean(values: list[float]) -> float | None:
