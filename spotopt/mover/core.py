@@ -169,9 +169,9 @@ def solve_policy(name: str, inp: PolicyInput, notes: list[str] | None = None) ->
 def targets(problem: PolicyProblem, alloc: Allocation, cur: Array) -> dict[int, int]:
     """Per fleet job, the position (in the ``Options``) of the option it should run on now.
 
-    Among the job's options with a positive share: the one it runs on (``cur``), or that one
-    too when the policy gave its time to an option of the same speed, else the cheapest per
-    step. ``min-cost-slo`` may mix a cheap slow option with a fast one; run in this
+    Among the job's options with a positive share the cheapest per step, unless the policy gives
+    time to the one the job runs on (``cur``) or to an option of the same speed: then that one.
+    ``min-cost-slo`` may mix a cheap slow option with a fast one; run in this
     order, the job switches once, when the policy gives its current option no more time (the
     policy is solved again as time passes, and the planner moves a job whose option can no
     longer finish in time).
@@ -188,7 +188,7 @@ def targets(problem: PolicyProblem, alloc: Allocation, cur: Array) -> dict[int, 
     speed_now[fleet_job[on]] = inp.steps_per_hour[on]
     same_leg = np.zeros(len(cur), dtype=bool)
     same_leg[fleet_job[used & np.isclose(inp.steps_per_hour, speed_now[fleet_job])]] = True
-    order = np.lexsort((per_step, ~running, inp.job))
+    order = np.lexsort((per_step, inp.job))
     order = order[used[order]]
     first = np.ones(len(order), dtype=bool)
     first[1:] = inp.job[order][1:] != inp.job[order][:-1]
