@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from spotopt.catalog import gpu_matches
 from spotopt.jobspec import Job
+from spotopt.young_daly import young_daly_s
 
 DEFAULT_COMM_RATIO = 0.01
 """Communication/compute ratio of one data-parallel step when a job has no multi-GPU figures:
@@ -90,7 +91,7 @@ def checkpoint_interval_s(
     Young/Daly ``sqrt(2·C·MTBF)``; with ``period_s``, at most one period and shortened to divide
     it evenly, so a checkpoint falls on every period boundary (also without preemptions).
     """
-    tau = math.sqrt(2.0 * checkpoint_s * 3600.0 / rate_per_hour) if rate_per_hour > 0 else None
+    tau = young_daly_s(checkpoint_s, rate_per_hour) if rate_per_hour > 0 else None
     if period_s is None or period_s <= 0:
         return tau
     if tau is None or tau >= period_s:

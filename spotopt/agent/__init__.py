@@ -27,8 +27,9 @@ import time
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from spotopt.agent.config import ENV_VARS, AgentConfig, young_daly_s
+from spotopt.agent.config import ENV_VARS, AgentConfig
 from spotopt.agent.core import EXIT_STOPPED, EXIT_SUPERSEDED, Agent, Clock
+from spotopt.young_daly import young_daly_s
 
 __all__ = [
     "ENV_VARS",

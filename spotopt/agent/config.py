@@ -106,18 +106,6 @@ class AgentConfig:
         )
 
 
-def young_daly_s(checkpoint_s: float, preemptions_per_hour: float) -> float:
-    """Young/Daly's optimal checkpoint period ``sqrt(2 · C · MTBF)`` in seconds (MTBF = 1/rate).
-
-    It balances the time spent writing checkpoints (``C/tau`` of all time) against the expected
-    recomputation after a preemption (``tau/2`` per preemption); ``spotopt.throughput`` uses the
-    same rule to price preemption loss, so the plan and the agent agree.
-    """
-    if preemptions_per_hour <= 0:
-        return math.inf
-    return math.sqrt(2.0 * checkpoint_s * 3600.0 / preemptions_per_hour)
-
-
 def _script_job_name() -> str:
     stem = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
     name = re.sub(r"[^A-Za-z0-9._-]", "-", stem).lstrip("-._")

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
-from spotopt.agent.config import AgentConfig, young_daly_s
+from spotopt.agent.config import AgentConfig
 from spotopt.agent.notices import NoticeKind, NoticePoller, poller_for
 from spotopt.checkpoints.control import ControlRequest, RequestKind, acknowledge, pending_requests
 from spotopt.checkpoints.heartbeat import AgentState, Heartbeat, mark_finished, write_heartbeat
@@ -35,6 +35,7 @@ from spotopt.checkpoints.location import Location
 from spotopt.checkpoints.manifest import Manifest
 from spotopt.checkpoints.store import restore_latest, write_checkpoint
 from spotopt.errors import SupersededError
+from spotopt.young_daly import young_daly_s
 
 Clock = Callable[[], float]
 EXIT_STOPPED = 0
@@ -101,7 +102,7 @@ class Agent:
     def start_step(self) -> int:
         """The step the restored checkpoint reached (0 without one); resumes first if needed."""
         self.resume()
-        return self._last.step if self._last else 0
+        return self._last_step()
 
     def progress(self, step: int) -> None:
         """Record that ``step`` steps are done. Cheap: the heartbeat thread reports it."""

@@ -104,7 +104,7 @@ def run_local(
         if finished or status.state != "exited":
             break
     render(rows, fmt, title=f"{name}: placements")
-    if not read_finished(loc, name):
+    if not finished:
         raise ProviderError(
             f"job {name} did not finish (last state {rows[-1]['state']}); see {rows[-1]['log']}"
         )

@@ -163,8 +163,9 @@ class LocalProvider:
         found = []
         for home in (self.state_dir / "instances").iterdir():
             record = self._read(home.name)
-            if record is not None and matches(self._instance(record), job, tags):
-                found.append(self._instance(record))
+            instance = None if record is None else self._instance(record)
+            if instance is not None and matches(instance, job, tags):
+                found.append(instance)
         return sorted_instances(found)
 
     # -- what a cloud does to spot instances -------------------------------------------------
