@@ -280,6 +280,16 @@ class ManagedJob(Base):
     state: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # What the executor knows (revision 0005). ``epoch`` is the newest epoch handed to a placement
+    # (0: none yet); ``placement_id`` the placement that holds (or will hold) the lease.
+    epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    placement_id: Mapped[int | None] = mapped_column(Integer)
+    # The newest heartbeat the daemon read: progress, measured rate, newest verified checkpoint.
+    steps: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    steps_per_s: Mapped[float | None] = mapped_column(Float)
+    checkpoint_name: Mapped[str | None] = mapped_column(Text)
+    checkpoint_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 # Index: "jobs in these states" (the executor's tick, ``jobs list`` by state, daemon status).
@@ -305,3 +315,114 @@ class JobEvent(Base):
 
 # Index: "the transitions of one job, in order" (``jobs show``, ``jobs events``).
 Index("ix_job_events_job_at", JobEvent.job_id, JobEvent.at)
+
+
+PLACEMENT_STATES = ("launching", "running", "ended", "failed")
+"""``launching``: the launch is journaled (it may or may not have happened); ``running``: the
+provider returned an instance; ``ended``: it is gone (``end_reason`` says why); ``failed``: the
+launch never produced an instance (no capacity, an error)."""
+
+
+class Placement(Base):
+    """One instance of a managed job: where it ran, at what price, from when to when.
+
+    The ledger (``spotopt.mover.ledger``) bills each placement from ``started_at`` (the launch
+    call returned) to ``ended_at`` (the terminate call returned, or when we saw it gone).
+    ``key`` is the idempotency key handed to the provider, so a launch re-done after a crash
+    finds the same instance.
+    """
+
+    __tablename__ = "placements"
+    __table_args__ = (
+        UniqueConstraint("key"),
+        CheckConstraint("state IN ({})".format(", ".join(f"'{s}'" for s in PLACEMENT_STATES)), name="state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("managed_jobs.id"), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    key: Mapped[str] = mapped_column(String(128))
+    provider: Mapped[str] = mapped_column(String(32))
+    market_id: Mapped[int] = mapped_column(ForeignKey("markets.id"))
+    gpus: Mapped[int] = mapped_column(Integer)
+    instances: Mapped[float] = mapped_column(Float)
+    """Instances billed per job slot (``Options.instances_per_hour``: 1, or a share of one)."""
+    usd_per_hour: Mapped[float] = mapped_column(Float)
+    """The job slot's price when it was launched (the ledger bills the price in effect)."""
+    instance_id: Mapped[str | None] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    end_reason: Mapped[str | None] = mapped_column(String(32))
+
+
+class JobMove(Base):
+    """One run of the move state machine (``spotopt.mover.executor``): a start, a voluntary move,
+    a recovery after a preemption, or a stop (budget, cancel, finish)."""
+
+    __tablename__ = "job_moves"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("managed_jobs.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    step: Mapped[str] = mapped_column(String(32))
+    """Where the state machine stands (``spotopt.mover.executor.STEPS``)."""
+    from_placement_id: Mapped[int | None] = mapped_column(ForeignKey("placements.id"))
+    to_placement_id: Mapped[int | None] = mapped_column(ForeignKey("placements.id"))
+    market_id: Mapped[int | None] = mapped_column(ForeignKey("markets.id"))
+    gpus: Mapped[int | None] = mapped_column(Integer)
+    saving_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    checkpoint_name: Mapped[str | None] = mapped_column(Text)
+    checkpoint_step: Mapped[int | None] = mapped_column(Integer)
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    """None while open; ``done``, ``aborted`` (the job stayed where it was) or ``failed``."""
+    detail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class JournalEntry(Base):
+    """One side effect: its intent is committed before the call and its result after it.
+
+    ``key`` (``m<move id>:<step>``) is unique, so a step is journaled once however often a
+    crashed daemon resumes it, and it is what the provider sees as the idempotency key.
+    """
+
+    __tablename__ = "journal"
+    __table_args__ = (UniqueConstraint("key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("managed_jobs.id"), index=True)
+    move_id: Mapped[int | None] = mapped_column(ForeignKey("job_moves.id"))
+    action: Mapped[str] = mapped_column(String(32))
+    key: Mapped[str] = mapped_column(String(160))
+    status: Mapped[str] = mapped_column(String(16))
+    """``intent`` (the call may or may not have happened), ``done`` or ``failed``."""
+    detail: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class DaemonTick(Base):
+    """One reconcile + rebalance round of the daemon (``daemon status`` shows the newest)."""
+
+    __tablename__ = "daemon_ticks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    dry_run: Mapped[bool] = mapped_column(Boolean)
+    summary: Mapped[str | None] = mapped_column(Text)
+    """JSON: jobs by state, decisions, side effects, errors."""
+
+
+# Index: "open moves" (every tick) and "moves of one job" (``jobs show``).
+Index("ix_job_moves_open", JobMove.outcome, JobMove.job_id)
+# Index: "unfinished journal steps" (reconcile on start and every tick).
+Index("ix_journal_status", JournalEntry.status)
