@@ -137,7 +137,7 @@ class Agent:
             answering = dict(self._triggers)
         try:
             yield staging
-            now = datetime.fromtimestamp(self.clock(), UTC)
+            now = self._now()
             try:
                 manifest = write_checkpoint(
                     loc, self.config.job, step, self.config.epoch, staging, now, self.config.keep
@@ -192,7 +192,7 @@ class Agent:
         except SupersededError as exc:
             self._supersede(str(exc))
             self._exit_superseded()
-        now = datetime.fromtimestamp(self.clock(), UTC)
+        now = self._now()
         mark_finished(loc, self.config.job, self.config.epoch, last.name if last else None, self._step, now)
         if self.config.managed:
             self._heartbeat(AgentState.FINISHED)
@@ -273,6 +273,7 @@ class Agent:
                 return self._loc
             loc = Location(self.config.checkpoint_uri, self.config.storage_options)
             if self.config.managed:
+                self._await_lease(loc)
                 try:
                     check_epoch(loc, self.config.job, self.config.epoch)
                 except SupersededError as exc:
@@ -290,6 +291,27 @@ class Agent:
                     self._thread = threading.Thread(target=self._run, name="spotopt-agent", daemon=True)
                     self._thread.start()
             return loc
+
+    def _await_lease(self, loc: Location) -> None:
+        """Wait while the lease is older than our epoch: the daemon launched us ahead of a move
+        (make-before-break) and grants us the lease once the old placement's checkpoint is
+        verified. A ``waiting`` heartbeat tells the daemon we are up; nothing is restored or
+        written meanwhile, so the old placement keeps training undisturbed."""
+        job, epoch = self.config.job, self.config.epoch
+        announced = False
+        while (lease := read_lease(loc, job)) is not None and lease.epoch < epoch:
+            if not announced:
+                self._warn(f"job {job}: epoch {epoch} waits for the lease (held by epoch {lease.epoch})")
+                announced = True
+            write_heartbeat(
+                loc,
+                Heartbeat(job, epoch, AgentState.WAITING, 0, None, None, None, self._now()),
+            )
+            if self._halt.wait(self.config.poll_s):
+                return
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
 
     def _run(self) -> None:
         while not self._superseded:
@@ -327,7 +349,7 @@ class Agent:
 
     def _answer(self, triggers: dict[str, ControlRequest | None], manifest: Manifest | None) -> None:
         """Clear the triggers a checkpoint satisfied and acknowledge the daemon's requests."""
-        now = datetime.fromtimestamp(self.clock(), UTC)
+        now = self._now()
         for reason, request in triggers.items():
             self._triggers.pop(reason, None)
             if request is not None and self._loc is not None:

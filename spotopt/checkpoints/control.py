@@ -43,9 +43,16 @@ class Acknowledgement:
     acknowledged_at: datetime
 
 
-def send_request(loc: Location, job: str, epoch: int, kind: RequestKind, now: datetime) -> ControlRequest:
-    """Ask the agent of ``epoch`` to checkpoint (and stop). Returns the request to wait on."""
-    request = ControlRequest(f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", job, epoch, kind, now)
+def send_request(
+    loc: Location, job: str, epoch: int, kind: RequestKind, now: datetime, request_id: str | None = None
+) -> ControlRequest:
+    """Ask the agent of ``epoch`` to checkpoint (and stop). Returns the request to wait on.
+
+    ``request_id`` (letters, digits, ``-``, ``_``) makes the request idempotent: the executor
+    derives it from its journal key, so re-sending after a crash rewrites the same request.
+    """
+    rid = request_id or f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    request = ControlRequest(rid, job, epoch, kind, now)
     loc.write_json(
         loc.path(job, CONTROL, f"{request.id}.json"),
         {"id": request.id, "job": job, "epoch": epoch, "kind": str(kind), "created_at": now.isoformat()},

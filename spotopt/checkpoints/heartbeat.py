@@ -19,6 +19,8 @@ FINISHED = "finished.json"
 
 
 class AgentState(StrEnum):
+    WAITING = "waiting"
+    """Started before its lease (a make-before-break move): up, restoring nothing, writing nothing."""
     RUNNING = "running"
     STOPPING = "stopping"
     """A stop was requested (SIGTERM, a notice, the daemon); the agent is saving a checkpoint."""

@@ -53,16 +53,22 @@ def read_lease(loc: Location, job: str) -> Lease | None:
     )
 
 
-def grant_lease(loc: Location, job: str, now: datetime) -> Lease:
-    """Give the job a new epoch (current + 1, or 1) and fence every older writer.
+def grant_lease(loc: Location, job: str, now: datetime, epoch: int | None = None) -> Lease:
+    """Give the job a new epoch and fence every older writer.
 
-    The daemon calls this before it launches a placement and passes the new epoch to it.
+    ``epoch`` None: current + 1 (or 1). A given ``epoch`` makes the grant idempotent, which is
+    what a journaled executor needs when it re-does the step after a crash: a lease already at
+    ``epoch`` or beyond is returned unchanged. The daemon grants a placement's epoch before it
+    launches it (a start) or once the old placement's checkpoint is verified (a move: the new
+    placement's agent waits for it).
     """
     from spotopt.checkpoints.store import trusted_checkpoints
 
     current = read_lease(loc, job)
+    if epoch is not None and current is not None and current.epoch >= epoch:
+        return current
     inherited = frozenset(m.name for m in trusted_checkpoints(loc, job, current))
-    lease = Lease(job, (current.epoch if current else 0) + 1, now, inherited)
+    lease = Lease(job, epoch if epoch is not None else (current.epoch if current else 0) + 1, now, inherited)
     loc.write_json(
         loc.path(job, LEASE_FILE),
         {"job": job, "epoch": lease.epoch, "granted_at": now.isoformat(), "inherited": sorted(inherited)},
