@@ -72,6 +72,16 @@ def load_state(directory: Path) -> tuple[dict[str, np.ndarray], list[float]]:
     return params, [float(v) for v in np.load(directory / "losses.npy")]
 
 
+def held(until_file: Path | None, step: int) -> bool:
+    """True while ``until_file`` says not to go past ``step`` yet."""
+    if until_file is None:
+        return False
+    try:
+        return step >= int(until_file.read_text(encoding="utf-8").strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=2000)
@@ -80,23 +90,39 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write weights.npy and losses.npy here when done")
     parser.add_argument("--log", type=Path, help="append '<step> <loss hex>' per step")
     parser.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (tests: slow it down)")
+    parser.add_argument(
+        "--until-file",
+        type=Path,
+        help="tests: train no further than the step number this file holds (absent: no limit); "
+        "the agent is still served while waiting, so the daemon can checkpoint, move or stop the job",
+    )
     args = parser.parse_args()
 
     x, y = make_data(args.seed)
     ckpt = agent.resume()
     params, losses = load_state(ckpt) if ckpt else (init_params(args.seed), [])
     log = args.log.open("a", encoding="utf-8") if args.log else None
-    for step in range(agent.start_step(), args.steps):
+    step = agent.start_step()
+    while step < args.steps:
+        if held(args.until_file, step):
+            if agent.should_checkpoint():
+                with agent.checkpoint(step) as d:
+                    save_state(d, params, losses)
+            if agent.should_stop():
+                break
+            time.sleep(0.01)
+            continue
         loss = train_step(params, x, y, args.seed, step, args.lr)
+        step += 1
         losses.append(loss)
         if log:
-            log.write(f"{step + 1} {loss.hex()}\n")
+            log.write(f"{step} {loss.hex()}\n")
             log.flush()
         if args.step_delay:
             time.sleep(args.step_delay)
-        agent.progress(step + 1)
-        if agent.should_checkpoint() or step + 1 == args.steps:
-            with agent.checkpoint(step + 1) as d:
+        agent.progress(step)
+        if agent.should_checkpoint() or step == args.steps:
+            with agent.checkpoint(step) as d:
                 save_state(d, params, losses)
         if agent.should_stop():
             break

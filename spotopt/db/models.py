@@ -373,6 +373,13 @@ class JobMove(Base):
     to_placement_id: Mapped[int | None] = mapped_column(ForeignKey("placements.id"))
     market_id: Mapped[int | None] = mapped_column(ForeignKey("markets.id"))
     gpus: Mapped[int | None] = mapped_column(Integer)
+    instances: Mapped[float | None] = mapped_column(Float)
+    usd_per_hour: Mapped[float | None] = mapped_column(Float)
+    """The target slot's price when the move was decided (the launch re-checks the budget with it)."""
+    epoch: Mapped[int | None] = mapped_column(Integer)
+    """The epoch of the placement this move launches (allocated when the move opens)."""
+    then_state: Mapped[str | None] = mapped_column(String(16))
+    """A stop's final job state (``over-budget``, ``done``); None for cancelled jobs."""
     saving_usd: Mapped[float] = mapped_column(Float, default=0.0)
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     checkpoint_name: Mapped[str | None] = mapped_column(Text)

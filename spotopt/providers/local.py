@@ -103,10 +103,12 @@ class LocalProvider:
                 "pid": None,
             }
             self._write(record)
+            # Notices of a local instance are files, whatever cloud its market stands for.
             env = {
                 **os.environ,
                 **agent_environment(spec, market),
                 "SPOTOPT_NOTICE_FILE": str(home / "notice"),
+                "SPOTOPT_CLOUD": spec.env.get("SPOTOPT_CLOUD", "local"),
             }
             runner = ["/bin/sh", "-c", RUNNER, str(home / "exit_code")]
             try:

@@ -1,0 +1,445 @@
+"""The daemon's rounds: watch, decide through the one decision core, and hand moves to the executor.
+
+``tick()`` is one reconcile + rebalance round (what ``spotopt daemon run --once`` runs and what
+the scheduler runs every planning period); ``poll()`` is the cheap round run every few seconds
+(heartbeats, notices, finishing, waiting steps of open moves).
+
+A tick, in order:
+
+1. **Reconcile** (``Executor.reconcile``): instances of ours that no live placement owns are
+   terminated, and every open move is carried on from the step its row records.
+2. **Watch**: per running job, the heartbeat of its placement and the provider's view: finished
+   jobs are stopped and marked done; a vanished or preempted placement is *lost*; a stopping
+   agent that nobody asked to stop got a *notice*.
+3. **Budgets**: a job whose spend so far plus one more period at the price in effect would pass
+   its ``budget_usd`` is checkpointed and stopped (``over-budget``).
+4. **Decide**: the jobs without a move under way, their options priced from the SQL history at
+   the tick's time (``spotopt.mover.market_view``, the builder ``spotopt plan`` uses; markets
+   that refused capacity recently are unavailable), handed to ``spotopt.mover.core.decide`` —
+   the function the what-if engine's ``spotopt`` strategy calls. Its memory is kept in the
+   ``meta`` table so a restarted daemon decides exactly as before.
+5. **Act**: each decided move becomes a ``JobMove`` for the executor, which runs it as far as it
+   can go now. ``dry_run`` stops after logging what it would do: no journal, no provider call.
+
+Every decision and side effect is one logfmt line (``spotopt.mover.eventlog``); the tick's
+summary is stored in ``daemon_ticks`` for ``spotopt daemon status``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from spotopt.db.engine import Database
+from spotopt.db.models import DaemonTick, ManagedJob, Meta, Placement
+from spotopt.jobspec import Job, JobSpec
+from spotopt.mover import jobs as jobstore
+from spotopt.mover.core import Memory, decide
+from spotopt.mover.eventlog import log_event
+from spotopt.mover.executor import Executor, Observation, Timeouts, open_move_jobs, utcnow
+from spotopt.mover.fleet import FleetState, Move
+from spotopt.mover.guardrails import Guardrails
+from spotopt.mover.ledger import price_in_effect, spent_usd
+from spotopt.mover.market_view import MarketView, market_view
+from spotopt.plan import location_index, option_key
+from spotopt.providers.base import Provider
+from spotopt.throughput_store import stored_figures
+from spotopt.times import parse_duration
+
+MEMORY_KEY = "mover_memory"
+"""``meta`` row holding the decision core's ``Memory`` (JSON)."""
+ACTIVE = ("pending", "running", "recovering")
+"""Job states the decision core plans for (the others are under way or final)."""
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    period_h: float = 1.0
+    guardrails: Guardrails = field(default_factory=Guardrails)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    billing: str = "instance"
+    dry_run: bool = False
+    policy: str | None = None
+
+
+@dataclass
+class TickReport:
+    """What one tick saw and did (stored as the ``daemon_ticks`` summary)."""
+
+    started_at: datetime
+    jobs: dict[str, int] = field(default_factory=dict)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    opened: list[int] = field(default_factory=list)
+    open_moves: int = 0
+    leaked: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "decisions": self.decisions,
+            "opened_moves": self.opened,
+            "open_moves": self.open_moves,
+            "leaked": self.leaked,
+            "notes": self.notes,
+        }
+
+
+class Daemon:
+    """One daemon's rounds over ``db`` with ``provider`` (None: dry run, no provider at all)."""
+
+    def __init__(
+        self,
+        db: Database,
+        provider: Provider | None,
+        settings: DaemonSettings = DaemonSettings(),
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        still_leader: Callable[[], bool] = lambda: True,
+        agent_env: dict[str, str] | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.clock = clock
+        self.dry_run = settings.dry_run or provider is None
+        self.executor = (
+            Executor(
+                db,
+                provider,
+                clock=clock,
+                still_leader=still_leader,
+                agent_env=agent_env,
+                timeouts=settings.timeouts,
+                period_h=settings.period_h,
+                max_usd_per_hour=settings.guardrails.max_usd_per_hour,
+            )
+            if provider is not None
+            else None
+        )
+
+    # -- rounds ------------------------------------------------------------------------------
+
+    def poll(self) -> None:
+        """The frequent round: carry open moves on and notice finished, lost or warned jobs."""
+        if self.executor is None or self.dry_run:
+            return
+        self.executor.advance_all()
+        for name, obs in self._watch().items():
+            if obs.finished or obs.failed or obs.lost or obs.notice:
+                self._react(name, obs)
+        self.executor.advance_all()
+
+    def tick(self) -> TickReport:
+        """One reconcile + rebalance round (see the module docstring)."""
+        now = self.clock()
+        report = TickReport(now)
+        tick_id = self._begin_tick(now)
+        if self.executor is not None and not self.dry_run:
+            report.leaked = self.executor.reconcile()
+            self.executor.advance_all()
+        observed = self._watch()
+        for name, obs in observed.items():
+            self._react(name, obs)
+        if not self.dry_run:
+            self._enforce_budgets()
+        self._decide(report, observed)
+        if self.executor is not None and not self.dry_run:
+            report.open_moves = self.executor.advance_all()
+        with self.db.session() as session:
+            report.jobs = dict(
+                session.execute(select(ManagedJob.state, func.count()).group_by(ManagedJob.state))
+                .tuples()
+                .all()
+            )
+            tick = session.get(DaemonTick, tick_id)
+            assert tick is not None
+            tick.finished_at = self.clock()
+            tick.summary = json.dumps(report.to_dict(), default=str)
+        log_event(
+            "tick",
+            dry_run=self.dry_run,
+            decisions=len(report.decisions),
+            opened=len(report.opened),
+            open_moves=report.open_moves,
+            jobs=" ".join(f"{k}:{v}" for k, v in sorted(report.jobs.items())),
+        )
+        return report
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def _watch(self) -> dict[str, Observation]:
+        """Observations of every running job without a move under way (read-only in a dry run)."""
+        with self.db.session() as session:
+            busy = open_move_jobs(session)
+            names = [
+                j.name
+                for j in session.scalars(select(ManagedJob).where(ManagedJob.state == "running"))
+                if j.id not in busy
+            ]
+        if self.executor is None or self.dry_run:
+            return {}
+        return {name: self.executor.observe(name) for name in names}
+
+    def _react(self, name: str, obs: Observation) -> None:
+        """Finished jobs are stopped and done; a job whose script failed is failed."""
+        assert self.executor is not None
+        if obs.finished:
+            self.executor.open_move(
+                name, "stop", "finished: the agent marked the job complete", then_state="done"
+            )
+        elif obs.failed:
+            with self.db.session() as session:
+                job = session.scalar(select(ManagedJob).where(ManagedJob.name == name).with_for_update())
+                assert job is not None
+                if job.state == "running":
+                    jobstore.record_transition(session, job, "failed", obs.failed, self.clock())
+            log_event("job-failed", job=name, reason=obs.failed)
+
+    def _enforce_budgets(self) -> None:
+        """Stop, checkpointed, every running job that one more period would take past its budget."""
+        assert self.executor is not None
+        now = self.clock()
+        with self.db.session() as session:
+            busy = open_move_jobs(session)
+            running = [
+                j
+                for j in session.scalars(select(ManagedJob).where(ManagedJob.state == "running"))
+                if j.id not in busy
+            ]
+            over = []
+            for job in running:
+                placement = session.get(Placement, job.placement_id) if job.placement_id else None
+                if placement is None or placement.state != "running" or placement.started_at is None:
+                    continue
+                spec = jobstore.job_spec(job)
+                rate = placement.instances * price_in_effect(
+                    session,
+                    placement.market_id,
+                    now,
+                    now,
+                    placement.usd_per_hour / max(placement.instances, 1e-12),
+                )
+                spent = spent_usd(session, job.id, now)
+                ahead = rate * (self.settings.period_h + spec.checkpoint_seconds / 3600.0)
+                if spent + ahead > job.budget_usd:
+                    over.append((job.name, spent, ahead, job.budget_usd))
+        for name, spent, ahead, budget in over:
+            self.executor.open_move(
+                name,
+                "stop",
+                f"budget: ${spent:.4f} spent + ${ahead:.4f} for the next period would exceed "
+                f"budget_usd ${budget:.4f}",
+                then_state="over-budget",
+            )
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def _decide(self, report: TickReport, observed: dict[str, Observation]) -> None:
+        now = self.clock()
+        with self.db.session() as session:
+            busy = open_move_jobs(session)
+            jobs = [
+                j
+                for j in session.scalars(
+                    select(ManagedJob).where(ManagedJob.state.in_(ACTIVE)).order_by(ManagedJob.id)
+                )
+                if j.id not in busy and not observed.get(j.name, Observation()).finished
+            ]
+            if not jobs:
+                return
+            specs = [_absolute_deadline(jobstore.job_spec(j), j.created_at) for j in jobs]
+            placements = {
+                j.id: session.get(Placement, j.placement_id) for j in jobs if j.placement_id is not None
+            }
+            locations: list[tuple[str, str]] = []
+            view = market_view(
+                session,
+                JobSpec(jobs=specs),
+                now,
+                locations,
+                stored_figures(session),
+                period_h=self.settings.period_h,
+                billing=self.settings.billing,
+            )
+            state = self._fleet_state(session, jobs, specs, placements, view, locations, observed, now)
+            memory = self._memory(session)
+        opts = self._without_unavailable(view)
+        moves = decide(state, opts, self.settings.guardrails, memory, self.settings.policy)
+        if not self.dry_run:
+            with self.db.session() as session:
+                _save_memory(session, memory)
+        for mv in moves:
+            self._act(report, jobs[mv.job], placements.get(jobs[mv.job].id), mv, view, opts)
+
+    def _fleet_state(
+        self,
+        session: Session,
+        jobs: list[ManagedJob],
+        specs: list[Job],
+        placements: dict[int, Placement | None],
+        view: MarketView,
+        locations: list[tuple[str, str]],
+        observed: dict[str, Observation],
+        now: datetime,
+    ) -> FleetState:
+        """The managed jobs as the decision core sees them (the what-if adapter's twin)."""
+        table = view.table
+        market_index = {m.quote.market_id: i for i, m in enumerate(view.markets)}
+        n = len(jobs)
+        option = np.full(n, -1, dtype=np.int64)
+        location = np.full(n, -1, dtype=np.int64)
+        remaining = table.work_steps.astype(float).copy()
+        dwell = np.zeros(n)
+        lost = np.zeros(n, dtype=bool)
+        notice = np.zeros(n, dtype=bool)
+        spent = np.zeros(n)
+        for j, job in enumerate(jobs):
+            placement = placements.get(job.id)
+            obs = observed.get(job.name, Observation())
+            done_steps = (
+                job.checkpoint_step if obs.lost or placement is None else max(job.steps, job.checkpoint_step)
+            )
+            remaining[j] -= done_steps
+            spent[j] = spent_usd(session, job.id, now)
+            if placement is None:
+                continue
+            market = (
+                view.markets[market_index[placement.market_id]]
+                if placement.market_id in market_index
+                else None
+            )
+            if market is not None:
+                location[j] = location_index(locations, market.quote.cloud, market.quote.region)
+            live = placement.state == "running"
+            if live or obs.lost:
+                option[j] = int(
+                    option_key(np.array([placement.market_id]), np.array([j]), np.array([placement.gpus]))[0]
+                )
+                lost[j] = obs.lost or not live
+                notice[j] = obs.notice
+                if placement.started_at is not None:
+                    dwell[j] = (now - placement.started_at).total_seconds() / 3600.0
+        data_loc = [
+            -1
+            if s.dataset is None or s.dataset.gb == 0
+            else location_index(locations, s.dataset.cloud, s.dataset.region)
+            for s in specs
+        ]
+        return FleetState(
+            names=tuple(j.name for j in jobs),
+            locations=tuple(locations),
+            option=option,
+            location=location,
+            remaining_steps=remaining,
+            dwell_h=dwell,
+            since_checkpoint_h=np.zeros(n),
+            deadline_h=table.deadline_hours.copy(),
+            notice=notice,
+            lost=lost,
+            spent_usd=spent,
+            restart_h=np.array([s.restart_s / 3600.0 for s in specs]),
+            save_h=np.array([s.checkpoint_seconds / 3600.0 for s in specs]),
+            checkpoint_gb=np.array([s.checkpoint_gb for s in specs]),
+            dataset_gb=np.array([s.dataset.gb if s.dataset else 0.0 for s in specs]),
+            dataset_location=np.asarray(data_loc, dtype=np.int64),
+            clock_h=now.timestamp() / 3600.0,
+        )
+
+    def _without_unavailable(self, view: MarketView) -> Any:
+        """The view's options with recently refused markets priced NaN (unavailable)."""
+        if self.executor is None:
+            return view.options
+        refused = self.executor.unavailable_markets()
+        if not refused:
+            return view.options
+        opts = view.options
+        ids = np.array([view.markets[m].quote.market_id for m in opts.market], dtype=np.int64)
+        price = np.where(np.isin(ids, list(refused)), np.nan, opts.usd_per_hour)
+        return replace(opts, usd_per_hour=price)
+
+    def _act(
+        self,
+        report: TickReport,
+        job: ManagedJob,
+        placement: Placement | None,
+        mv: Move,
+        view: MarketView,
+        opts: Any,
+    ) -> None:
+        e = int(opts.position(np.array([mv.to]))[0])
+        market = view.markets[int(opts.market[e])]
+        info = view.table.infos[int(np.searchsorted(view.table.key, mv.to))]
+        kind = (
+            "start"
+            if placement is None or mv.reason == "start"
+            else ("recover" if mv.reason == "preempted" else "move")
+        )
+        if kind == "start" and placement is not None and placement.state == "running":
+            kind = "move"
+        decision = {
+            "job": job.name,
+            "kind": kind,
+            "reason": mv.reason,
+            "to": market.label,
+            "gpus": info.gpus,
+            "usd_per_hour": float(opts.usd_per_hour[e]),
+            "saving_usd": mv.saving_usd,
+            "cost_usd": mv.cost_usd,
+        }
+        report.decisions.append(decision)
+        log_event("decide", dry_run=self.dry_run, **decision)
+        if self.dry_run or self.executor is None:
+            return
+        move_id = self.executor.open_move(
+            job.name,
+            kind,
+            f"{mv.reason}: {market.label}",
+            market_id=market.quote.market_id,
+            gpus=info.gpus,
+            instances=float(opts.instances_per_hour[e]),
+            usd_per_hour=float(opts.usd_per_hour[e]),
+            saving_usd=mv.saving_usd,
+            cost_usd=mv.cost_usd,
+        )
+        if move_id is not None:
+            report.opened.append(move_id)
+
+    # -- records -----------------------------------------------------------------------------
+
+    def _begin_tick(self, now: datetime) -> int:
+        with self.db.session() as session:
+            tick = DaemonTick(
+                started_at=now, host=socket.gethostname(), pid=os.getpid(), dry_run=self.dry_run
+            )
+            session.add(tick)
+            session.flush()
+            return tick.id
+
+    def _memory(self, session: Session) -> Memory:
+        row = session.get(Meta, MEMORY_KEY)
+        return Memory.from_dict(json.loads(row.value)) if row is not None else Memory()
+
+
+def _save_memory(session: Session, memory: Memory) -> None:
+    row = session.get(Meta, MEMORY_KEY)
+    value = json.dumps(memory.to_dict())
+    if row is None:
+        session.add(Meta(key=MEMORY_KEY, value=value))
+    else:
+        row.value = value
+
+
+def _absolute_deadline(spec: Job, submitted: datetime) -> Job:
+    """A relative deadline (``5d``) counts from the job's submission, not from each tick."""
+    if isinstance(spec.deadline, str):
+        return spec.model_copy(update={"deadline": submitted + parse_duration(spec.deadline, "deadline")})
+    return spec

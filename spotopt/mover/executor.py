@@ -1,0 +1,686 @@
+"""The executor: every side effect of the mover, journaled, one state machine per move.
+
+A *move* (``JobMove``) is a start, a voluntary move, a recovery after a preemption, or a stop.
+Each kind is a fixed sequence of steps (``STEPS``); the row remembers the step it stands at, so
+a restarted daemon carries on from there. Steps that call out (``grant``, ``launch``,
+``stop-old``, ``terminate-old``, ``terminate-new``) are *side effects*: a ``journal`` row with
+status ``intent`` is committed before the call and ``done``/``failed`` after it, and the call
+carries an idempotency key derived from the move and the step. Every call is idempotent (the
+provider's launch key, the lease granted *to* an epoch, a control request id from the key,
+terminate), so resuming after a crash is simply doing the current step again; nothing is
+guessed from timing. Waiting steps (``await-up``, ``await-checkpoint``, ``confirm``) read the
+store and the provider and move on, time out, or wait for the next round.
+
+Make-before-break (``move``): launch the new placement with epoch e+1 (its agent waits for the
+lease), once it is up ask the old one to checkpoint and stop, on its verified checkpoint grant
+the lease to e+1 (which also fences the old one), terminate the old instance, and finish when
+the new placement reports progress past the checkpoint. The job loses the checkpoint and restore
+time, not the provisioning time. A launch refused for capacity marks the market unavailable for
+a while (``Timeouts.unavailable_s``) and aborts the move, the job still running where it was.
+A recovery (``recover``) is the same without waiting for the new placement before stopping the
+old one (a preempted instance is already checkpointing on its notice, or gone).
+
+Crash safety, by construction: the placement row and the journal intent are written in one
+transaction before the launch call, so an instance the provider started is always findable by
+its key (``reconcile`` terminates any instance of ours that no open placement owns); the lease
+epoch fences the old placement the moment the new one may write, so two placements never train
+into the store at once; and progress is lost only back to the newest verified checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from spotopt.checkpoints import (
+    AgentState,
+    Heartbeat,
+    Location,
+    RequestKind,
+    grant_lease,
+    read_acknowledgement,
+    read_finished,
+    read_heartbeat,
+    read_lease,
+    send_request,
+    trusted_checkpoints,
+)
+from spotopt.db.engine import Database
+from spotopt.db.models import JobMove, JournalEntry, ManagedJob, Meta, Placement
+from spotopt.errors import CapacityUnavailableError, ProviderError, SpotoptError
+from spotopt.jobspec import Job
+from spotopt.mover import jobs as jobstore
+from spotopt.mover.billing import billed_seconds
+from spotopt.mover.eventlog import log_event
+from spotopt.mover.ledger import market_key, spent_usd
+from spotopt.providers.base import InstanceState, LaunchSpec, Provider, market_label
+from spotopt.times import parse_duration
+
+T = TypeVar("T")
+
+STEPS: dict[str, tuple[str, ...]] = {
+    "start": ("grant", "launch", "confirm"),
+    "move": (
+        "launch",
+        "await-up",
+        "stop-old",
+        "await-checkpoint",
+        "grant",
+        "terminate-old",
+        "confirm",
+    ),
+    "recover": ("launch", "stop-old", "await-checkpoint", "grant", "terminate-old", "confirm"),
+    "stop": ("stop-old", "await-checkpoint", "terminate-old"),
+}
+"""The steps of each kind of move, in order (the README's move state machine table)."""
+
+JOB_STATE_DURING = {"start": "launching", "move": "moving", "recover": "recovering"}
+UNAVAILABLE_KEY = "mover_unavailable"
+"""``meta`` row: market id → until when (ISO) a market that refused capacity is skipped."""
+
+
+class LostLeadership(SpotoptError):
+    """This daemon is no longer the leader: it must stop before its next side effect."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """How long the waiting steps wait before giving up (seconds of the executor's clock)."""
+
+    launch_s: float = 900.0
+    """A new placement must show its agent (a heartbeat) within this, and progress within twice it."""
+    stop_s: float = 600.0
+    """The old placement must answer checkpoint-and-stop within this; after it the lease moves
+    anyway (progress since the newest verified checkpoint is lost, nothing worse)."""
+    unavailable_s: float = 3600.0
+    """A market that refused capacity is left out of the options for this long."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one round learnt about a running job's placement (for the decision core)."""
+
+    notice: bool = False
+    lost: bool = False
+    finished: bool = False
+    failed: str | None = None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def job_location(job: ManagedJob, spec: Job) -> Location:
+    """The job's checkpoint store: a URL, or a path relative to the job file's directory."""
+    uri = job.checkpoint_uri
+    if "://" not in uri:
+        base = Path(job.workdir) if job.workdir else Path.cwd()
+        uri = f"file://{(base / uri).resolve()}"
+    return Location(uri)
+
+
+class Executor:
+    """Runs moves for one database and one provider; ``clock`` is the only time source."""
+
+    def __init__(
+        self,
+        db: Database,
+        provider: Provider,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        still_leader: Callable[[], bool] = lambda: True,
+        agent_env: Mapping[str, str] | None = None,
+        timeouts: Timeouts = Timeouts(),
+        period_h: float = 1.0,
+        max_usd_per_hour: float | None = None,
+    ) -> None:
+        self.db = db
+        self.provider = provider
+        self.clock = clock
+        self.still_leader = still_leader
+        self.agent_env = dict(agent_env or {})
+        self.timeouts = timeouts
+        self.period_h = period_h
+        self.max_usd_per_hour = max_usd_per_hour
+
+    # -- opening moves -----------------------------------------------------------------------
+
+    def open_move(
+        self,
+        job_name: str,
+        kind: str,
+        reason: str,
+        *,
+        market_id: int | None = None,
+        gpus: int | None = None,
+        instances: float | None = None,
+        usd_per_hour: float | None = None,
+        saving_usd: float = 0.0,
+        cost_usd: float = 0.0,
+        then_state: str | None = None,
+    ) -> int | None:
+        """Record a new move of ``job_name`` (the job must have none open); its id, or None when
+        the job already has an open move (a second daemon round decided the same thing)."""
+        now = self.clock()
+        with self.db.session() as session:
+            job = _job(session, job_name, lock=True)
+            if _open_move(session, job.id) is not None:
+                return None
+            current = session.get(Placement, job.placement_id) if job.placement_id else None
+            move = JobMove(
+                job_id=job.id,
+                kind=kind,
+                reason=reason,
+                step=STEPS[kind][0],
+                from_placement_id=current.id if current is not None else None,
+                market_id=market_id,
+                gpus=gpus,
+                instances=instances,
+                usd_per_hour=usd_per_hour,
+                then_state=then_state,
+                saving_usd=saving_usd,
+                cost_usd=cost_usd,
+                created_at=now,
+                updated_at=now,
+            )
+            if kind != "stop":
+                job.epoch += 1
+                move.epoch = job.epoch
+            session.add(move)
+            during = JOB_STATE_DURING.get(kind)
+            if during is not None and job.state != during and job.state not in jobstore.TERMINAL:
+                jobstore.record_transition(session, job, during, reason, now)
+            session.flush()
+            move_id = move.id
+            market = market_label(market_key(session, market_id)) if market_id is not None else None
+        log_event(
+            "move-open",
+            job=job_name,
+            move=move_id,
+            kind=kind,
+            reason=reason,
+            to=market,
+            usd_per_hour=usd_per_hour,
+            saving_usd=saving_usd,
+            cost_usd=cost_usd,
+        )
+        return move_id
+
+    # -- running moves -----------------------------------------------------------------------
+
+    def advance_all(self) -> int:
+        """Advance every open move as far as it goes now; the number still open."""
+        with self.db.session() as session:
+            ids = list(
+                session.scalars(select(JobMove.id).where(JobMove.outcome.is_(None)).order_by(JobMove.id))
+            )
+        still_open = 0
+        for move_id in ids:
+            if not self.advance(move_id):
+                still_open += 1
+        return still_open
+
+    def advance(self, move_id: int) -> bool:
+        """Run move ``move_id`` step by step until it waits or ends; True once it has ended."""
+        while True:
+            with self.db.session() as session:
+                move = session.get(JobMove, move_id)
+                assert move is not None
+                if move.outcome is not None:
+                    return True
+                step = move.step
+            handler = getattr(self, "_" + step.replace("-", "_"))
+            if not handler(move_id):
+                return False
+
+    def _next(self, move_id: int, session: Session | None = None) -> bool:
+        """Move to the following step, or finish the move after the last one. True: go on."""
+        with self.db.session() as s:
+            move = s.get(JobMove, move_id)
+            assert move is not None
+            steps = STEPS[move.kind]
+            i = steps.index(move.step)
+            move.updated_at = self.clock()
+            if i + 1 < len(steps):
+                move.step = steps[i + 1]
+                return True
+        self._finish(move_id, "done", "")
+        return False
+
+    def _finish(self, move_id: int, outcome: str, detail: str) -> None:
+        """Close the move and put the job in the state its outcome leaves it in."""
+        now = self.clock()
+        with self.db.session() as session:
+            move = session.get(JobMove, move_id)
+            assert move is not None
+            job = session.get(ManagedJob, move.job_id, with_for_update=True)
+            assert job is not None
+            move.outcome, move.finished_at, move.updated_at = outcome, now, now
+            move.detail = detail or move.detail
+            after = _state_after(move, job, outcome)
+            if after is not None and after != job.state and job.state not in jobstore.TERMINAL:
+                why = move.reason if outcome == "done" else f"{move.kind} {outcome}: {detail}"
+                jobstore.record_transition(session, job, after, why, now)
+            name, kind = job.name, move.kind
+        log_event("move-" + outcome, job=name, move=move_id, kind=kind, detail=detail or None)
+
+    # -- side effects (journaled) ------------------------------------------------------------
+
+    def _effect(self, move: JobMove, action: str, call: Callable[[str], T], **detail: Any) -> T:
+        """Journal ``action`` of ``move`` (intent, then result) around ``call(key)``."""
+        key = f"m{move.id}:{action}"
+        if not self.still_leader():
+            raise LostLeadership(f"lost leadership before {key}; another daemon acts now")
+        now = self.clock()
+        with self.db.session() as session:
+            entry = session.scalar(select(JournalEntry).where(JournalEntry.key == key))
+            if entry is None:
+                session.add(
+                    JournalEntry(
+                        job_id=move.job_id,
+                        move_id=move.id,
+                        action=action,
+                        key=key,
+                        status="intent",
+                        detail=json.dumps(detail, default=str),
+                        started_at=now,
+                    )
+                )
+        try:
+            result = call(key)
+        except Exception as exc:
+            self._journal_result(key, "failed", f"{type(exc).__name__}: {exc}")
+            log_event(action, move=move.id, key=key, outcome="failed", error=str(exc), **detail)
+            raise
+        self._journal_result(key, "done", "")
+        log_event(action, move=move.id, key=key, outcome="done", **detail)
+        return result
+
+    def _journal_result(self, key: str, status: str, error: str) -> None:
+        with self.db.session() as session:
+            entry = session.scalar(select(JournalEntry).where(JournalEntry.key == key))
+            assert entry is not None
+            entry.status, entry.finished_at = status, self.clock()
+            if error:
+                entry.detail = json.dumps({**json.loads(entry.detail or "{}"), "error": error})
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def _grant(self, move_id: int) -> bool:
+        move, job, spec = self._load(move_id)
+        assert move.epoch is not None
+        loc = job_location(job, spec)
+        epoch = move.epoch
+        self._effect(
+            move,
+            "grant",
+            lambda _key: grant_lease(loc, job.name, self.clock(), epoch=epoch),
+            job=job.name,
+            epoch=epoch,
+        )
+        with self.db.session() as session:
+            stored = session.get(ManagedJob, job.id)
+            assert stored is not None
+            if move.kind != "start":  # a start's placement becomes current when it launches
+                stored.placement_id = move.to_placement_id
+        return self._next(move_id)
+
+    def _launch(self, move_id: int) -> bool:
+        move, job, spec = self._load(move_id)
+        assert move.market_id is not None and move.gpus is not None and move.epoch is not None
+        key = f"{job.name}-m{move.id}"
+        if move.to_placement_id is None:  # not re-done after a crash: the launch may have happened
+            problem = self._over_budget_for(move, job, spec)
+            if problem:
+                self._finish(move_id, "failed" if move.kind != "move" else "aborted", problem)
+                return False
+        now = self.clock()
+        with self.db.session() as session:
+            placement = session.scalar(select(Placement).where(Placement.key == key))
+            if placement is None:
+                placement = Placement(
+                    job_id=job.id,
+                    epoch=move.epoch,
+                    key=key,
+                    provider=self.provider.name,
+                    market_id=move.market_id,
+                    gpus=move.gpus,
+                    instances=move.instances or 1.0,
+                    usd_per_hour=move.usd_per_hour or 0.0,
+                    state="launching",
+                    created_at=now,
+                )
+                session.add(placement)
+                session.flush()
+            stored_move = session.get(JobMove, move.id)
+            assert stored_move is not None
+            stored_move.to_placement_id = placement.id
+            if move.kind == "start":
+                stored_job = session.get(ManagedJob, job.id)
+                assert stored_job is not None
+                stored_job.placement_id = placement.id
+            placement_id = placement.id
+            market = market_key(session, move.market_id)
+        launch = self._launch_spec(job, spec, move)
+        try:
+            instance = self._effect(
+                move,
+                "launch",
+                lambda k: self.provider.launch(launch, market, k),
+                job=job.name,
+                epoch=move.epoch,
+                market=market_label(market),
+                usd_per_hour=move.usd_per_hour,
+            )
+        except CapacityUnavailableError as exc:
+            self._end_placement(placement_id, "failed", "capacity")
+            self._mark_unavailable(move.market_id)
+            self._finish(move_id, "aborted" if move.kind == "move" else "failed", f"no capacity: {exc}")
+            return False
+        except ProviderError as exc:
+            self._end_placement(placement_id, "failed", "error")
+            self._finish(move_id, "aborted" if move.kind == "move" else "failed", f"launch failed: {exc}")
+            return False
+        with self.db.session() as session:
+            placement = session.get(Placement, placement_id)
+            assert placement is not None
+            if placement.state == "launching":
+                placement.state, placement.instance_id = "running", instance.instance_id
+                placement.started_at = self.clock()
+        return self._next(move_id)
+
+    def _await_up(self, move_id: int) -> bool:
+        move, job, spec = self._load(move_id)
+        new = self._placement(move.to_placement_id)
+        if self._beat(job, spec, new.epoch) is not None:
+            return self._next(move_id)
+        return self._wait_or_abort(move, new, "the new placement's agent never started")
+
+    def _stop_old(self, move_id: int) -> bool:
+        move, job, spec = self._load(move_id)
+        old = self._placement(move.from_placement_id) if move.from_placement_id else None
+        if old is not None and old.state == "running" and old.instance_id is not None:
+            beat = self._beat(job, spec, old.epoch)
+            if beat is None or beat.state not in (AgentState.STOPPED, AgentState.FINISHED):
+                loc = job_location(job, spec)
+                request_id = f"m{move.id}-stop"
+                self._effect(
+                    move,
+                    "stop-old",
+                    lambda _key: send_request(
+                        loc, job.name, old.epoch, RequestKind.CHECKPOINT_AND_STOP, self.clock(), request_id
+                    ),
+                    job=job.name,
+                    epoch=old.epoch,
+                )
+        return self._next(move_id)
+
+    def _await_checkpoint(self, move_id: int) -> bool:
+        move, job, spec = self._load(move_id)
+        loc = job_location(job, spec)
+        old = self._placement(move.from_placement_id) if move.from_placement_id else None
+        settled = old is None or old.state != "running" or old.instance_id is None
+        if not settled:
+            assert old is not None and old.instance_id is not None
+            ack = read_acknowledgement(loc, job.name, f"m{move.id}-stop")
+            beat = self._beat(job, spec, old.epoch)
+            stopped = beat is not None and beat.state in (AgentState.STOPPED, AgentState.FINISHED)
+            gone = not self.provider.status(old.instance_id).state.is_live
+            waited = (self.clock() - move.updated_at).total_seconds()
+            settled = ack is not None or stopped or gone or waited >= self.timeouts.stop_s
+            if not settled:
+                return False
+        newest = trusted_checkpoints(loc, job.name, read_lease(loc, job.name))
+        with self.db.session() as session:
+            stored = session.get(JobMove, move_id)
+            assert stored is not None
+            if newest:
+                stored.checkpoint_name, stored.checkpoint_step = newest[0].name, newest[0].step
+        return self._next(move_id)
+
+    def _terminate_old(self, move_id: int) -> bool:
+        move, _job, _spec = self._load(move_id)
+        if move.from_placement_id is not None:
+            self._terminate(move, move.from_placement_id, "terminate-old")
+        return self._next(move_id)
+
+    def _confirm(self, move_id: int) -> bool:
+        move, job, spec = self._load(move_id)
+        new = self._placement(move.to_placement_id)
+        beat = self._beat(job, spec, new.epoch)
+        past = move.checkpoint_step if move.checkpoint_step is not None else job.checkpoint_step
+        if beat is not None and (
+            beat.state is AgentState.FINISHED or (beat.state is AgentState.RUNNING and beat.step > past)
+        ):
+            self._record_beat(job.id, beat)
+            return self._next(move_id)
+        return self._wait_or_abort(move, new, "the new placement made no progress", factor=2.0)
+
+    def _wait_or_abort(self, move: JobMove, new: Placement, why: str, factor: float = 1.0) -> bool:
+        """Wait while the new placement is alive and within its time; else end the move."""
+        alive = new.instance_id is not None and self.provider.status(new.instance_id).state.is_live
+        waited = (self.clock() - (new.started_at or move.created_at)).total_seconds()
+        if alive and waited < factor * self.timeouts.launch_s:
+            return False
+        detail = why if alive else f"{why}: the instance is gone"
+        self._terminate(move, new.id, "terminate-new")
+        moved_lease = move.kind != "move" or STEPS["move"].index(move.step) > STEPS["move"].index("grant")
+        self._finish(move.id, "failed" if moved_lease else "aborted", detail)
+        return False
+
+    def _terminate(self, move: JobMove, placement_id: int, action: str) -> None:
+        placement = self._placement(placement_id)
+        if placement.instance_id is not None:
+            instance_id = placement.instance_id
+            status = self._effect(
+                move, action, lambda _key: self.provider.terminate(instance_id), instance=instance_id
+            )
+            reason = "preempted" if status.state is InstanceState.PREEMPTED else "terminated"
+        else:
+            reason = "terminated"
+        self._end_placement(placement_id, "ended", reason)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _load(self, move_id: int) -> tuple[JobMove, ManagedJob, Job]:
+        with self.db.session() as session:
+            move = session.get(JobMove, move_id)
+            assert move is not None
+            job = session.get(ManagedJob, move.job_id)
+            assert job is not None
+            session.expunge_all()
+        return move, job, jobstore.job_spec(job)
+
+    def _placement(self, placement_id: int | None) -> Placement:
+        with self.db.session() as session:
+            placement = session.get(Placement, placement_id)
+            assert placement is not None
+            session.expunge(placement)
+        return placement
+
+    def _end_placement(self, placement_id: int, state: str, reason: str) -> None:
+        with self.db.session() as session:
+            placement = session.get(Placement, placement_id)
+            assert placement is not None
+            if placement.state in ("launching", "running"):
+                placement.state, placement.end_reason = state, reason
+                placement.ended_at = self.clock()
+
+    def _beat(self, job: ManagedJob, spec: Job, epoch: int) -> Heartbeat | None:
+        return read_heartbeat(job_location(job, spec), job.name, epoch)
+
+    def _record_beat(self, job_id: int, beat: Heartbeat) -> None:
+        """Keep the newest heartbeat's progress on the job row (``jobs show``, the next decision)."""
+        with self.db.session() as session:
+            job = session.get(ManagedJob, job_id)
+            assert job is not None
+            if job.heartbeat_at is None or beat.at >= job.heartbeat_at:
+                job.steps = max(job.steps if beat.epoch != job.epoch else 0, beat.step)
+                job.steps_per_s = beat.steps_per_s if beat.steps_per_s is not None else job.steps_per_s
+                if beat.last_checkpoint is not None:
+                    job.checkpoint_name = beat.last_checkpoint
+                    job.checkpoint_step = beat.last_checkpoint_step or 0
+                job.heartbeat_at = beat.at
+
+    def _launch_spec(self, job: ManagedJob, spec: Job, move: JobMove) -> LaunchSpec:
+        assert move.epoch is not None and spec.checkpoint is not None
+        every = spec.checkpoint.every
+        loc = job_location(job, spec)
+        return LaunchSpec(
+            job=job.name,
+            epoch=move.epoch,
+            command=tuple(shlex.split(job.run_command)),
+            checkpoint_uri=loc.url,
+            checkpoint_every_s=parse_duration(every, "checkpoint.every").total_seconds() if every else None,
+            env=self.agent_env,
+            workdir=job.workdir,
+            tags={"spotopt:job": job.name, "spotopt:epoch": str(move.epoch), "spotopt:move": str(move.id)},
+        )
+
+    def _over_budget_for(self, move: JobMove, job: ManagedJob, spec: Job) -> str:
+        """Why launching ``move`` would break a budget ('' if it does not): the executor's own
+        check, whatever the planner decided (a price may have moved since)."""
+        rate = move.usd_per_hour or 0.0
+        if job.max_usd_per_hour is not None and rate > job.max_usd_per_hour:
+            return f"budget: ${rate:.4f}/h is above the job's max_usd_per_hour ${job.max_usd_per_hour:.4f}"
+        now = self.clock()
+        assert move.market_id is not None
+        with self.db.session() as session:
+            spent = spent_usd(session, job.id, now)
+            fleet = self.fleet_usd_per_hour(session)
+            cloud = market_key(session, move.market_id).cloud
+        # The cloud bills at least its minimum for any start (AWS/GCP 60 s), so that is the least
+        # a launch commits to.
+        until = now + timedelta(hours=self.period_h, seconds=spec.restart_s + spec.checkpoint_seconds)
+        ahead = rate * billed_seconds(cloud, now, until) / 3600.0
+        if spent + ahead > job.budget_usd:
+            return (
+                f"budget: ${spent:.4f} spent + ${ahead:.4f} for the next period would exceed "
+                f"budget_usd ${job.budget_usd:.4f}"
+            )
+        if self.max_usd_per_hour is not None and fleet + rate > self.max_usd_per_hour:
+            return (
+                f"budget: the fleet would spend ${fleet + rate:.4f}/h, above max_usd_per_hour "
+                f"${self.max_usd_per_hour:.4f}"
+            )
+        return ""
+
+    @staticmethod
+    def fleet_usd_per_hour(session: Session) -> float:
+        """What the running placements cost per hour at their launch prices."""
+        rates = session.scalars(
+            select(Placement.usd_per_hour).where(Placement.state.in_(("launching", "running")))
+        )
+        return float(sum(rates))
+
+    def _mark_unavailable(self, market_id: int) -> None:
+        until = self.clock() + timedelta(seconds=self.timeouts.unavailable_s)
+        with self.db.session() as session:
+            row = session.get(Meta, UNAVAILABLE_KEY)
+            marks = json.loads(row.value) if row is not None else {}
+            marks[str(market_id)] = until.isoformat()
+            if row is None:
+                session.add(Meta(key=UNAVAILABLE_KEY, value=json.dumps(marks)))
+            else:
+                row.value = json.dumps(marks)
+
+    def unavailable_markets(self) -> set[int]:
+        """Markets that refused capacity recently (left out of the options until their time)."""
+        now = self.clock()
+        with self.db.session() as session:
+            row = session.get(Meta, UNAVAILABLE_KEY)
+            marks = json.loads(row.value) if row is not None else {}
+        return {int(m) for m, until in marks.items() if datetime.fromisoformat(until) > now}
+
+    # -- watching running jobs -----------------------------------------------------------------
+
+    def observe(self, job_name: str) -> Observation:
+        """Read the current placement's heartbeat and the provider's view of it; end the
+        placement when the provider says it is gone. No side effect beyond the database."""
+        with self.db.session() as session:
+            job = _job(session, job_name)
+            placement = session.get(Placement, job.placement_id) if job.placement_id else None
+            session.expunge_all()
+        spec = jobstore.job_spec(job)
+        if placement is None or placement.state != "running" or placement.instance_id is None:
+            return Observation(lost=placement is not None and placement.end_reason in ("preempted", "lost"))
+        loc = job_location(job, spec)
+        beat = read_heartbeat(loc, job.name, placement.epoch)
+        if beat is not None:
+            self._record_beat(job.id, beat)
+        finished = read_finished(loc, job.name)
+        if finished is not None and int(str(finished.get("epoch", -1))) == placement.epoch:
+            return Observation(finished=True)
+        status = self.provider.status(placement.instance_id)
+        if status.state.is_live:
+            notice = (
+                beat is not None
+                and beat.state in (AgentState.STOPPING, AgentState.STOPPED)
+                and not (beat.reason or "").startswith("daemon request")
+            )
+            return Observation(notice=notice)
+        if status.state is InstanceState.EXITED and status.exit_code not in (0, None):
+            self._end_placement(placement.id, "ended", "exited")
+            return Observation(failed=f"the job exited with status {status.exit_code}; see its log")
+        reason = "preempted" if status.state is InstanceState.PREEMPTED else "lost"
+        self._end_placement(placement.id, "ended", reason)
+        log_event("placement-lost", job=job.name, instance=placement.instance_id, state=str(status.state))
+        return Observation(lost=True)
+
+    def reconcile(self) -> list[str]:
+        """Terminate instances of ours that no live placement owns (launched just before a crash
+        whose move then failed, or left by a rolled-back move); returns their ids."""
+        with self.db.session() as session:
+            live = set(
+                session.scalars(select(Placement.key).where(Placement.state.in_(("launching", "running"))))
+            )
+        leaked = []
+        for instance in self.provider.list_instances():
+            if "spotopt:job" not in instance.tags or instance.idempotency_key in live:
+                continue
+            if self.provider.status(instance.instance_id).state.is_live:
+                if not self.still_leader():
+                    raise LostLeadership("lost leadership before terminating a leaked instance")
+                self.provider.terminate(instance.instance_id)
+                log_event("terminate-leaked", job=instance.job, instance=instance.instance_id)
+                leaked.append(instance.instance_id)
+        return leaked
+
+
+def _job(session: Session, name: str, lock: bool = False) -> ManagedJob:
+    query = select(ManagedJob).where(ManagedJob.name == name)
+    job = session.scalar(query.with_for_update() if lock else query)
+    assert job is not None, name
+    return job
+
+
+def _open_move(session: Session, job_id: int) -> JobMove | None:
+    return session.scalar(select(JobMove).where(JobMove.job_id == job_id, JobMove.outcome.is_(None)))
+
+
+def open_move_jobs(session: Session) -> set[int]:
+    """Ids of the jobs that have a move under way."""
+    return set(session.scalars(select(JobMove.job_id).where(JobMove.outcome.is_(None))))
+
+
+def _state_after(move: JobMove, job: ManagedJob, outcome: str) -> str | None:
+    """The job state a finished move leaves behind (None: unchanged)."""
+    if move.kind == "stop":
+        return move.then_state if outcome == "done" else None
+    if outcome == "done":
+        return "running"
+    if outcome == "aborted":
+        return "running" if move.kind == "move" else "pending"
+    # failed: a start or recovery found nowhere to run (the next round decides again); a move
+    # that failed after the lease moved leaves the job without a placement.
+    if (move.detail or "").startswith("budget:"):
+        return "over-budget"
+    return "recovering" if move.kind == "move" else "pending"
