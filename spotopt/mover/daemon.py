@@ -155,11 +155,8 @@ class Daemon:
         if self.executor is not None and not self.dry_run:
             report.open_moves = self.executor.advance_all()
         with self.db.session() as session:
-            report.jobs = dict(
-                session.execute(select(ManagedJob.state, func.count()).group_by(ManagedJob.state))
-                .tuples()
-                .all()
-            )
+            rows = session.execute(select(ManagedJob.state, func.count()).group_by(ManagedJob.state)).all()
+            report.jobs = {str(state): int(n) for state, n in rows}
             tick = session.get(DaemonTick, tick_id)
             assert tick is not None
             tick.finished_at = self.clock()

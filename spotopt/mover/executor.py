@@ -374,7 +374,7 @@ class Executor:
             instance = self._effect(
                 move,
                 "launch",
-                lambda k: self.provider.launch(launch, market, k),
+                lambda _key: self.provider.launch(launch, market, key),
                 job=job.name,
                 epoch=move.epoch,
                 market=market_label(market),

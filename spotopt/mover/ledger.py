@@ -55,7 +55,7 @@ def market_key(session: Session, market_id: int) -> MarketKey:
         .join(InstanceType, InstanceType.id == Market.instance_type_id)
         .where(Market.id == market_id)
     ).one()
-    return MarketKey(itype.cloud, market.region, market.zone or None, itype.name, MarketKind(market.market))
+    return MarketKey(itype.cloud, market.region, market.zone or None, itype.name, MarketKind(market.kind))
 
 
 def price_in_effect(
