@@ -67,7 +67,7 @@ def job_yaml(
         f"    run: {sys.executable} {TRAIN} --steps {STEPS} --out {out} --until-file {tmp / (name + '.until')}",
         f"    checkpoint: {{uri: {tmp / 'store'}}}",
         f"    budget_usd: {budget}",
-        f"    allow: {{clouds: [aws], markets: {markets}}}",
+        f"    allow: {{clouds: [aws], markets: {markets}, instance_types: [p3.2xlarge]}}",
     ]
     if deadline:
         lines.append(f"    deadline: {deadline}")
