@@ -8,7 +8,20 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from spotopt.cli import agent, catalog, collect, db, imports, jobs, plan, prices, report, throughput, whatif
+from spotopt.cli import (
+    agent,
+    catalog,
+    collect,
+    daemon,
+    db,
+    imports,
+    jobs,
+    plan,
+    prices,
+    report,
+    throughput,
+    whatif,
+)
 from spotopt.cli.common import State
 from spotopt.errors import SpotoptError
 from spotopt.render import say, show_library_log
@@ -70,6 +83,7 @@ app.command("collect")(collect.collect)
 app.command("whatif")(whatif.whatif)
 app.add_typer(agent.app, name="agent")
 app.add_typer(jobs.app, name="jobs")
+app.add_typer(daemon.app, name="daemon")
 
 
 def _terminated(signum: int, _frame: object) -> None:

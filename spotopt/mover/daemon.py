@@ -106,6 +106,7 @@ class Daemon:
         clock: Callable[[], datetime] = utcnow,
         still_leader: Callable[[], bool] = lambda: True,
         agent_env: dict[str, str] | None = None,
+        failpoint: Callable[[str, str], None] | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
@@ -121,6 +122,7 @@ class Daemon:
                 timeouts=settings.timeouts,
                 period_h=settings.period_h,
                 max_usd_per_hour=settings.guardrails.max_usd_per_hour,
+                failpoint=failpoint,
             )
             if provider is not None
             else None

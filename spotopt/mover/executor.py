@@ -141,7 +141,11 @@ class Executor:
         timeouts: Timeouts = Timeouts(),
         period_h: float = 1.0,
         max_usd_per_hour: float | None = None,
+        failpoint: Callable[[str, str], None] | None = None,
     ) -> None:
+        """``failpoint(key, phase)`` runs around every side effect, ``phase`` ``before`` (the intent
+        is committed, the call not made) or ``after`` (the call returned, its result not yet
+        committed): the fault-injection tests kill the process there."""
         self.db = db
         self.provider = provider
         self.clock = clock
@@ -150,6 +154,7 @@ class Executor:
         self.timeouts = timeouts
         self.period_h = period_h
         self.max_usd_per_hour = max_usd_per_hour
+        self.failpoint = failpoint or (lambda _key, _phase: None)
 
     # -- opening moves -----------------------------------------------------------------------
 
@@ -294,8 +299,10 @@ class Executor:
                         started_at=now,
                     )
                 )
+        self.failpoint(key, "before")
         try:
             result = call(key)
+            self.failpoint(key, "after")
         except Exception as exc:
             self._journal_result(key, "failed", f"{type(exc).__name__}: {exc}")
             log_event(action, move=move.id, key=key, outcome="failed", error=str(exc), **detail)

@@ -1,0 +1,217 @@
+"""``spotopt daemon``: run the mover (foreground, ``--once`` for cron) and show what it is doing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import platformdirs
+import typer
+from sqlalchemy import func, select
+
+from spotopt.cli.common import FormatOption, parse_duration, state
+from spotopt.db.engine import Database
+from spotopt.db.models import DaemonTick, JobMove, ManagedJob
+from spotopt.errors import InputError
+from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
+from spotopt.mover.executor import Timeouts
+from spotopt.mover.guardrails import Guardrails
+from spotopt.mover.leader import Leadership, read_leader
+from spotopt.providers import PROVIDERS, get_provider
+from spotopt.providers.base import Provider
+from spotopt.render import Format, iso, render, say, to_json
+
+app = typer.Typer(
+    no_args_is_help=True, help="The mover: checkpoint and relaunch jobs where capacity is cheaper."
+)
+
+DECISION_COLUMNS = ("job", "kind", "reason", "to", "gpus", "usd_per_hour", "saving_usd", "cost_usd")
+
+
+def _provider(name: str, state_dir: Path | None) -> Provider:
+    if name not in PROVIDERS:
+        return get_provider(name)  # the registry's own error: the names and a suggestion
+    if name == "local":
+        where = state_dir or Path(platformdirs.user_data_dir("spotopt")) / "local"
+        return get_provider("local", state_dir=where)
+    return get_provider(name)
+
+
+def _logging() -> None:
+    """Event lines (logfmt) on stderr, one per decision and side effect, stamped in UTC."""
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    mover = logging.getLogger("spotopt.mover")
+    mover.addHandler(handler)
+    mover.setLevel(logging.INFO)
+    mover.propagate = False
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    once: Annotated[
+        bool, typer.Option("--once", help="One reconcile + rebalance round, then exit (for cron).")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Plan and show every move; call no provider, change nothing.")
+    ] = False,
+    provider: Annotated[
+        str, typer.Option("--provider", help="Where placements run: local (processes on this machine).")
+    ] = "local",
+    period: Annotated[str, typer.Option("--period", help="Planning period, e.g. 1h, 15m, 5s.")] = "1h",
+    poll: Annotated[str, typer.Option("--poll", help="Heartbeat and notice polling interval.")] = "5s",
+    collect_cron: Annotated[
+        str | None,
+        typer.Option("--collect-cron", help="Run the collectors on this crontab schedule, e.g. '0 * * * *'."),
+    ] = None,
+    state_dir: Annotated[
+        Path | None, typer.Option("--state-dir", help="local provider: where it records processes and logs.")
+    ] = None,
+    max_usd_per_hour: Annotated[
+        float | None, typer.Option("--max-usd-per-hour", help="Cap on the whole fleet's spend rate.", min=0.0)
+    ] = None,
+    fmt: FormatOption = Format.TABLE,
+) -> None:
+    """Run the mover. Without --once it runs until SIGTERM: collectors on --collect-cron, polling
+    every --poll, reconcile + rebalance every --period. Only the leader acts; another daemon on
+    the same database waits and takes over when the leader dies."""
+    period_h = parse_duration(period, "--period").total_seconds() / 3600.0
+    poll_s = parse_duration(poll, "--poll").total_seconds()
+    if period_h <= 0 or poll_s <= 0:
+        raise InputError("--period/--poll: give a duration above zero, e.g. 1h or 5s")
+    if collect_cron is not None:
+        _check_cron(collect_cron)
+    db = state(ctx).db()
+    settings = DaemonSettings(
+        period_h=period_h,
+        guardrails=Guardrails(period_h=period_h, max_usd_per_hour=max_usd_per_hour),
+        timeouts=Timeouts(),
+        dry_run=dry_run,
+    )
+    _logging()
+    if dry_run:
+        report = Daemon(db, None, settings).tick()
+        _show(report, fmt, "Moves the daemon would make (dry run: nothing done)")
+        return
+    placements = _provider(provider, state_dir)
+    leadership = Leadership(db)
+    if once:
+        if not leadership.try_acquire():
+            holder = read_leader(db)
+            who = f"host {holder.host}, pid {holder.pid}" if holder else "another process"
+            say(f"another daemon leads ({who}); this round did nothing", label="note:", err=True)
+            return
+        try:
+            report = Daemon(db, placements, settings, still_leader=leadership.still_leader).tick()
+        finally:
+            leadership.release()
+        _show(report, fmt, "Moves started this round")
+        return
+    say("waiting to lead (another daemon may hold the lock)…", label="daemon:", err=True)
+    leadership.acquire()
+    from spotopt.mover.scheduler import Schedule, run_forever
+
+    daemon = Daemon(db, placements, settings, still_leader=leadership.still_leader)
+    try:
+        run_forever(daemon, Schedule(period_h * 3600.0, poll_s, collect_cron), _collector(db))
+    finally:
+        leadership.release()
+
+
+def _collector(db: Database) -> Any:
+    def collect() -> None:
+        from spotopt.cli.collect import FACTORY, RETRY
+        from spotopt.collect import CollectRequest, run_collect
+
+        run_collect(db, CollectRequest(), FACTORY, retry=RETRY)
+
+    return collect
+
+
+def _check_cron(expr: str) -> None:
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        CronTrigger.from_crontab(expr, timezone="UTC")
+    except ValueError as exc:
+        raise InputError(
+            f"--collect-cron: {expr!r} is not a crontab schedule ({exc}); e.g. '0 * * * *'"
+        ) from None
+
+
+def _show(report: TickReport, fmt: Format, title: str) -> None:
+    if fmt is Format.JSON:
+        sys.stdout.write(to_json(report.to_dict()) + "\n")
+        return
+    render(report.decisions, fmt, title=title, columns=DECISION_COLUMNS, empty="no moves")
+
+
+@app.command("status")
+def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
+    """Who leads, the last round, jobs by state and the moves under way (the next actions)."""
+    db = state(ctx).db()
+    leader = read_leader(db)
+    with db.session() as session:
+        tick = session.scalar(
+            select(DaemonTick).order_by(DaemonTick.started_at.desc(), DaemonTick.id.desc()).limit(1)
+        )
+        by_state = {
+            str(s): int(n)
+            for s, n in session.execute(select(ManagedJob.state, func.count()).group_by(ManagedJob.state))
+        }
+        open_moves = [
+            {"job": name, "kind": m.kind, "step": m.step, "reason": m.reason, "since": m.created_at}
+            for m, name in session.execute(
+                select(JobMove, ManagedJob.name)
+                .join(ManagedJob, ManagedJob.id == JobMove.job_id)
+                .where(JobMove.outcome.is_(None))
+                .order_by(JobMove.id)
+            )
+        ]
+        last = (
+            {
+                "started_at": tick.started_at,
+                "finished_at": tick.finished_at,
+                "host": tick.host,
+                "pid": tick.pid,
+                "dry_run": tick.dry_run,
+                **(json.loads(tick.summary) if tick.summary else {}),
+            }
+            if tick is not None
+            else None
+        )
+    data = {
+        "leader": None if leader is None else {"host": leader.host, "pid": leader.pid, "since": leader.since},
+        "last_tick": last,
+        "jobs": by_state,
+        "open_moves": open_moves,
+    }
+    if fmt is Format.JSON:
+        sys.stdout.write(to_json(data) + "\n")
+        return
+    lead = f"{leader.host} pid {leader.pid} since {iso(leader.since)}" if leader else "none recorded"
+    rows = [
+        {"field": "leader", "value": lead},
+        {
+            "field": "last round",
+            "value": "never"
+            if last is None
+            else f"{iso(last['started_at'])}" + (" (dry run)" if last["dry_run"] else ""),
+        },
+        {"field": "jobs", "value": ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"},
+    ]
+    render(rows, fmt, title="Daemon")
+    render(
+        open_moves,
+        fmt,
+        title="Moves under way (next actions)",
+        empty="none",
+        columns=("job", "kind", "step", "reason", "since"),
+    )
