@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -112,6 +112,68 @@ the whole instance, as the daemon does; ``gpu`` is the thesis' packed accounting
 for ``k = floor(G / d)`` jobs sharing it, as if other jobs filled the rest (labelled wherever used)."""
 
 
+class OptionInfos(Sequence[OptionInfo]):
+    """The ``OptionInfo`` of every option of an ``OptionTable``, made when asked for.
+
+    A fleet of 10k jobs has millions of options and reads the details of a few (the ones it
+    moves to, the ones a plan reports); the table keeps their parts as arrays.
+    """
+
+    def __init__(
+        self,
+        markets: Sequence[MarketState],
+        market: Array,
+        gpus: Array,
+        slots: Array,
+        figures: Sequence[Figure],
+        figure: Array,
+        efficiency: Array,
+        interval_s: Array,
+    ) -> None:
+        self._markets = markets
+        self._market, self._gpus, self._slots = market, gpus, slots
+        self._figures, self._figure = figures, figure
+        self._efficiency, self._interval_s = efficiency, interval_s
+
+    def __len__(self) -> int:
+        return len(self._market)
+
+    @overload
+    def __getitem__(self, e: int) -> OptionInfo: ...
+
+    @overload
+    def __getitem__(self, e: slice) -> list[OptionInfo]: ...
+
+    def __getitem__(self, e: int | slice) -> OptionInfo | list[OptionInfo]:
+        if isinstance(e, slice):
+            return [self[i] for i in range(*e.indices(len(self)))]
+        if not -len(self) <= e < len(self):
+            raise IndexError(e)
+        interval = float(self._interval_s[e])
+        return OptionInfo(
+            self._markets[int(self._market[e])],
+            int(self._gpus[e]),
+            int(self._slots[e]),
+            self._figures[int(self._figure[e])],
+            float(self._efficiency[e]),
+            None if math.isnan(interval) else interval,
+            0.0,
+        )
+
+    def reorder(self, order: Array) -> OptionInfos:
+        """The same infos in ``order`` (positions into this sequence)."""
+        return OptionInfos(
+            self._markets,
+            self._market[order],
+            self._gpus[order],
+            self._slots[order],
+            self._figures,
+            self._figure[order],
+            self._efficiency[order],
+            self._interval_s[order],
+        )
+
+
 @dataclass
 class OptionTable:
     """Every (job, market, GPUs per job) option of a spec on a snapshot, before any pricing
@@ -125,9 +187,52 @@ class OptionTable:
     """Expected effective throughput (discounted for preemption loss at the planning period)."""
     slots: Array
     """Jobs billed per instance: ``floor(G / d)`` with ``gpu`` billing, else 1."""
-    infos: list[OptionInfo]
+    infos: Sequence[OptionInfo]
     work_steps: Array
     deadline_hours: Array
+
+
+class _MarketColumns:
+    """The snapshot's markets as integer codes, so a job's ``allow`` filter is a few array
+    operations over all markets (the same tests as ``allowed``); masks are cached per filter."""
+
+    def __init__(self, markets: Sequence[MarketState]) -> None:
+        self.codes: dict[str, dict[str | None, int]] = {}
+        self.columns: dict[str, Array] = {}
+        for name, values in (
+            ("cloud", [m.quote.cloud for m in markets]),
+            ("market", [m.quote.market for m in markets]),
+            ("region", [m.quote.region for m in markets]),
+            ("instance_type", [m.quote.instance_type for m in markets]),
+            ("gpu", [m.quote.gpu for m in markets]),
+        ):
+            codes: dict[str | None, int] = {}
+            self.columns[name] = np.array([codes.setdefault(v, len(codes)) for v in values], dtype=np.int64)
+            self.codes[name] = codes
+        self.rate = np.array([m.preemptions_per_hour for m in markets], dtype=float)
+        self._masks: dict[tuple[tuple[str, ...], ...], Array] = {}
+
+    def allowed(self, job: Job) -> Array:
+        a = job.allow
+        key = (tuple(a.clouds), tuple(a.markets), tuple(a.regions), tuple(a.instance_types), tuple(a.gpus))
+        if key not in self._masks:
+            mask = np.ones(len(self.rate), dtype=bool)
+            for name, wanted in (
+                ("cloud", a.clouds),
+                ("market", a.markets),
+                ("region", a.regions),
+                ("instance_type", a.instance_types),
+            ):
+                if wanted:
+                    mask &= self._isin(name, set(wanted).__contains__)
+            if a.gpus:
+                mask &= self._isin("gpu", lambda v: any(gpu_matches(g, v) for g in a.gpus))
+            self._masks[key] = mask
+        return self._masks[key]
+
+    def _isin(self, name: str, test: Callable[[str | None], bool]) -> Array:
+        hits = [code for value, code in self.codes[name].items() if test(value)]
+        return np.isin(self.columns[name], hits)
 
 
 def enumerate_options(
@@ -144,6 +249,10 @@ def enumerate_options(
     A market whose GPU count is unknown or smaller than the job's minimum is skipped for it, and
     so is an option whose preemption loss leaves no progress. ``period_h`` is the planning period
     (checkpoints fall on its boundaries, see ``spotopt.throughput``).
+
+    Per job and (GPU model, count) group the allowed markets are an array mask, and the
+    preemption terms are computed once per distinct rate (with the scalar functions, so every
+    value is the one a per-option loop gives).
     """
     if billing not in BILLING:
         raise InputError(f"--billing {billing!r}: must be one of {', '.join(BILLING)}")
@@ -152,8 +261,15 @@ def enumerate_options(
     for i, m in enumerate(markets):
         if m.quote.gpu is not None and m.quote.gpu_count:
             by_gpu[(m.quote.gpu, m.quote.gpu_count)].append(i)
-    rows: dict[str, list[Any]] = defaultdict(list)
-    infos: list[OptionInfo] = []
+    models: dict[str, list[tuple[float, Array]]] = defaultdict(list)  # in (gpu, count) order
+    for (gpu, count), idx in sorted(by_gpu.items()):
+        models[gpu].append((count, np.asarray(idx, dtype=np.int64)))
+    cols = _MarketColumns(markets)
+    rates, rate_code = np.unique(cols.rate, return_inverse=True)
+    rate_code = rate_code.reshape(-1)
+    choices_of: dict[tuple[tuple[int, int], float], list[int]] = {}
+    blocks: dict[str, list[Array]] = defaultdict(list)
+    found: list[Figure] = []
     work, deadlines = [], []
     for j, job in enumerate(spec.jobs):
         book = JobThroughput(job, figures)
@@ -162,41 +278,86 @@ def enumerate_options(
         if due is not None and due <= 0:
             raise InputError(f"job {job.name!r}: deadline {job.deadline} is not after --at {at.isoformat()}")
         deadlines.append(math.inf if due is None else due)
-        for (gpu, count), idx in sorted(by_gpu.items()):
-            for d in gpu_choices(job, count):
-                fig = book.at(gpu, d)
-                if fig is None:
-                    continue
-                slots = math.floor(count / d + 1e-9) if billing == "gpu" else 1
-                for i in idx:
-                    m = markets[i]
-                    if not allowed(job, m):
-                        continue
-                    rate = m.preemptions_per_hour
-                    eff = preemption_efficiency(rate, job.checkpoint_seconds, job.restart_s, period_s)
-                    if eff <= 0:
-                        continue
-                    rows["job"].append(j)
-                    rows["market"].append(i)
-                    rows["tput"].append(fig.steps_per_s * 3600.0 * eff)
-                    rows["slots"].append(slots)
-                    interval = checkpoint_interval_s(job.checkpoint_seconds, rate, period_s)
-                    infos.append(OptionInfo(m, d, slots, fig, eff, interval, 0.0))
-    job_of = np.asarray(rows["job"], dtype=np.int64)
-    market = np.asarray(rows["market"], dtype=np.int64)
-    ids = np.array([markets[i].quote.market_id for i in market.tolist()], dtype=np.int64)
-    key = option_key(ids, job_of, np.array([o.gpus for o in infos], dtype=np.int64))
+        ok = cols.allowed(job)
+        multi = [k for (k, n) in book.points if n != 1]
+        legs: list[tuple[int, int, Figure, Array]] = []  # (d, slots, figure, markets)
+        for gpu, counts in models.items():
+            # ``book.at(gpu, d)`` is None for every d without a one-GPU figure or a point at d.
+            if book.at(gpu, 1) is None and not any(gpu_matches(k, gpu) for k in multi):
+                continue
+            for count, idx in counts:
+                key = (job.gpu_range, count)
+                if key not in choices_of:
+                    choices_of[key] = gpu_choices(job, count)
+                mine = idx[ok[idx]] if choices_of[key] else idx[:0]
+                for d in choices_of[key] if len(mine) else ():
+                    fig = book.at(gpu, d)
+                    if fig is not None:
+                        slots = math.floor(count / d + 1e-9) if billing == "gpu" else 1
+                        legs.append((d, slots, fig, mine))
+        if not legs:
+            continue
+        eff_of, interval_of = _preemption_terms(
+            job, rates, rate_code[np.concatenate([m for *_, m in legs])], period_s
+        )
+        for d, slots, fig, mine in legs:
+            eff = eff_of[rate_code[mine]]
+            keep = eff > 0
+            n = int(keep.sum())
+            if not n:
+                continue
+            found.append(fig)
+            blocks["job"].append(np.full(n, j, dtype=np.int64))
+            blocks["market"].append(mine[keep])
+            blocks["gpus"].append(np.full(n, d, dtype=np.int64))
+            blocks["slots"].append(np.full(n, slots, dtype=np.int64))
+            blocks["tput"].append(fig.steps_per_s * 3600.0 * eff[keep])
+            blocks["eff"].append(eff[keep])
+            blocks["interval"].append(interval_of[rate_code[mine[keep]]])
+            blocks["figure"].append(np.full(n, len(found) - 1, dtype=np.int64))
+    cat = {
+        name: np.concatenate(blocks[name]) if blocks[name] else np.zeros(0, dtype=dtype)
+        for name, dtype in (
+            ("job", np.int64),
+            ("market", np.int64),
+            ("gpus", np.int64),
+            ("slots", np.int64),
+            ("tput", float),
+            ("eff", float),
+            ("interval", float),
+            ("figure", np.int64),
+        )
+    }
+    ids = np.array([m.quote.market_id for m in markets], dtype=np.int64)
+    key = option_key(ids[cat["market"]], cat["job"], cat["gpus"])
     order = np.argsort(key, kind="stable")
+    infos = OptionInfos(
+        markets, cat["market"], cat["gpus"], cat["slots"], found, cat["figure"], cat["eff"], cat["interval"]
+    )
     return OptionTable(
         key=key[order],
-        job=job_of[order],
-        market=market[order],
-        steps_per_hour=np.asarray(rows["tput"], dtype=float)[order],
-        slots=np.asarray(rows["slots"], dtype=np.int64)[order],
-        infos=[infos[e] for e in order.tolist()],
+        job=cat["job"][order],
+        market=cat["market"][order],
+        steps_per_hour=cat["tput"][order],
+        slots=cat["slots"][order],
+        infos=infos.reorder(order),
         work_steps=np.asarray(work, dtype=float),
         deadline_hours=np.asarray(deadlines, dtype=float),
     )
+
+
+def _preemption_terms(job: Job, rates: Array, used: Array, period_s: float | None) -> tuple[Array, Array]:
+    """Per distinct market rate (``rates``; ``used``: the codes of those the job's options
+    have): the job's preemption efficiency and checkpoint interval (NaN: none), computed by
+    ``preemption_efficiency``/``checkpoint_interval_s`` once per rate used."""
+    eff = np.full(len(rates), np.nan)
+    interval = np.full(len(rates), np.nan)
+    for k in np.unique(used).tolist():
+        rate = float(rates[k])
+        tau = checkpoint_interval_s(job.checkpoint_seconds, rate, period_s)
+        eff[k] = preemption_efficiency(rate, job.checkpoint_seconds, job.restart_s, period_s)
+        interval[k] = math.nan if tau is None else tau
+    return eff, interval
 
 
 def option_key(market_id: Array, job: Array, gpus: Array) -> Array:

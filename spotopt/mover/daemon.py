@@ -48,7 +48,7 @@ from spotopt.mover.eventlog import log_event
 from spotopt.mover.executor import Executor, Observation, Timeouts, open_move_jobs, utcnow
 from spotopt.mover.fleet import FleetState, Move
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.ledger import price_in_effect, spent_usd
+from spotopt.mover.ledger import price_in_effect, spent_by_job, spent_usd
 from spotopt.mover.market_view import MarketView, market_view
 from spotopt.plan import location_index, option_key
 from spotopt.providers.base import Provider
@@ -256,9 +256,15 @@ class Daemon:
             if not jobs:
                 return
             specs = [_absolute_deadline(jobstore.job_spec(j), j.created_at) for j in jobs]
-            placements = {
-                j.id: session.get(Placement, j.placement_id) for j in jobs if j.placement_id is not None
+            current = {
+                p.id: p
+                for p in session.scalars(
+                    select(Placement)
+                    .join(ManagedJob, ManagedJob.placement_id == Placement.id)
+                    .where(ManagedJob.state.in_(ACTIVE))
+                )
             }
+            placements = {j.id: current.get(j.placement_id) for j in jobs if j.placement_id is not None}
             locations: list[tuple[str, str]] = []
             view = market_view(
                 session,
@@ -300,7 +306,8 @@ class Daemon:
         dwell = np.zeros(n)
         lost = np.zeros(n, dtype=bool)
         notice = np.zeros(n, dtype=bool)
-        spent = np.zeros(n)
+        spent_by = spent_by_job(session, [job.id for job in jobs], now)
+        spent = np.array([spent_by[job.id] for job in jobs], dtype=float)
         for j, job in enumerate(jobs):
             placement = placements.get(job.id)
             obs = observed.get(job.name, Observation())
@@ -308,7 +315,6 @@ class Daemon:
                 job.checkpoint_step if obs.lost or placement is None else max(job.steps, job.checkpoint_step)
             )
             remaining[j] -= done_steps
-            spent[j] = spent_usd(session, job.id, now)
             if placement is None:
                 continue
             market = (

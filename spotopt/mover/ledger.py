@@ -14,11 +14,12 @@ and ``jobs cost`` all read ``intervals``.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spotopt.db.models import InstanceType, Market, Placement, PricePoint
@@ -66,11 +67,11 @@ def price_in_effect(
     before = session.scalar(
         select(PricePoint.usd_per_hour)
         .where(PricePoint.market_id == market_id, PricePoint.observed_at <= start)
-        .order_by(PricePoint.observed_at.desc())
+        .order_by(PricePoint.observed_at.desc(), PricePoint.source.desc())
         .limit(1)
     )
     if end <= start:
-        return float(before) if before is not None else fallback
+        return mean_price(before, [], start, end, fallback)
     changes = session.execute(
         select(PricePoint.observed_at, PricePoint.usd_per_hour)
         .where(
@@ -78,9 +79,24 @@ def price_in_effect(
             PricePoint.observed_at > start,
             PricePoint.observed_at < end,
         )
-        .order_by(PricePoint.observed_at)
+        .order_by(PricePoint.observed_at, PricePoint.source)
     ).all()
+    return mean_price(before, [(when, usd) for when, usd in changes], start, end, fallback)
+
+
+def mean_price(
+    before: float | None,
+    changes: Sequence[tuple[datetime, float]],
+    start: datetime,
+    end: datetime,
+    fallback: float,
+) -> float:
+    """The time-weighted mean of a step function over ``[start, end]``: ``before`` holds at
+    ``start`` (None: ``fallback``), then each of ``changes`` (inside the interval, in time order)
+    from its time on. The one computation behind ``price_in_effect`` and ``spent_by_job``."""
     price = float(before) if before is not None else fallback
+    if end <= start:
+        return price
     total, at = 0.0, start
     for when, usd in changes:
         total += price * (when - at).total_seconds()
@@ -102,11 +118,17 @@ def intervals(session: Session, job_id: int, now: datetime) -> list[Interval]:
 def interval(session: Session, p: Placement, now: datetime) -> Interval:
     """The ledger row of one placement (``now`` ends it while it runs)."""
     assert p.started_at is not None
-    market = market_key(session, p.market_id)
     end = p.ended_at or max(now, p.started_at)
-    slot_usd = p.instances * price_in_effect(
-        session, p.market_id, p.started_at, end, p.usd_per_hour / p.instances if p.instances else 0.0
-    )
+    fallback = p.usd_per_hour / p.instances if p.instances else 0.0
+    price = price_in_effect(session, p.market_id, p.started_at, end, fallback)
+    return _row(p, market_key(session, p.market_id), price, now)
+
+
+def _row(p: Placement, market: MarketKey, price: float, now: datetime) -> Interval:
+    """The ledger row of placement ``p`` on ``market`` at the instance's mean ``price`` (per hour)."""
+    assert p.started_at is not None
+    end = p.ended_at or max(now, p.started_at)
+    slot_usd = p.instances * price
     seconds = billed_seconds(
         market.cloud, p.started_at, end, interrupted_by_cloud=p.end_reason == "preempted"
     )
@@ -133,3 +155,93 @@ def total_usd(rows: Sequence[Interval]) -> float:
 def spent_usd(session: Session, job_id: int, now: datetime) -> float:
     """What the job has cost so far, running instances billed up to ``now``."""
     return total_usd(intervals(session, job_id, now))
+
+
+BATCH = 2000
+"""Ids per ``IN (...)`` list: well under SQLite's bound-parameter limit."""
+
+
+def spent_by_job(session: Session, job_ids: Sequence[int], now: datetime) -> dict[int, float]:
+    """``spent_usd`` of every job in ``job_ids`` at once (0.0 for a job that never ran).
+
+    The daemon needs every active job's spend each tick; per job that is a query per placement
+    and two per price lookup. Here it is a few queries in all: the placements, their markets, and
+    the price points of those markets from the earliest placement start on (plus the point in
+    effect then), after which each row is computed exactly as ``interval`` computes it
+    (``mean_price``, ``_row``), in the same order, so the totals are equal to the last bit.
+    """
+    out = dict.fromkeys(job_ids, 0.0)
+    placements: list[Placement] = []
+    for chunk in _chunks(list(out)):
+        placements += session.scalars(
+            select(Placement)
+            .where(Placement.job_id.in_(chunk), Placement.started_at.is_not(None))
+            .order_by(Placement.job_id, Placement.started_at, Placement.id)
+        ).all()
+    if not placements:
+        return out
+    market_ids = sorted({p.market_id for p in placements})
+    keys = _market_keys(session, market_ids)
+    steps = _price_steps(session, market_ids, min(p.started_at for p in placements if p.started_at))
+    for p in placements:
+        assert p.started_at is not None
+        end = p.ended_at or max(now, p.started_at)
+        fallback = p.usd_per_hour / p.instances if p.instances else 0.0
+        before, changes = _window(steps.get(p.market_id, ([], [])), p.started_at, end)
+        price = mean_price(before, changes, p.started_at, end, fallback)
+        out[p.job_id] += _row(p, keys[p.market_id], price, now).cost_usd
+    return out
+
+
+def _chunks(ids: list[int]) -> list[list[int]]:
+    return [ids[i : i + BATCH] for i in range(0, len(ids), BATCH)]
+
+
+def _market_keys(session: Session, market_ids: list[int]) -> dict[int, MarketKey]:
+    out = {}
+    for chunk in _chunks(market_ids):
+        rows = session.execute(
+            select(Market.id, InstanceType.cloud, Market.region, Market.zone, InstanceType.name, Market.kind)
+            .join(InstanceType, InstanceType.id == Market.instance_type_id)
+            .where(Market.id.in_(chunk))
+        ).all()
+        for mid, cloud, region, zone, name, kind in rows:
+            out[mid] = MarketKey(cloud, region, zone or None, name, MarketKind(kind))
+    return out
+
+
+def _price_steps(
+    session: Session, market_ids: list[int], since: datetime
+) -> dict[int, tuple[list[datetime], list[float]]]:
+    """Per market, its price points from the one in effect at ``since`` on, in time order."""
+    out: dict[int, tuple[list[datetime], list[float]]] = {}
+    for chunk in _chunks(market_ids):
+        opening = session.execute(
+            select(PricePoint.market_id, func.max(PricePoint.observed_at))
+            .where(PricePoint.market_id.in_(chunk), PricePoint.observed_at <= since)
+            .group_by(PricePoint.market_id)
+        )
+        starts: dict[int, datetime] = {mid: at for mid, at in opening}
+        rows = session.execute(
+            select(PricePoint.market_id, PricePoint.observed_at, PricePoint.usd_per_hour)
+            .where(PricePoint.market_id.in_(chunk), PricePoint.observed_at >= min([since, *starts.values()]))
+            .order_by(PricePoint.market_id, PricePoint.observed_at, PricePoint.source)
+        )
+        for mid, at, usd in rows:
+            if at >= starts.get(mid, since):
+                times, prices = out.setdefault(mid, ([], []))
+                times.append(at)
+                prices.append(usd)
+    return out
+
+
+def _window(
+    steps: tuple[list[datetime], list[float]], start: datetime, end: datetime
+) -> tuple[float | None, list[tuple[datetime, float]]]:
+    """What ``price_in_effect`` reads for ``[start, end]``: the point in effect at ``start``
+    (None: none yet) and the changes strictly inside the interval."""
+    times, prices = steps
+    first = bisect_right(times, start)
+    before = prices[first - 1] if first else None
+    last = bisect_left(times, end, lo=first)
+    return before, list(zip(times[first:last], prices[first:last], strict=True))

@@ -271,9 +271,8 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
     voluntary.sort(key=lambda m: (-m.saving_usd, m.job))
     if guard.max_moves_per_tick is not None:
         voluntary = voluntary[: guard.max_moves_per_tick]
-    position = {int(k): i for i, k in enumerate(key.tolist())}
     for m in voluntary:
-        e = position[m.to]
+        e = int(np.searchsorted(key, m.to))  # ``key`` is sorted and unique
         if fits(m.job, e):
             moves.append(m)
             committed += finish[e] + move[e] - cur_finish[m.job]
