@@ -419,6 +419,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--pg-url", default=os.environ.get("SPOTOPT_BENCH_PG_URL"))
     parser.add_argument("--sqlite", type=Path, help="SQLite file to build (default: a temporary one)")
+    parser.add_argument("--reuse", action="store_true", help="tick on --sqlite/--pg-url as it is (built before)")
     parser.add_argument("--ticks", type=int, default=2, help="dry-run ticks to time (each solves afresh)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -431,11 +432,11 @@ def main() -> None:
         upgrade_history(url)
         db = open_history(url)
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; backend {args.backend}")
-        t = time.perf_counter()
-        counts = build_world(db, args.jobs, args.markets, args.seed)
-        print(
-            f"built in {time.perf_counter() - t:.1f} s: " + ", ".join(f"{v:,} {k}" for k, v in counts.items())
-        )
+        if not args.reuse:
+            t = time.perf_counter()
+            counts = build_world(db, args.jobs, args.markets, args.seed)
+            took = time.perf_counter() - t
+            print(f"built in {took:.1f} s: " + ", ".join(f"{v:,} {k}" for k, v in counts.items()))
         rows = []
         for _ in range(args.ticks):
             report, phases = timed_tick(db)

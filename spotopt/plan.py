@@ -129,7 +129,10 @@ class OptionInfos(Sequence[OptionInfo]):
         figure: Array,
         efficiency: Array,
         interval_s: Array,
+        order: Array,
     ) -> None:
+        """Option ``e``'s parts are at ``order[e]`` of the arrays (the table sorts by key)."""
+        self._order = order
         self._markets = markets
         self._market, self._gpus, self._slots = market, gpus, slots
         self._figures, self._figure = figures, figure
@@ -149,28 +152,16 @@ class OptionInfos(Sequence[OptionInfo]):
             return [self[i] for i in range(*e.indices(len(self)))]
         if not -len(self) <= e < len(self):
             raise IndexError(e)
-        interval = float(self._interval_s[e])
+        i = int(self._order[e])
+        interval = float(self._interval_s[i])
         return OptionInfo(
-            self._markets[int(self._market[e])],
-            int(self._gpus[e]),
-            int(self._slots[e]),
-            self._figures[int(self._figure[e])],
-            float(self._efficiency[e]),
+            self._markets[int(self._market[i])],
+            int(self._gpus[i]),
+            int(self._slots[i]),
+            self._figures[int(self._figure[i])],
+            float(self._efficiency[i]),
             None if math.isnan(interval) else interval,
             0.0,
-        )
-
-    def reorder(self, order: Array) -> OptionInfos:
-        """The same infos in ``order`` (positions into this sequence)."""
-        return OptionInfos(
-            self._markets,
-            self._market[order],
-            self._gpus[order],
-            self._slots[order],
-            self._figures,
-            self._figure[order],
-            self._efficiency[order],
-            self._interval_s[order],
         )
 
 
@@ -268,7 +259,8 @@ def enumerate_options(
     rates, rate_code = np.unique(cols.rate, return_inverse=True)
     rate_code = rate_code.reshape(-1)
     choices_of: dict[tuple[tuple[int, int], float], list[int]] = {}
-    blocks: dict[str, list[Array]] = defaultdict(list)
+    usable: dict[frozenset[tuple[str, int]], list[str]] = {}
+    parts: dict[str, list[Array]] = defaultdict(list)
     found: list[Figure] = []
     work, deadlines = [], []
     for j, job in enumerate(spec.jobs):
@@ -279,13 +271,9 @@ def enumerate_options(
             raise InputError(f"job {job.name!r}: deadline {job.deadline} is not after --at {at.isoformat()}")
         deadlines.append(math.inf if due is None else due)
         ok = cols.allowed(job)
-        multi = [k for (k, n) in book.points if n != 1]
-        legs: list[tuple[int, int, Figure, Array]] = []  # (d, slots, figure, markets)
-        for gpu, counts in models.items():
-            # ``book.at(gpu, d)`` is None for every d without a one-GPU figure or a point at d.
-            if book.at(gpu, 1) is None and not any(gpu_matches(k, gpu) for k in multi):
-                continue
-            for count, idx in counts:
+        legs: list[tuple[int, int, Array]] = []  # (GPUs per job, slots, markets), one figure each
+        for gpu in _models_with_figures(book, models, usable):
+            for count, idx in models[gpu]:
                 key = (job.gpu_range, count)
                 if key not in choices_of:
                     choices_of[key] = gpu_choices(job, count)
@@ -293,30 +281,28 @@ def enumerate_options(
                 for d in choices_of[key] if len(mine) else ():
                     fig = book.at(gpu, d)
                     if fig is not None:
-                        slots = math.floor(count / d + 1e-9) if billing == "gpu" else 1
-                        legs.append((d, slots, fig, mine))
+                        found.append(fig)
+                        legs.append((d, math.floor(count / d + 1e-9) if billing == "gpu" else 1, mine))
         if not legs:
             continue
-        eff_of, interval_of = _preemption_terms(
-            job, rates, rate_code[np.concatenate([m for *_, m in legs])], period_s
-        )
-        for d, slots, fig, mine in legs:
-            eff = eff_of[rate_code[mine]]
-            keep = eff > 0
-            n = int(keep.sum())
-            if not n:
-                continue
-            found.append(fig)
-            blocks["job"].append(np.full(n, j, dtype=np.int64))
-            blocks["market"].append(mine[keep])
-            blocks["gpus"].append(np.full(n, d, dtype=np.int64))
-            blocks["slots"].append(np.full(n, slots, dtype=np.int64))
-            blocks["tput"].append(fig.steps_per_s * 3600.0 * eff[keep])
-            blocks["eff"].append(eff[keep])
-            blocks["interval"].append(interval_of[rate_code[mine[keep]]])
-            blocks["figure"].append(np.full(n, len(found) - 1, dtype=np.int64))
+        # The job's options, leg after leg, in one set of arrays.
+        lens = np.array([len(m) for *_, m in legs])
+        market = np.concatenate([m for *_, m in legs])
+        eff_of, interval_of = _preemption_terms(job, rates, rate_code[market], period_s)
+        eff = eff_of[rate_code[market]]
+        keep = eff > 0  # preemptions leave no progress: no option
+        leg_figure = np.arange(len(found) - len(legs), len(found))
+        steps_per_hour = np.array([found[f].steps_per_s * 3600.0 for f in leg_figure.tolist()])
+        parts["job"].append(np.full(int(keep.sum()), j, dtype=np.int64))
+        parts["market"].append(market[keep])
+        parts["gpus"].append(np.repeat(np.array([d for d, _, _ in legs], dtype=np.int64), lens)[keep])
+        parts["slots"].append(np.repeat(np.array([s for _, s, _ in legs], dtype=np.int64), lens)[keep])
+        parts["tput"].append(np.repeat(steps_per_hour, lens)[keep] * eff[keep])
+        parts["eff"].append(eff[keep])
+        parts["interval"].append(interval_of[rate_code[market[keep]]])
+        parts["figure"].append(np.repeat(leg_figure, lens)[keep])
     cat = {
-        name: np.concatenate(blocks[name]) if blocks[name] else np.zeros(0, dtype=dtype)
+        name: np.concatenate(parts[name]) if parts[name] else np.zeros(0, dtype=dtype)
         for name, dtype in (
             ("job", np.int64),
             ("market", np.int64),
@@ -332,7 +318,15 @@ def enumerate_options(
     key = option_key(ids[cat["market"]], cat["job"], cat["gpus"])
     order = np.argsort(key, kind="stable")
     infos = OptionInfos(
-        markets, cat["market"], cat["gpus"], cat["slots"], found, cat["figure"], cat["eff"], cat["interval"]
+        markets,
+        cat["market"],
+        cat["gpus"],
+        cat["slots"],
+        found,
+        cat["figure"],
+        cat["eff"],
+        cat["interval"],
+        order,
     )
     return OptionTable(
         key=key[order],
@@ -340,10 +334,32 @@ def enumerate_options(
         market=cat["market"][order],
         steps_per_hour=cat["tput"][order],
         slots=cat["slots"][order],
-        infos=infos.reorder(order),
+        infos=infos,
         work_steps=np.asarray(work, dtype=float),
         deadline_hours=np.asarray(deadlines, dtype=float),
     )
+
+
+def _models_with_figures(
+    book: JobThroughput,
+    models: dict[str, list[tuple[float, Array]]],
+    usable: dict[frozenset[tuple[str, int]], list[str]],
+) -> list[str]:
+    """The GPU models (of ``models``, in order) on which ``book`` may have a figure: for any
+    ``d``, ``book.at(gpu, d)`` is None unless ``gpu`` has a one-GPU figure (``book.at(gpu, 1)``)
+    or a point at some count. Without stored references only the job's own points decide, so
+    jobs naming the same GPUs share the answer (``usable``)."""
+    points = frozenset(book.points)
+    if book.references or points not in usable:
+        found = [
+            gpu
+            for gpu in models
+            if book.at(gpu, 1) is not None or any(n != 1 and gpu_matches(k, gpu) for k, n in points)
+        ]
+        if book.references:
+            return found
+        usable[points] = found
+    return usable[points]
 
 
 def _preemption_terms(job: Job, rates: Array, used: Array, period_s: float | None) -> tuple[Array, Array]:
