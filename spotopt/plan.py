@@ -454,10 +454,10 @@ def price_options(
         steps_per_hour=table.steps_per_hour,
         usd_per_hour=now[m] / slots,
         instances_per_hour=1.0 / slots,
-        on_demand=np.array([markets[i].quote.market == "on-demand" for i in m.tolist()], dtype=bool),
+        on_demand=np.array([q.quote.market == "on-demand" for q in markets], dtype=bool)[m],
         baseline_usd_per_hour=base[m] / slots,
         revert_h=revert[m],
-        preemptions_per_hour=np.array([markets[i].preemptions_per_hour for i in m.tolist()]),
+        preemptions_per_hour=np.array([q.preemptions_per_hour for q in markets], dtype=float)[m],
         transfer=transfer_matrix(locations, at),
         capacity=np.full(len(markets), math.inf),
     )
