@@ -419,7 +419,9 @@ def main() -> None:
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--pg-url", default=os.environ.get("SPOTOPT_BENCH_PG_URL"))
     parser.add_argument("--sqlite", type=Path, help="SQLite file to build (default: a temporary one)")
-    parser.add_argument("--reuse", action="store_true", help="tick on --sqlite/--pg-url as it is (built before)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="tick on --sqlite/--pg-url as it is (built before)"
+    )
     parser.add_argument("--ticks", type=int, default=2, help="dry-run ticks to time (each solves afresh)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -196,6 +196,7 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
             go = min(go, ride)
         return float(stay - go)
 
+    to_finish = finish + move  # once: a forced placement looks up its options' share of it
     by_job = np.argsort(j_of, kind="stable")
     bounds = np.searchsorted(j_of[by_job], np.arange(n_jobs + 1))
     key = opts.key
@@ -210,7 +211,7 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
             in_time = cand[need_od[cand] <= state.deadline_h[j]]
             quickest = cand[need_od[cand] <= need_od[cand].min(initial=np.inf)]
             pool = in_time if len(in_time) else quickest
-            pick = _cheapest(pool, finish + move, j, fits)
+            pick = _cheapest(pool, to_finish, j, fits)
             if pick is not None:
                 moves.append(Move(j, from_key, int(key[pick]), "deadline", 0.0, float(move[pick])))
                 committed += finish[pick] + move[pick] - cur_finish[j]
@@ -233,7 +234,7 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
                     pool = pool[affordable[pool]]
             t = int(target[j])
             chosen = t if t >= 0 and t in set(pool.tolist()) and fits(j, t) else None
-            pick = chosen if chosen is not None else _cheapest(pool, finish + move, j, fits)
+            pick = chosen if chosen is not None else _cheapest(pool, to_finish, j, fits)
             if pick is not None:
                 moves.append(Move(j, from_key, int(key[pick]), reason, 0.0, float(move[pick])))
                 committed += finish[pick] + move[pick]
