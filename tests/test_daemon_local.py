@@ -45,7 +45,9 @@ def started(world: World, hold_at: int, name: str = "mlp") -> None:
     world.until(f"step {hold_at}", lambda: world.job(name).steps >= hold_at)
 
 
-def test_a_cheaper_market_moves_the_job_make_before_break(world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_cheaper_market_moves_the_job_make_before_break(
+    world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
     jobstore.submit(world.db, job_yaml(tmp_path))
     caplog.set_level("INFO", logger="spotopt.mover")
@@ -89,7 +91,10 @@ def test_a_preemption_notice_checkpoints_and_relaunches(world: World, tmp_path: 
     world.until("the preempted placement to end", lambda: world.placements()[0].state == "ended")
     killer.join()
     world.daemon.tick()
-    world.until("the lease to move", lambda: world.moves()[-1].kind == "recover" and world.moves()[-1].step == "confirm")
+    world.until(
+        "the lease to move",
+        lambda: world.moves()[-1].kind == "recover" and world.moves()[-1].step == "confirm",
+    )
     world.hold("mlp", 300)
     world.until("the recovery", lambda: world.moves()[-1].outcome is not None)
     assert world.moves()[-1].outcome == "done"
