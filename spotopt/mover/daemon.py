@@ -152,6 +152,7 @@ class Daemon:
         for name, obs in observed.items():
             self._react(name, obs)
         if not self.dry_run:
+            self._stop_cancelled()
             self._enforce_budgets()
         self._decide(report, observed)
         if self.executor is not None and not self.dry_run:
@@ -202,6 +203,23 @@ class Daemon:
                 if job.state == "running":
                     jobstore.record_transition(session, job, "failed", obs.failed, self.clock())
             log_event("job-failed", job=name, reason=obs.failed)
+
+    def _stop_cancelled(self) -> None:
+        """A cancelled job whose placement still runs is checkpointed and stopped."""
+        assert self.executor is not None
+        with self.db.session() as session:
+            busy = open_move_jobs(session)
+            names = [
+                job.name
+                for job, placement in session.execute(
+                    select(ManagedJob, Placement)
+                    .join(Placement, Placement.id == ManagedJob.placement_id)
+                    .where(ManagedJob.state == "cancelled", Placement.state.in_(("launching", "running")))
+                )
+                if job.id not in busy
+            ]
+        for name in names:
+            self.executor.open_move(name, "stop", "cancelled: stopping its placement")
 
     def _enforce_budgets(self) -> None:
         """Stop, checkpointed, every running job that one more period would take past its budget."""
