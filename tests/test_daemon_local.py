@@ -207,3 +207,14 @@ def test_reconcile_terminates_an_instance_no_placement_owns(world: World, tmp_pa
     assert report.leaked == [leaked.instance_id]
     assert not world.provider.status(leaked.instance_id).state.is_live
     assert world.provider.status(mine.instance_id).state.is_live  # untagged: not spotopt's to end
+
+
+def test_a_price_spike_stops_the_job_at_the_next_poll(world: World, tmp_path: Path) -> None:
+    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+    jobstore.submit(world.db, job_yaml(tmp_path, budget=5.0))
+    started(world, 30)
+    world.prices(spot("us-east-1a", 3600.0, now()))  # $1 a second: one more period would pass $5
+    world.daemon.poll()
+    move = world.moves()[-1]
+    assert move.kind == "stop" and move.then_state == "over-budget" and move.reason.startswith("budget:")
+    world.until("the stop", lambda: world.job().state == "over-budget")

@@ -131,13 +131,16 @@ class Daemon:
     # -- rounds ------------------------------------------------------------------------------
 
     def poll(self) -> None:
-        """The frequent round: carry open moves on and notice finished, lost or warned jobs."""
+        """The frequent round: carry open moves on, notice finished, lost or warned jobs, and
+        stop any job a price spike would take past its budget."""
         if self.executor is None or self.dry_run:
             return
         self.executor.advance_all()
         for name, obs in self._watch().items():
             if obs.finished or obs.failed or obs.lost or obs.notice:
                 self._react(name, obs)
+        # Budgets every poll, not only every period: a price spike is caught within seconds.
+        self._enforce_budgets()
         self.executor.advance_all()
 
     def tick(self) -> TickReport:
