@@ -39,7 +39,9 @@ WAIT_LIMIT_S = 120.0
 PERIOD_H = 5 / 3600
 
 
-def spot(zone: str, usd: float, at: datetime, itype: str = "p3.2xlarge", cloud: str = "aws") -> PriceObservation:
+def spot(
+    zone: str, usd: float, at: datetime, itype: str = "p3.2xlarge", cloud: str = "aws"
+) -> PriceObservation:
     return PriceObservation(MarketKey(cloud, "us-east-1", zone, itype, MarketKind.SPOT), at, usd)
 
 
@@ -64,7 +66,7 @@ def job_yaml(
         f"    work: {{steps: {STEPS}}}",
         "    restart_s: 10",
         "    checkpoint_s: 1",
-        f"    run: {sys.executable} {TRAIN} --steps {STEPS} --out {out} --until-file {tmp / (name + '.until')}",
+        f"    run: {sys.executable} {TRAIN} --steps {STEPS} --out {out} --until-file {tmp / name}.until",
         f"    checkpoint: {{uri: {tmp / 'store'}}}",
         f"    budget_usd: {budget}",
         f"    allow: {{clouds: [aws], markets: {markets}, instance_types: [p3.2xlarge]}}",
@@ -100,7 +102,9 @@ class World:
         with self.db.session() as session:
             job = session.scalar(select(ManagedJob).where(ManagedJob.name == name))
             assert job is not None
-            return list(session.scalars(select(Placement).where(Placement.job_id == job.id).order_by(Placement.id)))
+            return list(
+                session.scalars(select(Placement).where(Placement.job_id == job.id).order_by(Placement.id))
+            )
 
     def moves(self, name: str = "mlp") -> list[JobMove]:
         with self.db.session() as session:

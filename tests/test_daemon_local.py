@@ -16,10 +16,16 @@ import pytest
 
 from spotopt.db.engine import Database
 from spotopt.db.models import JournalEntry
+from spotopt.errors import CapacityUnavailableError
 from spotopt.mover import jobs as jobstore
+from spotopt.mover.daemon import Daemon
 from spotopt.mover.eventlog import parse
 from spotopt.mover.ledger import intervals
+from spotopt.providers.base import Instance, LaunchSpec
+from spotopt.providers.local import LocalProvider
+from spotopt.types import MarketKey
 from tests.mover_world import (
+    AGENT_ENV,
     World,
     a_day_ago,
     job_yaml,
@@ -45,7 +51,9 @@ def started(world: World, hold_at: int, name: str = "mlp") -> None:
     world.until(f"step {hold_at}", lambda: world.job(name).steps >= hold_at)
 
 
-def test_a_cheaper_market_moves_the_job_make_before_break(world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_cheaper_market_moves_the_job_make_before_break(
+    world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
     jobstore.submit(world.db, job_yaml(tmp_path))
     caplog.set_level("INFO", logger="spotopt.mover")
@@ -89,7 +97,10 @@ def test_a_preemption_notice_checkpoints_and_relaunches(world: World, tmp_path: 
     world.until("the preempted placement to end", lambda: world.placements()[0].state == "ended")
     killer.join()
     world.daemon.tick()
-    world.until("the lease to move", lambda: world.moves()[-1].kind == "recover" and world.moves()[-1].step == "confirm")
+    world.until(
+        "the lease to move",
+        lambda: world.moves()[-1].kind == "recover" and world.moves()[-1].step == "confirm",
+    )
     world.hold("mlp", 300)
     world.until("the recovery", lambda: world.moves()[-1].outcome is not None)
     assert world.moves()[-1].outcome == "done"
@@ -127,3 +138,83 @@ def test_a_deadline_spot_cannot_meet_starts_on_demand(world: World, tmp_path: Pa
     report = world.daemon.tick()
     assert [d["kind"] for d in report.decisions] == ["start"]
     assert report.decisions[0]["to"].endswith("on-demand")
+
+
+def test_a_cancelled_job_is_checkpointed_and_stopped(world: World, tmp_path: Path) -> None:
+    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+    jobstore.submit(world.db, job_yaml(tmp_path))
+    started(world, 40)
+    jobstore.cancel(world.db, "mlp", "not needed")
+    world.daemon.tick()
+    world.until("the stop", lambda: world.moves()[-1].outcome is not None)
+    (placement,) = world.placements()
+    assert (world.moves()[-1].kind, world.moves()[-1].outcome) == ("stop", "done")
+    assert placement.state == "ended" and world.job().state == "cancelled"
+    assert world.moves()[-1].checkpoint_step == 40
+    assert not world.provider.status(placement.instance_id or "").state.is_live
+
+
+class NoCapacityIn(LocalProvider):
+    """The local provider, except that one zone has no capacity (as a cloud's error says)."""
+
+    def __init__(self, state_dir: Path, zone: str) -> None:
+        super().__init__(state_dir, grace_s=5.0)
+        self.zone = zone
+
+    def launch(self, spec: LaunchSpec, market: MarketKey, idempotency_key: str) -> Instance:
+        if market.zone == self.zone:
+            raise CapacityUnavailableError(f"InsufficientInstanceCapacity in {self.zone}")
+        return super().launch(spec, market, idempotency_key)
+
+
+def test_no_capacity_aborts_the_move_and_the_job_keeps_running(db: Database, tmp_path: Path) -> None:
+    world = make_world(db, tmp_path)
+    provider = NoCapacityIn(tmp_path / "local", "us-east-1b")
+    world.provider = provider
+    world.daemon = Daemon(db, provider, world.settings, agent_env=AGENT_ENV)
+    try:
+        world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+        jobstore.submit(db, job_yaml(tmp_path))
+        started(world, 30)
+        world.prices(spot("us-east-1b", 0.3, now()))
+        world.daemon.tick()
+        move = world.moves()[-1]
+        assert (move.kind, move.outcome) == ("move", "aborted") and "no capacity" in (move.detail or "")
+        first, refused = world.placements()
+        assert (first.state, refused.state, refused.end_reason) == ("running", "failed", "capacity")
+        assert world.job().state == "running"
+        # The refused market is left out for a while: the next round does not try it again.
+        assert world.daemon.tick().decisions == []
+    finally:
+        world.stop_all()
+
+
+def test_reconcile_terminates_an_instance_no_placement_owns(world: World, tmp_path: Path) -> None:
+    spec = LaunchSpec(
+        job="ghost",
+        epoch=1,
+        command=("sleep", "600"),
+        checkpoint_uri=f"file://{tmp_path}/s",
+        tags={"spotopt:job": "ghost"},
+    )
+    leaked = world.provider.launch(spec, spot("us-east-1a", 1.0, now()).market, "ghost-m9")
+    mine = world.provider.launch(
+        LaunchSpec(job="other", epoch=1, command=("sleep", "600"), checkpoint_uri=f"file://{tmp_path}/s"),
+        spot("us-east-1a", 1.0, now()).market,
+        "not-ours",
+    )
+    report = world.daemon.tick()
+    assert report.leaked == [leaked.instance_id]
+    assert not world.provider.status(leaked.instance_id).state.is_live
+    assert world.provider.status(mine.instance_id).state.is_live  # untagged: not spotopt's to end
+
+
+def test_a_price_spike_stops_the_job_at_the_next_poll(world: World, tmp_path: Path) -> None:
+    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+    jobstore.submit(world.db, job_yaml(tmp_path, budget=5.0))
+    started(world, 30)
+    world.prices(spot("us-east-1a", 3600.0, now()))  # $1 a second: one more period would pass $5
+    world.daemon.poll()
+    move = world.moves()[-1]
+    assert move.kind == "stop" and move.then_state == "over-budget" and move.reason.startswith("budget:")
+    world.until("the stop", lambda: world.job().state == "over-budget")

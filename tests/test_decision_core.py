@@ -136,3 +136,18 @@ def test_a_restarted_daemon_decides_exactly_as_before(restart_after: int) -> Non
         FleetState.from_dict(loaded["state"]), opts, Memory.from_dict(loaded["memory"]), 8 - restart_after
     )
     assert first + again == straight
+
+
+def test_no_options_means_no_moves() -> None:
+    """A fleet whose jobs have nothing priced (every market filtered out) gets no move, not a crash."""
+    spec = parse_jobs(JOBS)
+    markets = snapshot()
+    table = enumerate_options(spec, markets, AT)
+    state, opts = initial_state(spec, table, markets, AT)
+    empty = Options(
+        **{
+            f: getattr(opts, f)[:0] if f not in ("transfer", "capacity") else getattr(opts, f)
+            for f in opts.__dataclass_fields__
+        }
+    )
+    assert decide(state, empty, Guardrails(), Memory()) == []

@@ -48,6 +48,8 @@ def _logging() -> None:
     formatter.converter = time.gmtime
     handler.setFormatter(formatter)
     mover = logging.getLogger("spotopt.mover")
+    handler.set_name("spotopt-daemon")
+    mover.handlers = [h for h in mover.handlers if h.get_name() != "spotopt-daemon"]
     mover.addHandler(handler)
     mover.setLevel(logging.INFO)
     mover.propagate = False

@@ -208,6 +208,8 @@ def decide(
     policy: str | None = None,
 ) -> list[Move]:
     """The moves to make now (see the module docstring); updates ``memory`` in place."""
+    if opts.n_options == 0:  # nothing priced that any job may use: nothing to decide
+        return []
     cur = opts.position(state.option)
     _refresh_targets(state, opts, guard, memory, policy, cur)
     keys = np.array([memory.target.get(name, -1) for name in state.names], dtype=np.int64)

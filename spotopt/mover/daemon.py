@@ -131,13 +131,16 @@ class Daemon:
     # -- rounds ------------------------------------------------------------------------------
 
     def poll(self) -> None:
-        """The frequent round: carry open moves on and notice finished, lost or warned jobs."""
+        """The frequent round: carry open moves on, notice finished, lost or warned jobs, and
+        stop any job a price spike would take past its budget."""
         if self.executor is None or self.dry_run:
             return
         self.executor.advance_all()
         for name, obs in self._watch().items():
             if obs.finished or obs.failed or obs.lost or obs.notice:
                 self._react(name, obs)
+        # Budgets every poll, not only every period: a price spike is caught within seconds.
+        self._enforce_budgets()
         self.executor.advance_all()
 
     def tick(self) -> TickReport:
@@ -152,6 +155,7 @@ class Daemon:
         for name, obs in observed.items():
             self._react(name, obs)
         if not self.dry_run:
+            self._stop_cancelled()
             self._enforce_budgets()
         self._decide(report, observed)
         if self.executor is not None and not self.dry_run:
@@ -202,6 +206,23 @@ class Daemon:
                 if job.state == "running":
                     jobstore.record_transition(session, job, "failed", obs.failed, self.clock())
             log_event("job-failed", job=name, reason=obs.failed)
+
+    def _stop_cancelled(self) -> None:
+        """A cancelled job whose placement still runs is checkpointed and stopped."""
+        assert self.executor is not None
+        with self.db.session() as session:
+            busy = open_move_jobs(session)
+            names = [
+                job.name
+                for job, placement in session.execute(
+                    select(ManagedJob, Placement)
+                    .join(Placement, Placement.id == ManagedJob.placement_id)
+                    .where(ManagedJob.state == "cancelled", Placement.state.in_(("launching", "running")))
+                )
+                if job.id not in busy
+            ]
+        for name in names:
+            self.executor.open_move(name, "stop", "cancelled: stopping its placement")
 
     def _enforce_budgets(self) -> None:
         """Stop, checkpointed, every running job that one more period would take past its budget."""

@@ -530,7 +530,9 @@ class Executor:
             job = session.get(ManagedJob, job_id)
             assert job is not None
             if job.heartbeat_at is None or beat.at >= job.heartbeat_at:
-                job.steps = max(job.steps if beat.epoch != job.epoch else 0, beat.step)
+                # The newest placement's word wins: after a move it restarts from the checkpoint,
+                # and whatever the old one did past it is lost.
+                job.steps = beat.step
                 job.steps_per_s = beat.steps_per_s if beat.steps_per_s is not None else job.steps_per_s
                 if beat.last_checkpoint is not None:
                     job.checkpoint_name = beat.last_checkpoint

@@ -72,7 +72,8 @@ class LeaderRecord:
 
 
 class Leadership:
-    """The right to act for one database. Not thread-safe: one daemon loop owns it.
+    """The right to act for one database. Not thread-safe: one daemon loop owns it (its rounds may
+    run in different threads, one at a time).
 
     ``clock`` and ``sleep`` (monotonic seconds) are injectable so ``acquire``'s waiting can be
     tested without waiting.
@@ -219,7 +220,8 @@ class Leadership:
 
     def _try_file(self) -> bool:
         assert self._lock_path is not None
-        lock = FileLock(str(self._lock_path))
+        # Not thread-local: the daemon's rounds run in the scheduler's worker threads, one at a time.
+        lock = FileLock(str(self._lock_path), thread_local=False)
         try:
             lock.acquire(timeout=0)
         except Timeout:

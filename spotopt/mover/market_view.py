@@ -30,6 +30,10 @@ from spotopt.throughput import StoredFigure
 
 Array = np.ndarray[Any, Any]
 
+FORECAST_STEP_MIN_H = 0.5
+"""The forecast samples the history at the planning period, but no finer than this: a daemon run
+with a period of seconds (tests, demos) would otherwise sample 30 days into millions of steps.
+Prices change hourly at the finest, so a half-hour step loses nothing."""
 HISTORY_H = 30 * 24.0
 """Hours of history the forecast learns excursion lengths from (its baseline uses its own 72 h)."""
 
@@ -73,6 +77,7 @@ def market_forecast(
     """Per market: the forecast's baseline and expected hours to it at ``at`` (instance prices);
     ``flt`` as the snapshot's, so only those markets' history is read."""
     since = at - timedelta(hours=history_h)
+    period_h = max(period_h, FORECAST_STEP_MIN_H)
     n_ticks = int(np.floor(history_h / period_h + 1e-9)) + 1
     ticks_s = (np.arange(n_ticks) * period_h - (n_ticks - 1) * period_h) * 3600.0  # ends at ``at``
     ids = {m.quote.market_id: i for i, m in enumerate(markets)}

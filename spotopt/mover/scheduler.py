@@ -46,6 +46,13 @@ def run_forever(daemon: Daemon, schedule: Schedule, collect: Callable[[], None] 
 
     scheduler = BlockingScheduler(timezone="UTC")
     lock = threading.Lock()
+    stopping = threading.Event()
+
+    def shut_down() -> None:
+        """Stop after the round under way; before the scheduler runs, just say so."""
+        stopping.set()
+        if scheduler.running:
+            scheduler.shutdown(wait=True)
 
     def guarded(name: str, round_: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:
@@ -54,7 +61,7 @@ def run_forever(daemon: Daemon, schedule: Schedule, collect: Callable[[], None] 
                     round_()
                 except LostLeadership as exc:
                     log_event("leadership-lost", detail=str(exc))
-                    scheduler.shutdown(wait=False)
+                    threading.Thread(target=shut_down, daemon=True).start()
                 except Exception as exc:  # one failed round must not end the daemon: log and go on
                     log_event(f"{name}-failed", error=f"{type(exc).__name__}: {exc}")
                     log.exception("round %s failed", name)
@@ -75,9 +82,10 @@ def run_forever(daemon: Daemon, schedule: Schedule, collect: Callable[[], None] 
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         log_event("shutdown", signal=signal.Signals(signum).name)
-        threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, daemon=True).start()
+        threading.Thread(target=shut_down, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     guarded("tick", daemon.tick)()  # the first round now, not one period from now
-    scheduler.start()
+    if not stopping.is_set():
+        scheduler.start()
