@@ -273,12 +273,12 @@ def enumerate_options(
         ok = cols.allowed(job)
         legs: list[tuple[int, int, Array]] = []  # (GPUs per job, slots, markets), one figure each
         for gpu in _models_with_figures(book, models, usable):
-            for count, idx in models[gpu]:
-                key = (job.gpu_range, count)
-                if key not in choices_of:
-                    choices_of[key] = gpu_choices(job, count)
-                mine = idx[ok[idx]] if choices_of[key] else idx[:0]
-                for d in choices_of[key] if len(mine) else ():
+            for count, group in models[gpu]:
+                choice = (job.gpu_range, count)
+                if choice not in choices_of:
+                    choices_of[choice] = gpu_choices(job, count)
+                mine = group[ok[group]] if choices_of[choice] else group[:0]
+                for d in choices_of[choice] if len(mine) else ():
                     fig = book.at(gpu, d)
                     if fig is not None:
                         found.append(fig)
