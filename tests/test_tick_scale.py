@@ -44,6 +44,7 @@ from spotopt.plan import (
     option_key,
     work_steps,
 )
+from spotopt.policies.prune import _by_job_cost_speed
 from spotopt.throughput import JobThroughput, StoredFigure, checkpoint_interval_s, preemption_efficiency
 from spotopt.types import PriceObservation
 
@@ -250,3 +251,14 @@ def test_a_bulk_job_row_is_the_row_submit_writes(db: Database) -> None:
     stored = jobstore.submit(db, yaml.safe_dump({"jobs": [job.model_dump(mode="json")]}), now=created)
     for name, value in row.items():
         assert getattr(stored, name) == value, name
+
+
+@pytest.mark.parametrize("n_jobs", [7, 2**15 + 3])
+def test_pruning_sorts_options_as_lexsort_does(n_jobs: int) -> None:
+    rng = np.random.default_rng(n_jobs)
+    n = 20_000
+    job = rng.integers(0, n_jobs, n)
+    per_step = rng.choice([0.5, 1.0, 1.5, np.nan], n)  # ties everywhere, and NaN
+    speed = rng.choice([1.0, 2.0, 3.0], n)
+    order = _by_job_cost_speed(job, per_step, speed, n_jobs)
+    assert np.array_equal(order, np.lexsort((-speed, per_step, job)))
