@@ -106,6 +106,8 @@ def policy_input(
     horizon_h: float | None = None,
     prune: bool = True,
     every_job: bool = False,
+    move_usd: Array | None = None,
+    reserve_h: Array | None = None,
 ) -> PolicyProblem:
     """The one policy-input builder (see the module docstring); ``cur`` as ``opts.position(state.option)``.
 
@@ -123,14 +125,14 @@ def policy_input(
     remaining = state.remaining_steps[job_of]
     tput = opts.steps_per_hour[idx]
     hours = remaining / tput
-    move = move_cost_usd(state, opts, cur)[idx]
+    move = (move_cost_usd(state, opts, cur) if move_usd is None else move_usd)[idx]
     staying = (cur[job_of] == idx) & ~state.notice[job_of] & ~state.lost[job_of]
     move = np.where(staying, 0.0, move)
     usd = (forecast_usd(opts, idx, hours) + move) / hours
     live = np.flatnonzero(active) if every_job else np.unique(job_of)
     remap = np.full(state.n_jobs, -1, dtype=np.int64)
     remap[live] = np.arange(len(live))
-    reserve = deadline_reserve_h(state, opts, guard)[live]
+    reserve = (deadline_reserve_h(state, opts, guard) if reserve_h is None else reserve_h)[live]
     deadline = np.maximum(state.deadline_h[live] - reserve, 1e-6)
     finite = deadline[np.isfinite(deadline)]
     horizon = horizon_h if horizon_h is not None else max([DEFAULT_HORIZON_HOURS, *finite.tolist()])
@@ -211,9 +213,12 @@ def decide(
     if opts.n_options == 0:  # nothing priced that any job may use: nothing to decide
         return []
     cur = opts.position(state.option)
-    _refresh_targets(state, opts, guard, memory, policy, cur)
+    with np.errstate(invalid="ignore"):  # as in ``plan_moves``: unavailable options are NaN
+        move_usd = move_cost_usd(state, opts, cur)
+    reserve_h = deadline_reserve_h(state, opts, guard)
+    _refresh_targets(state, opts, guard, memory, policy, cur, move_usd, reserve_h)
     keys = np.array([memory.target.get(name, -1) for name in state.names], dtype=np.int64)
-    return plan_moves(state, opts, cur, opts.position(keys), guard)
+    return plan_moves(state, opts, cur, opts.position(keys), guard, move_usd=move_usd, reserve_h=reserve_h)
 
 
 def _fingerprint(state: FleetState) -> str:
@@ -235,7 +240,14 @@ def _best_per_step(state: FleetState, opts: Options) -> Array:
 
 
 def _refresh_targets(
-    state: FleetState, opts: Options, guard: Guardrails, memory: Memory, policy: str | None, cur: Array
+    state: FleetState,
+    opts: Options,
+    guard: Guardrails,
+    memory: Memory,
+    policy: str | None,
+    cur: Array,
+    move_usd: Array,
+    reserve_h: Array,
 ) -> None:
     active = state.active
     best = _best_per_step(state, opts)
@@ -261,7 +273,7 @@ def _refresh_targets(
     memory.best_usd_per_step = {n: float(b) for n, b in zip(names, best, strict=True) if math.isfinite(b)}
     memory.last_solve_h = state.clock_h
     memory.target = {}
-    problem = policy_input(state, opts, guard, cur)
+    problem = policy_input(state, opts, guard, cur, move_usd=move_usd, reserve_h=reserve_h)
     if problem.input.n_options == 0:
         return
     name = policy or default_policy(problem.input.deadline_hours)

@@ -131,9 +131,20 @@ def deadline_reserve_h(state: FleetState, opts: Options, guard: Guardrails) -> A
     return np.asarray(np.where(np.isfinite(state.deadline_h), reserve, 0.0))
 
 
-def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guard: Guardrails) -> list[Move]:
+def plan_moves(
+    state: FleetState,
+    opts: Options,
+    cur: Array,
+    target: Array,
+    guard: Guardrails,
+    *,
+    move_usd: Array | None = None,
+    reserve_h: Array | None = None,
+) -> list[Move]:
     """Moves to make now. ``cur[j]`` and ``target[j]`` are positions in ``opts`` (-1: none) of job
-    ``j``'s current option and the policy's choice; moves name options by ``opts.key``."""
+    ``j``'s current option and the policy's choice; moves name options by ``opts.key``.
+    ``move_usd``/``reserve_h``: ``move_cost_usd(state, opts, cur)`` and
+    ``deadline_reserve_h(state, opts, guard)`` when the caller has them already."""
     n_jobs = state.n_jobs
     j_of = opts.job
     avail = np.isfinite(opts.usd_per_hour)
@@ -142,7 +153,8 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
         finish = np.where(
             avail, forecast_usd(opts, np.arange(opts.n_options), remaining / opts.steps_per_hour), np.inf
         )
-        move = np.where(avail, move_cost_usd(state, opts, cur), np.inf)
+        move_usd = move_cost_usd(state, opts, cur) if move_usd is None else move_usd
+        move = np.where(avail, move_usd, np.inf)
         per_step_now = np.where(avail, opts.usd_per_hour / opts.steps_per_hour, np.inf)
     eligible = avail.copy()
     if guard.max_usd_per_hour is not None:
@@ -156,7 +168,8 @@ def plan_moves(state: FleetState, opts: Options, cur: Array, target: Array, guar
     # An option is *affordable* when the job can run one more period on it, then move (a
     # restart) and still finish in that time on its fastest spot option (on-demand if it has
     # none): deadline safety then holds all along the fast leg.
-    usable_h = state.deadline_h - deadline_reserve_h(state, opts, guard)
+    reserve_h = deadline_reserve_h(state, opts, guard) if reserve_h is None else reserve_h
+    usable_h = state.deadline_h - reserve_h
     fastest = np.zeros(n_jobs)
     fast_pool = eligible & ~opts.on_demand.astype(bool)
     np.maximum.at(fastest, j_of[fast_pool], opts.steps_per_hour[fast_pool])
