@@ -261,7 +261,8 @@ def enumerate_options(
     choices_of: dict[tuple[tuple[int, int], float], list[int]] = {}
     usable: dict[frozenset[tuple[str, int]], list[str]] = {}
     parts: dict[str, list[Array]] = defaultdict(list)
-    found: list[Figure] = []
+    found: list[Figure] = []  # one per leg: a (job, GPUs per job, figure) over some markets
+    leg_rows: list[tuple[int, int, int, int]] = []  # (job, GPUs per job, slots, markets)
     work, deadlines = [], []
     for j, job in enumerate(spec.jobs):
         book = JobThroughput(job, figures)
@@ -285,55 +286,39 @@ def enumerate_options(
                         legs.append((d, math.floor(count / d + 1e-9) if billing == "gpu" else 1, mine))
         if not legs:
             continue
-        # The job's options, leg after leg, in one set of arrays.
-        lens = np.array([len(m) for *_, m in legs])
+        # The job's candidate markets, leg after leg; what depends on the leg only is looked up
+        # through ``leg_of`` once for all jobs.
         market = np.concatenate([m for *_, m in legs])
         eff_of, interval_of = _preemption_terms(job, rates, rate_code[market], period_s)
-        eff = eff_of[rate_code[market]]
-        keep = eff > 0  # preemptions leave no progress: no option
-        leg_figure = np.arange(len(found) - len(legs), len(found))
-        steps_per_hour = np.array([found[f].steps_per_s * 3600.0 for f in leg_figure.tolist()])
-        parts["job"].append(np.full(int(keep.sum()), j, dtype=np.int64))
-        parts["market"].append(market[keep])
-        parts["gpus"].append(np.repeat(np.array([d for d, _, _ in legs], dtype=np.int64), lens)[keep])
-        parts["slots"].append(np.repeat(np.array([s for _, s, _ in legs], dtype=np.int64), lens)[keep])
-        parts["tput"].append(np.repeat(steps_per_hour, lens)[keep] * eff[keep])
-        parts["eff"].append(eff[keep])
-        parts["interval"].append(interval_of[rate_code[market[keep]]])
-        parts["figure"].append(np.repeat(leg_figure, lens)[keep])
-    cat = {
-        name: np.concatenate(parts[name]) if parts[name] else np.zeros(0, dtype=dtype)
-        for name, dtype in (
-            ("job", np.int64),
-            ("market", np.int64),
-            ("gpus", np.int64),
-            ("slots", np.int64),
-            ("tput", float),
-            ("eff", float),
-            ("interval", float),
-            ("figure", np.int64),
-        )
-    }
+        parts["market"].append(market)
+        parts["eff"].append(eff_of[rate_code[market]])
+        parts["interval"].append(interval_of[rate_code[market]])
+        for d, slots, mine in legs:
+            leg_rows.append((j, d, slots, len(mine)))
+    if leg_rows:
+        leg = np.array(leg_rows, dtype=np.int64).reshape(-1, 4)
+        leg_of = np.repeat(np.arange(len(leg)), leg[:, 3])
+        eff = np.concatenate(parts["eff"])
+        keep = np.flatnonzero(eff > 0)  # preemptions leave no progress: no option
+        leg_of, eff = leg_of[keep], eff[keep]
+        market = np.concatenate(parts["market"])[keep]
+        interval = np.concatenate(parts["interval"])[keep]
+    else:
+        leg = np.zeros((0, 4), dtype=np.int64)
+        leg_of = market = np.zeros(0, dtype=np.int64)
+        eff = interval = np.zeros(0)
+    job_of, gpus, slots = leg[leg_of, 0], leg[leg_of, 1], leg[leg_of, 2]
+    steps_per_hour = np.array([f.steps_per_s * 3600.0 for f in found])[leg_of] * eff
     ids = np.array([m.quote.market_id for m in markets], dtype=np.int64)
-    key = option_key(ids[cat["market"]], cat["job"], cat["gpus"])
+    key = option_key(ids[market], job_of, gpus)
     order = np.argsort(key, kind="stable")
-    infos = OptionInfos(
-        markets,
-        cat["market"],
-        cat["gpus"],
-        cat["slots"],
-        found,
-        cat["figure"],
-        cat["eff"],
-        cat["interval"],
-        order,
-    )
+    infos = OptionInfos(markets, market, gpus, slots, found, leg_of, eff, interval, order)
     return OptionTable(
         key=key[order],
-        job=cat["job"][order],
-        market=cat["market"][order],
-        steps_per_hour=cat["tput"][order],
-        slots=cat["slots"][order],
+        job=job_of[order],
+        market=market[order],
+        steps_per_hour=steps_per_hour[order],
+        slots=slots[order],
         infos=infos,
         work_steps=np.asarray(work, dtype=float),
         deadline_hours=np.asarray(deadlines, dtype=float),
