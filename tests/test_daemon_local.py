@@ -115,8 +115,9 @@ def test_a_budget_cap_stops_the_job_over_budget_within_the_cap(world: World, tmp
     # $36/h: AWS bills at least 60 s, $0.60, on launch; one more period would pass $0.62.
     world.prices(spot("us-east-1a", 36.0, a_day_ago()), on_demand(90.0, a_day_ago()))
     jobstore.submit(world.db, job_yaml(tmp_path, budget=0.62))
-    started(world, 50)
-    world.daemon.tick()
+    world.hold("mlp", 50)
+    world.daemon.tick()  # launches: $0.60 of the $0.62 is committed by AWS's 60 s minimum
+    assert world.placements()[0].state == "running"
     world.until("the stop", lambda: world.job().state == "over-budget")
     with world.db.session() as session:
         rows = intervals(session, world.job().id, now())
