@@ -89,8 +89,8 @@ def _summary(d: dict[str, Any]) -> list[dict[str, Any]]:
     if place is None:
         where, instance = "not placed", "–"
     else:
-        where = f"{place['market']} ({place['gpus']} GPU{'s' if place['gpus'] != 1 else ''})"
-        started = iso(place["started_at"]) if place["started_at"] else "not started"
+        where = f"{_where(place['market'])} ({place['gpus']} GPU{'s' if place['gpus'] != 1 else ''})"
+        started = f"{place['started_at']:%Y-%m-%d %H:%M}" if place["started_at"] else "not started"
         instance = (
             f"{place['provider']} {place['instance_id'] or '(no id yet)'}, epoch {place['epoch']}, "
             f"{place['state']} since {started}, {_usd(place['usd_per_hour'])}/h"
@@ -133,12 +133,31 @@ def _summary(d: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"field": k, "value": v} for k, v in rows.items()]
 
 
-_MOVE_COLUMNS = ("created_at", "kind", "outcome", "route", "saving_usd", "cost_usd", "reason")
+def _where(label: str | None) -> str | None:
+    """A market for a table cell: ``aws us-east-1a p3.2xlarge spot`` (the zone, or the region
+    where there is none), spaced so a narrow table wraps between its parts, not inside them."""
+    if label is None:
+        return None
+    cloud, region, zone, instance_type, kind = label.split("/")
+    return f"{cloud} {region if zone == '-' else zone} {instance_type} {kind}"
 
 
-def _move_row(move: dict[str, Any]) -> dict[str, Any]:
-    route = f"{move['from_market'] or '–'} → {move['to_market'] or '–'}"
-    return {**move, "outcome": move["outcome"] or f"open ({move['step']})", "route": route}
+def _minute(value: datetime | None) -> datetime | None:
+    """A time for a table cell, to the minute (JSON and CSV keep full precision)."""
+    return None if value is None else value.replace(second=0, microsecond=0)
+
+
+def _move_row(move: dict[str, Any]) -> dict[str, str]:
+    """A move as two table cells (when and what | where, money and why): readable at 80 columns
+    however long the market names and reasons are."""
+    when = f"{move['created_at']:%Y-%m-%d %H:%M}"
+    outcome = move["outcome"] or f"open, at {move['step']}"
+    target = f"{_where(move['from_market']) or '–'} → {_where(move['to_market']) or '–'}"
+    money = f"expected cost {_usd(move['cost_usd'])}, saving {_usd(move['saving_usd'])}"
+    return {
+        "move": f"{when}\n{move['kind']}: {outcome}",
+        "where, cost and why": f"{target}\n{money}\n{move['reason']}",
+    }
 
 
 @app.command("submit")
@@ -198,7 +217,7 @@ def show(
     else:
         render(_summary(details), fmt, title=f"Job {job.name}")
         if details["moves"]:
-            render([_move_row(m) for m in details["moves"]], fmt, title="Moves", columns=_MOVE_COLUMNS)
+            render([_move_row(m) for m in details["moves"]], fmt, title="Moves")
         render(details["events"], fmt, title="State transitions", columns=_EVENT_COLUMNS)
 
 
@@ -215,12 +234,39 @@ COST_COLUMNS = (
     "billed_s",
     "cost_usd",
 )
+_COST_TABLE = (
+    "#",
+    "epoch",
+    "provider",
+    "instance_id",
+    "market",
+    "started",
+    "ended",
+    "end",
+    "$/h",
+    "billed_s",
+    "$",
+)
 
 
 def _interval_row(row: Interval) -> dict[str, Any]:
     """One ledger row; ``end_reason`` says ``running`` while the instance runs (``ended_at`` empty)."""
     fields = {column: getattr(row, column) for column in COST_COLUMNS}
     return fields | {"end_reason": row.end_reason or ("running" if row.ended_at is None else None)}
+
+
+def _interval_cells(row: dict[str, Any]) -> dict[str, Any]:
+    """A ledger row for the table: short headers, short market, times to the minute (fits 80
+    columns; CSV and JSON keep every field at full precision)."""
+    return row | {
+        "#": row["placement_id"],
+        "market": _where(row["market"]),
+        "started": _minute(row["started_at"]),
+        "ended": _minute(row["ended_at"]),
+        "end": row["end_reason"],
+        "$/h": row["usd_per_hour"],
+        "$": row["cost_usd"],
+    }
 
 
 @app.command("cost")
@@ -242,12 +288,13 @@ def cost(
         doc["intervals"] = listed
         sys.stdout.write(to_json(doc) + "\n")
         return
+    table = fmt is Format.TABLE
     render(
-        listed,
+        [_interval_cells(r) for r in listed] if table else listed,
         fmt,
         title=f"Job {job.name}: {_usd(total)} over {len(rows)} instance interval(s)",
-        columns=COST_COLUMNS,
-        caption=f"budget {_usd(job.budget_usd)}; running instances billed up to {iso(now)}",
+        columns=_COST_TABLE if table else COST_COLUMNS,
+        caption=f"budget {_usd(job.budget_usd)}; running instances billed up to {now:%Y-%m-%d %H:%M:%S} UTC",
         empty="no instance has run yet (nothing billed)",
         wide_only=("epoch", "provider", "instance_id"),
         wide=wide,
