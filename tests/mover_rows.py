@@ -43,7 +43,7 @@ def seed_markets(db: Database) -> None:
         [
             price(AWS_V100, "2026-03-01 11:00", 0.90),
             price(AWS_V100, "2026-03-01 11:00", 3.06, zone=None, kind=MarketKind.ON_DEMAND),
-            price(GCP_V100, "2026-03-01 11:00", 0.74, cloud="gcp", region="us-central1", zone="us-central1-a"),
+            price(GCP_V100, "2026-03-01 11:00", 0.74, cloud="gcp", region="us-central1", zone=None),
             price(AZURE_V100, "2026-03-01 11:00", 0.60, cloud="azure", region="eastus", zone=None),
         ],
     )
