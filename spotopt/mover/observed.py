@@ -42,7 +42,8 @@ def record_lifetime(session: Session, placement: Placement) -> None:
     terminated it, its job exited or finished, it was lost): a censored life. A placement still
     running is recorded with no end, counting exposure up to the time the planner looks. An
     on-demand placement, or one that never started, records nothing: it says nothing about
-    preemption.
+    preemption. Only the leading daemon writes, so the look-up before the write does not race;
+    the unique constraint (market, instance_ref, source) would refuse a second row regardless.
     """
     if placement.started_at is None:
         return
