@@ -127,8 +127,8 @@ def _summary(d: dict[str, Any]) -> list[dict[str, Any]]:
         "deadline": d["deadline"] or "–",
         "allow": _cell({k: v for k, v in d["allow"].items() if v}) or "anywhere",
         "spec sha256": d["spec_sha256"][:16],
-        "submitted": iso(d["created_at"]),
-        "updated": iso(d["updated_at"]),
+        "submitted": f"{d['created_at']:%Y-%m-%d %H:%M:%S} UTC",
+        "updated": f"{d['updated_at']:%Y-%m-%d %H:%M:%S} UTC",
     }
     return [{"field": k, "value": v} for k, v in rows.items()]
 
@@ -205,8 +205,9 @@ def show(
     name: Annotated[str, typer.Argument(help="The job's name.")],
     fmt: FormatOption = Format.TABLE,
 ) -> None:
-    """A job's state, where it runs, progress, last verified checkpoint, moves, preemptions,
-    spend so far and expected cost to finish, and every state transition (CSV: the
+    """Where a job stands: state, placement, progress, moves, spend, cost to finish.
+
+    Also its last verified checkpoint, preemptions and every state transition (CSV: the
     transitions, one row each)."""
     job, status, history = job_status.show(state(ctx).db(), name, datetime.now(UTC))
     details = _details(job, status, history)
@@ -276,9 +277,10 @@ def cost(
     fmt: FormatOption = Format.TABLE,
     wide: WideOption = False,
 ) -> None:
-    """The ledger: every instance interval the job used, its market, price in effect, billed
-    seconds (each cloud's rule) and cost, and the total across moves. Running instances are
-    billed up to now."""
+    """The ledger: every instance interval the job used and the total across moves.
+
+    Per interval: its market, the price in effect, the seconds its cloud bills and the cost.
+    Running instances are billed up to now."""
     now = datetime.now(UTC)
     job, rows = job_status.ledger(state(ctx).db(), name, now)
     total = ledger.total_usd(rows)
@@ -310,8 +312,10 @@ def budget(
         float | None, typer.Option("--max-usd-per-hour", help="Also set the spend-rate cap ($/h).")
     ] = None,
 ) -> None:
-    """Raise (or set) a job's budget; an over-budget job goes back to pending so the daemon may
-    run it again. A budget at or below what the job has spent is refused (exit 2)."""
+    """Raise (or set) a job's budget; an over-budget job goes back to pending.
+
+    The daemon may then run it again. A budget at or below what the job has spent is refused
+    (exit 2)."""
     change = jobs.set_budget(state(ctx).db(), name, usd, max_usd_per_hour)
     job = change.job
     cap = f", at most {_usd(job.max_usd_per_hour)}/h" if job.max_usd_per_hour is not None else ""
