@@ -7,10 +7,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import delete, select
 
 from spotopt.db.engine import Database
+from spotopt.db.models import Market, PricePoint
 from spotopt.mover import ledger
-from tests.helpers import cli, ingest, price, strict_json
+from tests.helpers import cli, ingest, price, strict_json, t
 from tests.mover_rows import AWS_V100, AZURE_V100, GCP_V100, T0, market_id, place, seed_markets, submit
 
 
@@ -144,3 +148,36 @@ def test_cli_jobs_cost_of_a_job_that_never_ran_or_of_none(db_url: str, db: Datab
     assert code == 0 and "no instance has run yet" in out
     code, _, err = cli("--db", db_url, "jobs", "cost", "nope")
     assert code == 2 and "no managed job named 'nope'" in err
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    points=st.dictionaries(st.integers(0, 599), st.floats(0.01, 10.0), max_size=8),
+    start=st.integers(-60, 660),
+    minutes=st.integers(0, 300),
+)
+def test_price_in_effect_is_the_mean_of_the_step_function(
+    db: Database, points: dict[int, float], start: int, minutes: int
+) -> None:
+    """Against a brute force: the price minute by minute (the last point at or before it, the
+    fallback before the first), averaged over the interval."""
+    base = t("2026-01-01 00:00")
+    with db.session() as session:
+        market = session.scalar(select(Market.id).order_by(Market.id).limit(1))
+        assert market is not None
+        session.execute(delete(PricePoint).where(PricePoint.market_id == market))
+        for offset, usd in points.items():
+            at = base + timedelta(minutes=offset)
+            session.add(PricePoint(market_id=market, observed_at=at, source="test", usd_per_hour=usd))
+    fallback = 0.5
+
+    def at_minute(m: int) -> float:
+        known = [o for o in points if o <= m]
+        return points[max(known)] if known else fallback
+
+    begin, end = base + timedelta(minutes=start), base + timedelta(minutes=start + minutes)
+    expected = (
+        at_minute(start) if minutes == 0 else sum(map(at_minute, range(start, start + minutes))) / minutes
+    )
+    with db.session() as session:
+        assert ledger.price_in_effect(session, market, begin, end, fallback) == pytest.approx(expected)
