@@ -31,6 +31,41 @@ class Settings(BaseSettings):
     auto_migrate: bool = True
     """Apply pending migrations on open for SQLite; PostgreSQL operators run ``spotopt db upgrade``."""
 
+    # -- GCP provider (spotopt/providers/gcp.py) ----------------------------------------------
+    gcp_project: str | None = None
+    """Project the GCP provider launches in; unset: the ADC project or ``GOOGLE_CLOUD_PROJECT``."""
+
+    gcp_image: str | None = None
+    """Boot image of GCP instances (``projects/debian-cloud/global/images/family/debian-12``)."""
+
+    gcp_service_account: str | None = None
+    """Service account email the instances run as: the agent's only credentials for the store."""
+
+    gcp_network: str | None = None
+    """VPC network of GCP instances (``global/networks/NAME``); unset: the default network."""
+
+    gcp_subnetwork: str | None = None
+    """Subnetwork (``regions/REGION/subnetworks/NAME``); needed for custom-mode networks."""
+
+    # -- Azure provider (spotopt/providers/azure.py) -------------------------------------------
+    azure_resource_group: str | None = None
+    """Resource group the Azure provider creates VMs and NICs in."""
+
+    azure_subnet_id: str | None = None
+    """Resource id of the subnet the VMs' NICs join (``/subscriptions/…/subnets/NAME``)."""
+
+    azure_image: str | None = None
+    """VM image: a URN ``publisher:offer:sku:version`` or an image/gallery resource id."""
+
+    azure_identity_id: str | None = None
+    """Resource id of the user-assigned managed identity the VMs (and the agent) run as."""
+
+    azure_admin_username: str = "spotopt"
+    """Linux admin user of the VMs."""
+
+    azure_ssh_public_key: str | None = None
+    """OpenSSH public key for the admin user; unset: a throwaway key (nobody can log in)."""
+
     def resolved_db_url(self, override: str | None = None) -> str:
         """``--db`` if given, else ``SPOTOPT_DB_URL``, else the default; ``--db ""`` is refused
         rather than quietly meaning the default database."""
@@ -41,3 +76,11 @@ class Settings(BaseSettings):
     def is_default_db(self, override: str | None = None) -> bool:
         """True when neither ``--db`` nor ``SPOTOPT_DB_URL`` names a database."""
         return not override and not self.db_url
+
+    def required(self, name: str, hint: str) -> str:
+        """The value of setting ``name``, or a ``ConfigError`` naming it, its environment variable
+        and ``hint`` (what to put there): a provider checks its settings before any cloud call."""
+        value = getattr(self, name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ConfigError(f"{name} is not set: set SPOTOPT_{name.upper()} to {hint}")
+        return str(value)

@@ -1,0 +1,40 @@
+"""How a cloud provider calls its SDK: the collectors' retry rule, with provider errors.
+
+``spotopt.cloud_calls.Retry`` retries throttling and 5xx with bounded jittered backoff and turns
+every other failure into a ``CollectorError`` naming the call. A provider keeps that rule and
+only changes what leaves: missing credentials stay ``MissingCredentials`` (the daemon skips the
+cloud and says what to configure), a capacity shortfall becomes ``CapacityUnavailableError`` (the
+planner tries the next market), anything else a ``ProviderError`` naming the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from spotopt.cloud_calls import MissingCredentials, Retry
+from spotopt.errors import CapacityUnavailableError, CollectorError, ProviderError
+
+T = TypeVar("T")
+
+
+def provider_call(
+    retry: Retry,
+    cloud: str,
+    api: str,
+    fn: Callable[[], T],
+    capacity: Callable[[BaseException], str | None] = lambda exc: None,
+    market: str = "",
+) -> T:
+    """``fn()`` under ``retry``. ``capacity(exc)`` names the capacity error an SDK exception
+    carries (None if it is not one); ``market`` (``market_label``) goes in that message."""
+    try:
+        return retry.run(fn, cloud, api, None)
+    except MissingCredentials:
+        raise
+    except CollectorError as exc:
+        cause = exc.__cause__
+        code = capacity(cause) if cause is not None else None
+        if code is not None:
+            raise CapacityUnavailableError(f"{market}: no capacity ({code}) from {api}: {exc}") from exc
+        raise ProviderError(str(exc)) from exc
