@@ -107,8 +107,8 @@ class GcpProvider:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         settings = settings or Settings()
-        self.image = settings.required("gcp_image", "the boot image (projects/P/global/images/family/F)")
-        self.service_account = settings.required(
+        self.image = settings.require("gcp_image", "the boot image (projects/P/global/images/family/F)")
+        self.service_account = settings.require(
             "gcp_service_account", "the email of the service account the instances run as"
         )
         self.network = settings.gcp_network
