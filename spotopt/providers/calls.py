@@ -14,8 +14,13 @@ from typing import TypeVar
 
 from spotopt.cloud_calls import MissingCredentials, Retry
 from spotopt.errors import CapacityUnavailableError, CollectorError, ProviderError
+from spotopt.providers.base import LaunchSpec
+from spotopt.types import MarketKey
 
 T = TypeVar("T")
+ScriptRenderer = Callable[[LaunchSpec, MarketKey], str]
+"""Renders one placement's start-up script: ``bootstrap.render_script`` for the provider's
+cloud and settings by default; tests may pass a fixed script."""
 
 
 def provider_call(

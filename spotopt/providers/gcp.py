@@ -34,6 +34,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from spotopt.adaptors.gcp import GcpClients
@@ -49,13 +50,11 @@ from spotopt.providers.base import (
     matches,
     sorted_instances,
 )
-from spotopt.providers.calls import provider_call
+from spotopt.providers.bootstrap import render_script
+from spotopt.providers.calls import ScriptRenderer, provider_call
 from spotopt.providers.naming import label_key, label_value, request_uuid, resource_name
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
-
-ScriptRenderer = Callable[[LaunchSpec, MarketKey], str]
-"""Renders the start-up script of one placement (``spotopt.providers.bootstrap`` by default)."""
 
 ZONE_EXHAUSTED = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"})
 """Operation error codes that mean "this zone has no capacity now": try the region's next zone."""
@@ -90,7 +89,8 @@ class GcpProvider:
     """Launches, watches and deletes Compute Engine instances; see the module docstring.
 
     ``clients``, ``script``, ``retry`` and ``sleep`` are the seams tests replace: ``script``
-    renders the start-up script, ``sleep`` paces operation polling (``poll_s`` apart).
+    renders the start-up script (default: ``bootstrap.render_script`` for ``gcp`` with these
+    settings), ``sleep`` paces operation polling (``poll_s`` apart).
     """
 
     name = "gcp"
@@ -99,7 +99,7 @@ class GcpProvider:
         self,
         settings: Settings | None = None,
         *,
-        script: ScriptRenderer,
+        script: ScriptRenderer | None = None,
         clients: GcpClients | None = None,
         retry: Retry | None = None,
         poll_s: float = 1.0,
@@ -114,7 +114,7 @@ class GcpProvider:
         self.network = settings.gcp_network
         self.subnetwork = settings.gcp_subnetwork
         self.clients = clients or GcpClients(project=settings.gcp_project)
-        self.script = script
+        self.script = script or partial(render_script, "gcp", settings=settings)
         self.retry = retry or Retry()
         self.poll_s = poll_s
         self.operation_timeout_s = operation_timeout_s
