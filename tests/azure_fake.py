@@ -121,7 +121,8 @@ class AzureArmFake:
             {"name": op, "status": "InProgress", "startTime": "2026-11-22T18:00:00Z"},
             {"name": op, "startTime": "2026-11-22T18:00:00Z", "endTime": "2026-11-22T18:01:00Z", **final},
         ]
-        url = f"{ARM}/subscriptions/{SUBSCRIPTION}/providers/{namespace}/locations/{location}/operations/{op}?api-version=2024-07-01"
+        where = f"{ARM}/subscriptions/{SUBSCRIPTION}/providers/{namespace}/locations/{location}"
+        url = f"{where}/operations/{op}?api-version=2024-07-01"
         return {"Azure-AsyncOperation": url, "Retry-After": "0"}
 
     def _poll(self, op: str) -> Reply:
@@ -134,11 +135,9 @@ class AzureArmFake:
         if kind == "vm" and self.sync_error is not None:
             status, code = self.sync_error
             self.sync_error = None
-            return _error(
-                status,
-                code,
-                f"The requested VM size {body['properties']['hardwareProfile']['vmSize']} is currently not available in location '{body['location']}'.",
-            )
+            size, location = body["properties"]["hardwareProfile"]["vmSize"], body["location"]
+            message = f"The requested VM size {size} is currently not available in location '{location}'."
+            return _error(status, code, message)
         resource = copy.deepcopy(body)
         resource.update(
             name=name,
@@ -163,7 +162,8 @@ class AzureArmFake:
                 "status": "Failed",
                 "error": {
                     "code": self.async_error,
-                    "message": "Allocation failed. We do not have sufficient capacity for the requested VM size in this region.",
+                    "message": "Allocation failed. We do not have sufficient capacity for the requested VM "
+                    "size in this region.",
                 },
             }
             self.async_error = None

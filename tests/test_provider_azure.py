@@ -8,7 +8,6 @@ Succeeded or Failed); credentials are a fake token and no request leaves the pro
 from __future__ import annotations
 
 import base64
-import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -30,8 +29,9 @@ from tests.collect_fakes import FakeCredential, no_wait_retry
 from tests.provider_contract import ProviderContract
 
 SPOT_T4 = MarketKey("azure", "eastus", None, "Standard_NC4as_T4_v3", MarketKind.SPOT)
-SUBNET = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers/Microsoft.Network/virtualNetworks/vnet/subnets/workers"
-IDENTITY = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers/Microsoft.ManagedIdentity/userAssignedIdentities/spotopt-agent"
+IN_GROUP = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers"
+SUBNET = f"{IN_GROUP}/Microsoft.Network/virtualNetworks/vnet/subnets/workers"
+IDENTITY = f"{IN_GROUP}/Microsoft.ManagedIdentity/userAssignedIdentities/spotopt-agent"
 SETTINGS = Settings(
     azure_resource_group=GROUP,
     azure_subnet_id=SUBNET,
@@ -264,7 +264,7 @@ def test_a_missing_setting_is_a_config_error_before_any_call(
 
 
 def test_an_image_id_and_a_throwaway_key_without_a_configured_one(fake: AzureArmFake) -> None:
-    image = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers/Microsoft.Compute/galleries/g/images/trainer/versions/1.0.0"
+    image = f"{IN_GROUP}/Microsoft.Compute/galleries/g/images/trainer/versions/1.0.0"
     made = _provider(
         SETTINGS.model_copy(update={"azure_image": image, "azure_ssh_public_key": None}), script=script
     )
