@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     gcp_subnetwork: str | None = None
     """Subnetwork (``regions/REGION/subnetworks/NAME``); needed for custom-mode networks."""
 
+    gcp_external_ip: bool = True
+    """Give instances an ephemeral external IP (their way to PyPI and the store without Cloud NAT)."""
+
     # -- Azure provider (spotopt/providers/azure.py) -------------------------------------------
     azure_resource_group: str | None = None
     """Resource group the Azure provider creates VMs and NICs in."""

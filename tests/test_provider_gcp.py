@@ -23,6 +23,7 @@ from spotopt.adaptors.gcp import GcpClients
 from spotopt.errors import CapacityUnavailableError, ConfigError
 from spotopt.providers import get_provider
 from spotopt.providers.base import InstanceState, LaunchSpec
+from spotopt.providers.bootstrap import render_script
 from spotopt.providers.gcp import GcpProvider
 from spotopt.providers.naming import request_uuid
 from spotopt.settings import Settings
@@ -61,10 +62,13 @@ def sleeps() -> Sleeps:
     return Sleeps()
 
 
+def _clients() -> GcpClients:
+    return GcpClients(credentials=AnonymousCredentials(), project=PROJECT)
+
+
 @pytest.fixture
 def provider(fake: GcpComputeFake, sleeps: Sleeps) -> GcpProvider:
-    clients = GcpClients(credentials=AnonymousCredentials(), project=PROJECT)
-    return GcpProvider(SETTINGS, script=script, clients=clients, retry=no_wait_retry(), sleep=sleeps)
+    return GcpProvider(SETTINGS, script=script, clients=_clients(), retry=no_wait_retry(), sleep=sleeps)
 
 
 @pytest.fixture
@@ -116,7 +120,9 @@ def test_a_spot_insert_sends_spot_scheduling_gpus_labels_metadata_and_a_request_
     assert body["disks"][0]["autoDelete"] is True
     assert body["disks"][0]["initializeParams"]["sourceImage"] == SETTINGS.gcp_image
     assert body["serviceAccounts"][0]["email"] == SETTINGS.gcp_service_account
-    assert [i["network"] for i in body["networkInterfaces"]] == ["global/networks/default"]
+    (interface,) = body["networkInterfaces"]
+    assert interface["network"] == "global/networks/default" and "subnetwork" not in interface
+    assert interface["accessConfigs"] == [{"name": "external-nat", "type": "ONE_TO_ONE_NAT"}]
     labels = body["labels"]
     assert labels["spotopt-job"] == "train-1" and labels["spotopt-epoch"] == "3"
     assert re.fullmatch(r"train-1_3_move-7-[0-9a-f]{10}", labels["spotopt-key"])
@@ -141,11 +147,22 @@ def test_a_spot_insert_sends_spot_scheduling_gpus_labels_metadata_and_a_request_
 
 
 def test_an_on_demand_market_is_standard_and_a_built_in_gpu_type_attaches_nothing(
-    provider: GcpProvider, fake: GcpComputeFake
+    fake: GcpComputeFake,
 ) -> None:
+    settings = SETTINGS.model_copy(
+        update={"gcp_subnetwork": "regions/us-central1/subnetworks/workers", "gcp_external_ip": False}
+    )
+    provider = GcpProvider(settings, clients=_clients(), retry=no_wait_retry(), sleep=Sleeps())
     market = MarketKey("gcp", "us-central1", "us-central1-b", "g2-standard-8", MarketKind.ON_DEMAND)
-    provider.launch(_spec(), market, "od")
+    instance = provider.launch(_spec(), market, "od")
     body = json.loads(fake.calls("POST", r"/instances\?")[0].request.body)
+    meta = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    assert meta["startup-script"] == render_script("gcp", _spec(), market, settings)  # the default
+    zone, name = instance.instance_id.split("/")
+    assert fake.instances[(zone, name)]["status"] == "RUNNING"
+    (interface,) = body["networkInterfaces"]
+    assert interface["subnetwork"] == "regions/us-central1/subnetworks/workers"
+    assert "accessConfigs" not in interface
     assert body["scheduling"]["provisioningModel"] == "STANDARD"
     assert "instanceTerminationAction" not in body["scheduling"]
     assert "guestAccelerators" not in body

@@ -113,6 +113,7 @@ class GcpProvider:
         )
         self.network = settings.gcp_network
         self.subnetwork = settings.gcp_subnetwork
+        self.external_ip = settings.gcp_external_ip
         self.clients = clients or GcpClients(project=settings.gcp_project)
         self.script = script or partial(render_script, "gcp", settings=settings)
         self.retry = retry or Retry()
@@ -213,6 +214,8 @@ class GcpProvider:
         interface: dict[str, Any] = {"network": self.network or "global/networks/default"}
         if self.subnetwork:
             interface["subnetwork"] = self.subnetwork
+        if self.external_ip:
+            interface["access_configs"] = [{"name": "external-nat", "type": "ONE_TO_ONE_NAT"}]
         scheduling: dict[str, Any] = {"on_host_maintenance": "TERMINATE", "automatic_restart": False}
         if market.kind is MarketKind.SPOT:
             scheduling |= {"provisioning_model": "SPOT", "instance_termination_action": "DELETE"}
@@ -299,12 +302,8 @@ class GcpProvider:
             if time.monotonic() > deadline:
                 raise ProviderError(f"gcp: {api} operation {op.name} in {zone} not done after the timeout")
             self.sleep(self.poll_s)
-            op = provider_call(
-                self.retry,
-                "gcp",
-                "zoneOperations.wait",
-                lambda name=op.name: self.clients.wait_operation(zone, name),
-            )
+            wait = partial(self.clients.wait_operation, zone, op.name)
+            op = provider_call(self.retry, "gcp", "zoneOperations.wait", wait)
         return [(e.code, e.message) for e in op.error.errors]
 
     # -- reading -------------------------------------------------------------------------------
@@ -330,7 +329,7 @@ class GcpProvider:
         """Every page of a list call, following ``next_page_token``."""
         token = ""
         while True:
-            response = provider_call(self.retry, "gcp", api, lambda token=token: page(token))
+            response = provider_call(self.retry, "gcp", api, partial(page, token))
             yield response
             token = response.next_page_token
             if not token:
