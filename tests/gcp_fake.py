@@ -40,6 +40,10 @@ def _error(status: int, reason: str, message: str) -> Reply:
     return status, {}, json.dumps(body)
 
 
+def _not_found(path: str) -> Reply:
+    return _error(404, "notFound", f"The resource 'projects/{PROJECT}/{path}' was not found")
+
+
 def _path(item: dict[str, Any], dotted: str) -> str:
     value: Any = item
     for part in dotted.split("."):
@@ -190,11 +194,7 @@ class GcpComputeFake:
     def _wait(self, request: Any, query: dict[str, str], zone: str, op: str) -> Reply:
         operation = self.operations.get((zone, op))
         if operation is None:
-            return _error(
-                404,
-                "notFound",
-                f"The resource 'projects/{PROJECT}/zones/{zone}/operations/{op}' was not found",
-            )
+            return _not_found(f"zones/{zone}/operations/{op}")
         if operation["status"] != "DONE":
             operation.update(status="DONE", progress=100)
             if "pending_error" in operation:
@@ -217,11 +217,7 @@ class GcpComputeFake:
     def _get(self, request: Any, query: dict[str, str], zone: str, name: str) -> Reply:
         vm = self.instances.get((zone, name))
         if vm is None:
-            return _error(
-                404,
-                "notFound",
-                f"The resource 'projects/{PROJECT}/zones/{zone}/instances/{name}' was not found",
-            )
+            return _not_found(f"zones/{zone}/instances/{name}")
         return 200, {}, json.dumps(vm)
 
     def _delete(self, request: Any, query: dict[str, str], zone: str, name: str) -> Reply:

@@ -7,8 +7,11 @@ as fixtures; the tests here hold for every provider, local or cloud (against its
 
 from __future__ import annotations
 
+import shlex
 import time
 from datetime import datetime
+
+import pytest
 
 from spotopt.providers.base import Instance, InstanceState, LaunchSpec, Provider
 from spotopt.types import MarketKey
@@ -102,3 +105,30 @@ class ProviderContract:
         finally:
             provider.terminate(a.instance_id)
             provider.terminate(b.instance_id)
+
+
+def fixed_script(spec: LaunchSpec, market: MarketKey) -> str:
+    """A stand-in start-up script for a cloud fake: the launch's command (the real one is
+    ``bootstrap.render_script``, tested by running it)."""
+    return "#!/bin/bash\nexec " + shlex.join(spec.command) + "\n"
+
+
+def ends_at_once(script: str) -> bool:
+    """Whether a cloud fake's VM running ``script`` finds its job ended (the short command)."""
+    return shlex.join(CloudProviderContract.SHORT) in script
+
+
+class CloudProviderContract(ProviderContract):
+    """The contract for a cloud provider against its fake, which runs no process: a VM whose
+    start-up script holds ``SHORT`` is one whose job ended and powered it off (``ends_at_once``)."""
+
+    LONG = ("python", "train.py")
+    SHORT = ("sh", "-c", "exit 3")
+
+    @pytest.fixture
+    def long_command(self) -> tuple[str, ...]:
+        return self.LONG
+
+    @pytest.fixture
+    def short_command(self) -> tuple[str, ...]:
+        return self.SHORT

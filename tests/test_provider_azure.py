@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import re
-import shlex
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -26,7 +25,8 @@ from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.azure_fake import GROUP, SUBSCRIPTION, AzureArmFake
 from tests.collect_fakes import FakeCredential, no_wait_retry
-from tests.provider_contract import ProviderContract
+from tests.provider_contract import CloudProviderContract, ends_at_once
+from tests.provider_contract import fixed_script as script
 
 SPOT_T4 = MarketKey("azure", "eastus", None, "Standard_NC4as_T4_v3", MarketKind.SPOT)
 IN_GROUP = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers"
@@ -42,13 +42,9 @@ SETTINGS = Settings(
 LAUNCHED = datetime(2026, 11, 22, 18, 0, tzinfo=UTC)
 
 
-def script(spec: LaunchSpec, market: MarketKey) -> str:
-    return "#!/bin/bash\nexec " + shlex.join(spec.command) + "\n"
-
-
 @pytest.fixture
 def fake() -> Iterator[AzureArmFake]:
-    made = AzureArmFake(ends_by_itself=lambda text: "exit 3" in text)
+    made = AzureArmFake(ends_by_itself=ends_at_once)
     with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
         made.install(rsps)
         yield made
@@ -71,17 +67,7 @@ def market() -> MarketKey:
     return SPOT_T4
 
 
-@pytest.fixture
-def long_command() -> tuple[str, ...]:
-    return ("python", "train.py")
-
-
-@pytest.fixture
-def short_command() -> tuple[str, ...]:
-    return ("sh", "-c", "exit 3")
-
-
-class TestAzureProviderContract(ProviderContract):
+class TestAzureProviderContract(CloudProviderContract):
     pass
 
 

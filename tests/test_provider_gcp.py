@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,7 +29,8 @@ from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.collect_fakes import Sleeps, no_wait_retry
 from tests.gcp_fake import PROJECT, GcpComputeFake
-from tests.provider_contract import ProviderContract
+from tests.provider_contract import CloudProviderContract, ends_at_once
+from tests.provider_contract import fixed_script as script
 
 ZONE = "us-central1-a"
 SPOT_V100 = MarketKey("gcp", "us-central1", ZONE, "n1-standard-8+1xnvidia-tesla-v100", MarketKind.SPOT)
@@ -41,16 +41,11 @@ SETTINGS = Settings(
 )
 
 
-def script(spec: LaunchSpec, market: MarketKey) -> str:
-    """A stand-in start-up script: the launch's command (the bootstrap renders the real one)."""
-    return "#!/bin/bash\nexec " + shlex.join(spec.command) + "\n"
-
-
 @pytest.fixture
 def fake() -> Iterator[GcpComputeFake]:
     made = GcpComputeFake(
         offers={"g2-standard-8": ["us-central1-b", "us-central1-c", "europe-west4-a"]},
-        ends_by_itself=lambda text: "exit 3" in text,
+        ends_by_itself=ends_at_once,
     )
     with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
         made.install(rsps)
@@ -76,17 +71,7 @@ def market() -> MarketKey:
     return SPOT_V100
 
 
-@pytest.fixture
-def long_command() -> tuple[str, ...]:
-    return ("python", "train.py")
-
-
-@pytest.fixture
-def short_command() -> tuple[str, ...]:
-    return ("sh", "-c", "exit 3")
-
-
-class TestGcpProviderContract(ProviderContract):
+class TestGcpProviderContract(CloudProviderContract):
     pass
 
 
