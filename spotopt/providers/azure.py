@@ -55,7 +55,7 @@ from spotopt.providers.base import (
     sorted_instances,
 )
 from spotopt.providers.bootstrap import render_script
-from spotopt.providers.calls import ScriptRenderer, provider_call
+from spotopt.providers.calls import ScriptRenderer, after_delete, none_if_missing, provider_call
 from spotopt.providers.naming import resource_name
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
@@ -232,10 +232,7 @@ class AzureProvider:
             return before
         self._terminated.add(instance_id)
         self._delete(instance_id)
-        if before.state.is_live:
-            return InstanceStatus(before.instance, instance_id, InstanceState.TERMINATED, detail="deleted")
-        self._ended[instance_id] = before
-        return before
+        return after_delete(before, self._ended)
 
     def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]:
         """The resource group's VMs that carry spotopt's key tag, filtered by job and tags."""
@@ -257,28 +254,17 @@ class AzureProvider:
     def _get(self, name: str) -> Any | None:
         return self._call(
             "virtualMachines.get",
-            lambda: self._tolerate_missing(lambda: self.clients.get_vm(self.group, name)),
+            lambda: none_if_missing(lambda: self.clients.get_vm(self.group, name)),
         )
-
-    @staticmethod
-    def _tolerate_missing(fn: Callable[[], Any]) -> Any | None:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            return fn()
-        except ResourceNotFoundError:
-            return None
 
     def _delete(self, name: str) -> None:
         self._call(
             "virtualMachines.delete",
-            lambda: self._tolerate_missing(lambda: self.clients.delete_vm(self.group, name, self.poll_s)),
+            lambda: none_if_missing(lambda: self.clients.delete_vm(self.group, name, self.poll_s)),
         )
         self._call(
             "networkInterfaces.delete",
-            lambda: self._tolerate_missing(
-                lambda: self.clients.delete_nic(self.group, f"{name}-nic", self.poll_s)
-            ),
+            lambda: none_if_missing(lambda: self.clients.delete_nic(self.group, f"{name}-nic", self.poll_s)),
         )
 
     def _absent(self, name: str) -> InstanceStatus:

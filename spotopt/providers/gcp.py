@@ -51,7 +51,7 @@ from spotopt.providers.base import (
     sorted_instances,
 )
 from spotopt.providers.bootstrap import render_script
-from spotopt.providers.calls import ScriptRenderer, provider_call
+from spotopt.providers.calls import ScriptRenderer, after_delete, none_if_missing, provider_call
 from spotopt.providers.naming import label_key, label_value, request_uuid, resource_name
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
@@ -178,14 +178,11 @@ class GcpProvider:
             self.retry,
             "gcp",
             "instances.delete",
-            lambda: self._tolerate_missing(lambda: self.clients.delete_instance(zone, name, request)),
+            lambda: none_if_missing(lambda: self.clients.delete_instance(zone, name, request)),
         )
         if op is not None and (errors := self._wait(zone, op, "instances.delete")):
             raise ProviderError(f"gcp: instances.delete of {instance_id} failed: {errors}")
-        if before.state.is_live:
-            return InstanceStatus(before.instance, instance_id, InstanceState.TERMINATED, detail="deleted")
-        self._ended[instance_id] = before
-        return before
+        return after_delete(before, self._ended)
 
     def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]:
         """Instances spotopt launched in the project: the label narrows, exact values decide."""
@@ -313,17 +310,8 @@ class GcpProvider:
             self.retry,
             "gcp",
             "instances.get",
-            lambda: self._tolerate_missing(lambda: self.clients.get_instance(zone, name)),
+            lambda: none_if_missing(lambda: self.clients.get_instance(zone, name)),
         )
-
-    @staticmethod
-    def _tolerate_missing(fn: Callable[[], Any]) -> Any | None:
-        from google.api_core.exceptions import NotFound
-
-        try:
-            return fn()
-        except NotFound:
-            return None
 
     def _pages(self, api: str, page: Callable[[str], Any]) -> Iterator[Any]:
         """Every page of a list call, following ``next_page_token``."""
