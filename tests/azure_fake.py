@@ -60,6 +60,8 @@ class AzureArmFake:
     custom_data: dict[str, str] = field(default_factory=dict)
     operations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Operation id → the statuses its polls answer, in order (the last one repeats)."""
+    faults: list[int] = field(default_factory=list)
+    """HTTP statuses the next requests answer (whatever they ask) before the fake serves again."""
     log: list[Exchange] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -83,7 +85,10 @@ class AzureArmFake:
 
     def _logged(self, handler: Callable[[Any], Reply]) -> Callable[[Any], Reply]:
         def reply(request: Any) -> Reply:
-            status, headers, text = handler(request)
+            if self.faults:
+                status, headers, text = _error(self.faults.pop(0), "TooManyRequests", "scripted fault")
+            else:
+                status, headers, text = handler(request)
             body = json.loads(request.body) if request.body else None
             self.log.append(
                 Exchange(request.method, request.url, body, status, json.loads(text) if text else None)

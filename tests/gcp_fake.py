@@ -82,6 +82,8 @@ class GcpComputeFake:
     operations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     requests: dict[str, str] = field(default_factory=dict)
     """requestId → operation name."""
+    faults: list[int] = field(default_factory=list)
+    """HTTP statuses the next requests answer (whatever they ask) before the fake serves again."""
     inserted: list[dict[str, Any]] = field(default_factory=list)
     """Every insert body received (first sight of a request id only)."""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
@@ -112,9 +114,13 @@ class GcpComputeFake:
                 method, url, callback=self._route(url, handler), content_type="application/json"
             )
 
-    @staticmethod
-    def _route(url: re.Pattern[str], handler: Callable[..., Reply]) -> Callable[[Any], Reply]:
+    def _route(self, url: re.Pattern[str], handler: Callable[..., Reply]) -> Callable[[Any], Reply]:
         def reply(request: Any) -> Reply:
+            if self.faults:
+                status = self.faults.pop(0)
+                return _error(
+                    status, "backendError" if status >= 500 else "rateLimitExceeded", "scripted fault"
+                )
             match = url.match(request.url)
             assert match is not None
             query = {k: v[0] for k, v in parse_qs(urlparse(request.url).query).items()}

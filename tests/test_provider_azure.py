@@ -16,6 +16,7 @@ import pytest
 import responses
 
 from spotopt.adaptors.azure import AzureClients
+from spotopt.cloud_calls import MissingCredentials
 from spotopt.errors import CapacityUnavailableError, ConfigError
 from spotopt.providers import get_provider
 from spotopt.providers.azure import AzureProvider
@@ -24,7 +25,7 @@ from spotopt.providers.bootstrap import render_script
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.azure_fake import GROUP, SUBSCRIPTION, AzureArmFake
-from tests.collect_fakes import FakeCredential, no_wait_retry
+from tests.collect_fakes import FakeCredential, Sleeps, no_wait_retry
 from tests.provider_contract import CloudProviderContract, ends_at_once
 from tests.provider_contract import fixed_script as script
 
@@ -272,3 +273,18 @@ def test_the_default_script_is_the_rendered_bootstrap_and_the_registry_builds_th
         if name.startswith("azure_"):
             monkeypatch.setenv(f"SPOTOPT_{name.upper()}", str(value))
     assert isinstance(get_provider("azure"), AzureProvider)
+
+
+def test_throttling_is_retried_and_missing_credentials_name_the_cloud(
+    fake: AzureArmFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sleeps = Sleeps()
+    clients = AzureClients(credential=FakeCredential(), subscription_id=SUBSCRIPTION)
+    provider = AzureProvider(SETTINGS, script=script, clients=clients, retry=no_wait_retry(sleeps), poll_s=0)
+    fake.faults += [429, 503]
+    assert provider.status("spotopt-nothing").state is InstanceState.GONE
+    assert sleeps == [0.5, 1.0]
+    monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
+    unconfigured = AzureProvider(SETTINGS, script=script, retry=no_wait_retry())
+    with pytest.raises(MissingCredentials, match="azure: credentials failed: configure Azure credentials"):
+        unconfigured.launch(_spec(), SPOT_T4, "key-m")

@@ -19,7 +19,8 @@ import responses
 from google.auth.credentials import AnonymousCredentials
 
 from spotopt.adaptors.gcp import GcpClients
-from spotopt.errors import CapacityUnavailableError, ConfigError
+from spotopt.cloud_calls import MissingCredentials
+from spotopt.errors import CapacityUnavailableError, ConfigError, ProviderError
 from spotopt.providers import get_provider
 from spotopt.providers.base import InstanceState, LaunchSpec
 from spotopt.providers.bootstrap import render_script
@@ -309,3 +310,32 @@ def test_settings_come_from_the_environment_and_the_registry_builds_the_provider
     assert isinstance(made, GcpProvider)
     assert made.image == "projects/p/global/images/family/f"
     assert made.clients._project == "from-env"
+
+
+def test_a_vm_stopping_under_a_delete_is_terminated_and_transient_errors_are_retried(
+    fake: GcpComputeFake,
+) -> None:
+    retry_sleeps = Sleeps()
+    provider = GcpProvider(
+        SETTINGS, script=script, clients=_clients(), retry=no_wait_retry(retry_sleeps), sleep=Sleeps()
+    )
+    instance = provider.launch(_spec(), SPOT_V100, "key-s")
+    zone, name = instance.instance_id.split("/")
+    fake.instances[(zone, name)]["status"] = "STOPPING"
+    fake._operation(zone, name, "delete", "RUNNING")  # another process is deleting it
+    fake.faults += [503, 429]  # throttled and unavailable once each, then served
+    assert provider.status(instance.instance_id).state is InstanceState.TERMINATED
+    assert retry_sleeps == [0.5, 1.0]  # the collectors' jittered backoff (rng 0.5)
+    fake.faults += [503] * 3
+    with pytest.raises(ProviderError, match=r"gcp: instances\.get failed: still failing after 3 attempts"):
+        provider.status(instance.instance_id)
+
+
+def test_missing_gcp_credentials_name_the_cloud_and_what_to_configure(
+    monkeypatch: pytest.MonkeyPatch, fake: GcpComputeFake
+) -> None:
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/adc.json")
+    provider = GcpProvider(SETTINGS, script=script, retry=no_wait_retry())
+    with pytest.raises(MissingCredentials, match="gcp: credentials failed: configure Application Default"):
+        provider.launch(_spec(), SPOT_V100, "key-m")
+    assert list(fake.rsps.calls) == []

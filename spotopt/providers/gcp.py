@@ -152,16 +152,15 @@ class GcpProvider:
             return InstanceStatus(None, instance_id, InstanceState.GONE, detail="not a GCP ZONE/NAME id")
         vm = self._get(zone, name)
         if vm is None:
-            return self._ended.get(instance_id) or self._after_deletion(zone, name, instance_id)
+            gone = "no such instance (now)"
+            return self._ended.get(instance_id) or self._stopped(None, zone, name, instance_id, gone)
         instance = self._instance(vm, zone)
         if instance is None:
             return InstanceStatus(None, instance_id, InstanceState.GONE, detail="not launched by spotopt")
         state = LIVE.get(vm.status)
         if state is not None:
             return InstanceStatus(instance, instance_id, state, detail=vm.status)
-        if PREEMPTED_OP in self._history(zone, name):
-            return InstanceStatus(instance, instance_id, InstanceState.PREEMPTED, detail=vm.status)
-        return InstanceStatus(instance, instance_id, InstanceState.EXITED, detail=vm.status)
+        return self._stopped(instance, zone, name, instance_id, vm.status)
 
     def terminate(self, instance_id: str) -> InstanceStatus:
         """Delete the instance (and with it its boot disk) and wait for the deletion.
@@ -345,13 +344,20 @@ class GcpProvider:
             kinds |= {op.operation_type for op in page.items if op.target_link.endswith(target)}
         return kinds
 
-    def _after_deletion(self, zone: str, name: str, instance_id: str) -> InstanceStatus:
+    def _stopped(
+        self, instance: Instance | None, zone: str, name: str, instance_id: str, detail: str
+    ) -> InstanceStatus:
+        """A stopped or deleted instance (``instance`` None once deleted): the zone's operations
+        say whether it was preempted or deleted; a stopped one otherwise ended by itself (the
+        start-up script powers it off after the job), a deleted one is unknown."""
         kinds = self._history(zone, name)
         if PREEMPTED_OP in kinds:
-            return InstanceStatus(None, instance_id, InstanceState.PREEMPTED, detail="preempted and deleted")
+            return InstanceStatus(instance, instance_id, InstanceState.PREEMPTED, detail=detail)
         if "delete" in kinds:
-            return InstanceStatus(None, instance_id, InstanceState.TERMINATED, detail="deleted")
-        return InstanceStatus(None, instance_id, InstanceState.GONE, detail="no such GCP instance")
+            return InstanceStatus(instance, instance_id, InstanceState.TERMINATED, detail=detail)
+        if instance is None:
+            return InstanceStatus(None, instance_id, InstanceState.GONE, detail=detail)
+        return InstanceStatus(instance, instance_id, InstanceState.EXITED, detail=detail)
 
     @staticmethod
     def _instance(vm: Any, zone: str) -> Instance | None:
