@@ -62,6 +62,8 @@ class AzureArmFake:
     """Operation id → the statuses its polls answer, in order (the last one repeats)."""
     faults: list[int] = field(default_factory=list)
     """HTTP statuses the next requests answer (whatever they ask) before the fake serves again."""
+    broken_deletes: bool = False
+    """Every DELETE answers 500 (an ARM outage while a failed launch is cleaned up)."""
     log: list[Exchange] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -115,7 +117,11 @@ class AzureArmFake:
             if method == "PUT":
                 return self._put(kind, name, json.loads(request.body))
             if method == "DELETE":
-                return self._delete(kind, name)
+                return (
+                    _error(500, "InternalServerError", "outage")
+                    if self.broken_deletes
+                    else self._delete(kind, name)
+                )
             return self._get(kind, name)
 
         return reply

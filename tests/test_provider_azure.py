@@ -288,3 +288,16 @@ def test_throttling_is_retried_and_missing_credentials_name_the_cloud(
     unconfigured = AzureProvider(SETTINGS, script=script, retry=no_wait_retry())
     with pytest.raises(MissingCredentials, match="azure: credentials failed: configure Azure credentials"):
         unconfigured.launch(_spec(), SPOT_T4, "key-m")
+
+
+def test_a_failed_cleanup_keeps_the_capacity_error_and_says_what_was_left(
+    provider: AzureProvider, fake: AzureArmFake
+) -> None:
+    fake.sync_error = (409, "SkuNotAvailable")
+    fake.broken_deletes = True
+    with pytest.raises(CapacityUnavailableError) as caught:
+        provider.launch(_spec(), SPOT_T4, "key-l")
+    (note,) = caught.value.__notes__
+    assert re.match(
+        r"and cleaning up spotopt-key-l-[0-9a-f]{10} failed: azure: virtualMachines\.delete failed", note
+    )

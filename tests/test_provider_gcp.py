@@ -255,7 +255,7 @@ def test_a_preempted_instance_is_preempted_after_gcp_deleted_it(
     status = provider.status(instance.instance_id)
     assert (status.state, status.instance) == (InstanceState.PREEMPTED, None)
     (ops,) = fake.calls("GET", r"/zones/us-central1-a/operations\?")
-    assert f"targetLink : instances/{name}" in unquote_plus(ops.request.url)
+    assert f"targetLink:instances/{name}" in unquote_plus(ops.request.url)
     assert provider.terminate(instance.instance_id).state is InstanceState.PREEMPTED
     assert fake.calls("DELETE", "/instances/") == []
 

@@ -188,8 +188,11 @@ class AzureProvider:
                 _capacity_code,
                 label,
             )
-        except ProviderError:
-            self._delete(name)  # no NIC (or failed VM) outlives a launch that did not happen
+        except ProviderError as exc:
+            try:  # no NIC (or failed VM) outlives a launch that did not happen
+                self._delete(name)
+            except ProviderError as cleanup:  # keep the launch's error (capacity stays capacity)
+                exc.add_note(f"and cleaning up {name} failed: {cleanup}")
             raise
         if market.kind is MarketKind.SPOT:
             self._spot.add(name)

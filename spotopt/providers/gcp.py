@@ -336,7 +336,7 @@ class GcpProvider:
         """Operation types GCP still keeps for this instance (``:`` matches a substring, so the
         target link is compared exactly)."""
         kinds = set()
-        flt = f"targetLink : instances/{name}"
+        flt = f"targetLink:instances/{name}"
         for page in self._pages(
             "zoneOperations.list", lambda token: self.clients.zone_operations_page(zone, flt, token)
         ):
