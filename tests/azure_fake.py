@@ -7,6 +7,10 @@ status is ``InProgress`` on the first poll and ``Succeeded`` (or ``Failed`` with
 on the next; the poller then GETs the resource. DELETE answers 202 with the same protocol, or
 404 ``ResourceNotFound`` for a resource that does not exist. ``customData`` is write-only, as
 in ARM: kept by the fake, never returned.
+
+References: https://learn.microsoft.com/en-us/rest/api/compute/virtual-machines/create-or-update
+(and ``…/get``, ``/delete``, ``/list``), https://learn.microsoft.com/en-us/rest/api/virtualnetwork/network-interfaces/create-or-update,
+https://learn.microsoft.com/en-us/azure/azure-resource-manager/management/async-operations.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ repeated ``requestId`` answers the first operation; an existing name answers 409
 ``alreadyExists``; an unknown instance 404 ``notFound``; a zone in ``exhausted`` ends the insert
 operation with ``ZONE_RESOURCE_POOL_EXHAUSTED``. Filters are evaluated for the two forms the
 provider sends (``field = "v"`` and ``field : v``, joined by ``AND``).
+
+References: https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert (and
+``…/instances/get``, ``/delete``, ``/aggregatedList``),
+https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait (returns DONE or
+the current state after about 2 minutes) and ``…/zoneOperations/list``.
 """
 
 from __future__ import annotations
