@@ -1,9 +1,9 @@
 """EC2 for tests: moto's server over real HTTP, each "instance" backed by a local process.
 
-``moto_ec2`` is a session's ThreadedMotoServer on 127.0.0.1 (the provider reaches it through
-``aws_endpoint_url``, as a daemon would reach AWS). moto only keeps records: ``LocalEc2`` makes
-them behave like machines. Hooked on a boto3 session's events (so it runs inside the calls the
-provider makes), it starts ``bash`` on the user data of every instance moto launched, and
+``moto_ec2`` is the session's ThreadedMotoServer on 127.0.0.1 (``tests.stores``; the provider
+reaches it through ``aws_endpoint_url``, as a daemon would reach AWS). moto only keeps records:
+``LocalEc2`` makes them behave like machines. Hooked on a boto3 session's events (so it runs
+inside the calls the provider makes), it starts ``bash`` on the user data of every instance moto launched, and
 reads the processes back the way EC2 reports its instances:
 
 - the script ended (the job ended; a real instance's start-up script then powers off with
@@ -21,12 +21,10 @@ no API to make an instance end "by itself". Every process is owned by the harnes
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +41,10 @@ FAKE_CREDENTIALS = {
 
 
 @pytest.fixture(scope="session")
-def moto_ec2() -> Iterator[str]:
-    """Endpoint URL of a moto server owned by this test session."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+def moto_ec2(moto_s3: str) -> str:
+    """Endpoint URL of moto's server: the session's server of ``tests.stores`` serves every
+    service, EC2 and IAM included (its backends live in this process)."""
+    return moto_s3
 
 
 def reset_ec2() -> None:

@@ -26,8 +26,9 @@ from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_ec2 import FAKE_CREDENTIALS, LocalEc2, moto_ec2, reset_ec2
 from tests.provider_contract import ProviderContract, wait_for
+from tests.stores import moto_s3
 
-__all__ = ["moto_ec2"]  # the fixture, imported for pytest
+__all__ = ["moto_ec2", "moto_s3"]  # the fixtures, imported for pytest
 
 SPOT = MarketKey("aws", "us-east-1", "us-east-1b", "g5.xlarge", MarketKind.SPOT)
 ON_DEMAND = MarketKey("aws", "us-west-2", "us-west-2a", "g5.xlarge", MarketKind.ON_DEMAND)
