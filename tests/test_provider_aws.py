@@ -86,16 +86,6 @@ def market() -> MarketKey:
     return SPOT
 
 
-@pytest.fixture
-def long_command() -> tuple[str, ...]:
-    return SLEEP
-
-
-@pytest.fixture
-def short_command() -> tuple[str, ...]:
-    return (sys.executable, "-c", "import sys; sys.exit(3)")
-
-
 class TestAwsProviderContract(ProviderContract):
     pass
 
