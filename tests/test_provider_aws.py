@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import base64
 import sys
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from spotopt.checkpoints import Location, grant_lease, read_finished, read_heartbeat
 from spotopt.cloud_calls import MissingCredentials, Retry
 from spotopt.errors import CapacityUnavailableError, ConfigError, ProviderError
 from spotopt.providers import get_provider
@@ -25,14 +28,16 @@ from spotopt.providers.base import InstanceState, LaunchSpec
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_ec2 import FAKE_CREDENTIALS, LocalEc2, moto_ec2, reset_ec2
+from tests.fake_metadata import FakeMetadata, metadata
 from tests.provider_contract import ProviderContract, wait_for
 from tests.stores import moto_s3
 
-__all__ = ["moto_ec2", "moto_s3"]  # the fixtures, imported for pytest
+__all__ = ["metadata", "moto_ec2", "moto_s3"]  # the fixtures, imported for pytest
 
 SPOT = MarketKey("aws", "us-east-1", "us-east-1b", "g5.xlarge", MarketKind.SPOT)
 ON_DEMAND = MarketKey("aws", "us-west-2", "us-west-2a", "g5.xlarge", MarketKind.ON_DEMAND)
 PROFILE = "spotopt-job"
+TRAIN = Path(__file__).resolve().parents[1] / "data" / "examples" / "train_numpy.py"
 SLEEP = (sys.executable, "-c", "import time; time.sleep(60)")
 
 
@@ -302,3 +307,47 @@ def test_an_instance_whose_job_ends_is_exited(provider: AwsProvider, machines: L
     log = machines.log(instance.instance_id.split("@")[0])
     assert f"job j1 {provider.settings.bootstrap_workdir}" in log
     assert "spotopt: job exited with status 0" in log
+
+
+def test_a_preempted_spot_job_resumes_on_the_next_instance_and_finishes(
+    provider: AwsProvider, machines: LocalEc2, metadata: FakeMetadata, tmp_path: Path
+) -> None:
+    """The whole AWS path: user data → agent → IMDS notice → checkpoint → spot interruption →
+    a new placement (new epoch, new key) resumes from it and finishes; the first ends PREEMPTED,
+    the second EXITED (its script ended, as the power-off would end a real instance)."""
+    store = f"file://{tmp_path / 'store'}"
+    loc = Location(store)
+    log = tmp_path / "steps.log"
+    env = {
+        "SPOTOPT_AWS_METADATA_URL": metadata.url,
+        "SPOTOPT_POLL_EVERY": "0.1s",
+        "SPOTOPT_HEARTBEAT_EVERY": "0.1s",
+    }
+    instances = []
+    total = 1_000_000  # the first placement never ends by itself: only the notice stops it
+    for delay in ("0.01", "0"):
+        lease = grant_lease(loc, "trainer", datetime.now(UTC))
+        command = ("python", str(TRAIN), "--steps", str(total), "--log", str(log), "--step-delay", delay)
+        spec = LaunchSpec("trainer", lease.epoch, command, store, checkpoint_every_s=3600.0, env=env)
+        instance = provider.launch(spec, SPOT, f"trainer-e{lease.epoch}")
+        instances.append(instance)
+        if len(instances) == 1:
+            ec2_id = instance.instance_id.split("@")[0]
+            deadline = time.monotonic() + 60
+            while (beat := read_heartbeat(loc, "trainer", lease.epoch)) is None or beat.step < 20:
+                assert time.monotonic() < deadline, machines.log(ec2_id)
+                time.sleep(0.05)
+            metadata.notify("aws")  # the two-minute warning: the agent checkpoints and stops
+            assert machines.procs[ec2_id].wait(timeout=60) == 0, machines.log(ec2_id)
+            metadata.aws_action = None  # the next instance has no notice pending
+            machines.preempt(ec2_id)
+            stopped = read_heartbeat(loc, "trainer", lease.epoch)
+            assert stopped is not None and stopped.last_checkpoint_step is not None
+            total = stopped.last_checkpoint_step + 50
+    wait_for(provider, instances[1].instance_id, {InstanceState.EXITED}, timeout_s=60)
+    assert provider.status(instances[0].instance_id).state is InstanceState.PREEMPTED
+    # every step once: the second instance resumed exactly where the notice's checkpoint was
+    assert [int(line.split()[0]) for line in log.read_text().splitlines()] == list(range(1, total + 1))
+    finished = read_finished(loc, "trainer")
+    assert finished is not None and finished["epoch"] == 2 and finished["step"] == total
+    assert [i.epoch for i in provider.list_instances(job="trainer")] == [1, 2]
