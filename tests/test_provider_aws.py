@@ -195,6 +195,7 @@ def test_a_long_key_becomes_a_stable_64_character_client_token(provider: AwsProv
         "MaxSpotInstanceCountExceeded",
         "Unsupported",
         "InsufficientCapacity",
+        "UnfulfillableCapacity",
     ],
 )
 def test_capacity_and_price_errors_are_capacity_unavailable(provider: AwsProvider, code: str) -> None:
@@ -351,3 +352,12 @@ def test_a_preempted_spot_job_resumes_on_the_next_instance_and_finishes(
     finished = read_finished(loc, "trainer")
     assert finished is not None and finished["epoch"] == 2 and finished["step"] == total
     assert [i.epoch for i in provider.list_instances(job="trainer")] == [1, 2]
+
+
+def test_a_foreign_market_or_an_overlong_key_is_refused(tmp_path: Path, aws_env: None) -> None:
+    provider = AwsProvider(_settings("http://127.0.0.1:9", tmp_path), retry=Retry(sleep=lambda s: None))
+    gcp = MarketKey("gcp", "us-central1", "us-central1-a", "g2-standard-4", MarketKind.SPOT)
+    with pytest.raises(ProviderError, match="is not an AWS market"):
+        provider.launch(_spec(), gcp, "k")
+    with pytest.raises(ProviderError, match="idempotency key longer than 256"):
+        provider.launch(_spec(), SPOT, "k" * 257)

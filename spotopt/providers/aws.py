@@ -76,9 +76,14 @@ CAPACITY_CODES = frozenset(
         "SpotMaxPriceTooLow",
         "MaxSpotInstanceCountExceeded",
         "Unsupported",
+        "UnfulfillableCapacity",
     }
 )
-"""EC2 error codes that mean "not in this market now": the planner tries the next market."""
+"""EC2 error codes that mean "not in this market now": the planner tries the next market.
+
+From the EC2 API error-code reference: ``InsufficientCapacity`` (documented for imports, cheap
+to include) and ``UnfulfillableCapacity`` ("not enough spare capacity ... for Spot Instances")
+besides the four the capacity and price checks of ``RunInstances`` return."""
 GONE_CODES = frozenset({"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"})
 MAX_CLIENT_TOKEN = 64
 MAX_TAG_VALUE = 256
