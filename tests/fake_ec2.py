@@ -94,7 +94,7 @@ class LocalEc2:
                     "Client.InstanceInitiatedShutdown",
                 )
             elif not live and proc is not None and proc.poll() is None:
-                self._stop(proc, self.grace_s)
+                stop_group(proc, self.grace_s)
 
     def preempt(self, ec2_id: str) -> None:
         """The spot market takes the instance back: terminated by the cloud, its process killed."""
@@ -106,36 +106,14 @@ class LocalEc2:
             "Server.SpotInstanceTermination: Spot instance termination", "Server.SpotInstanceTermination"
         )
         if ec2_id in self.procs:
-            self._stop(self.procs[ec2_id], 0)
+            stop_group(self.procs[ec2_id], 0)
 
     def log(self, ec2_id: str) -> str:
         path = self.home / f"{ec2_id}.log"
         return path.read_text(encoding="utf-8") if path.exists() else ""
 
     def _start(self, ec2_id: str, script: str) -> None:
-        path = self.home / f"{ec2_id}.sh"
-        path.write_text(script, encoding="utf-8")
-        with (self.home / f"{ec2_id}.log").open("ab") as log:
-            self.procs[ec2_id] = subprocess.Popen(
-                ["bash", str(path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    @staticmethod
-    def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-        """SIGTERM the instance's process group, SIGKILL it after ``grace_s``; return once the
-        whole group is gone (the job outlives bash, which dies first, while it checkpoints)."""
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
-            if _group_gone(proc):
-                return
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            deadline = time.monotonic() + wait_s
-            while not _group_gone(proc) and time.monotonic() < deadline:
-                time.sleep(0.02)
+        self.procs[ec2_id] = boot(script, self.home / f"{ec2_id}.sh", self.home / f"{ec2_id}.log")
 
     def wait_started(self, ec2_id: str, timeout_s: float = 30.0) -> subprocess.Popen[bytes]:
         deadline = time.monotonic() + timeout_s
@@ -147,7 +125,38 @@ class LocalEc2:
 
     def close(self) -> None:
         for proc in self.procs.values():
-            self._stop(proc, 0)
+            stop_group(proc, 0)
+
+
+def boot(
+    script: str, path: Path, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Write ``script`` to ``path`` and run it with bash in a new session (its own process group,
+    as an instance's processes are its own), output appended to ``log``."""
+    path.write_text(script, encoding="utf-8")
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            ["bash", str(path)],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the process group ``proc`` leads, SIGKILL it after ``grace_s``; return once the
+    whole group is gone (the job outlives bash, which dies first, while it checkpoints)."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+        if _group_gone(proc):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + wait_s
+        while not _group_gone(proc) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 def _group_gone(proc: subprocess.Popen[bytes]) -> bool:

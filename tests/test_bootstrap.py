@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from spotopt.providers.base import LaunchSpec
 from spotopt.providers.bootstrap import CLOUD_SCRIPTS, pip_requirement, render_script
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
+from tests.fake_ec2 import boot, stop_group
 from tests.fake_metadata import FakeMetadata, metadata
 
 __all__ = ["metadata"]  # the fixture, imported for pytest
@@ -67,19 +67,8 @@ class Instance:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def boot(self, script: str) -> None:
-        path = self.home / "startup.sh"
-        path.write_text(script, encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
-        with (self.home / "console.log").open("ab") as log:
-            self.proc = subprocess.Popen(
-                ["bash", str(path)],
-                env=env,
-                cwd=self.home,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.proc = boot(script, self.home / "startup.sh", self.home / "console.log", env, self.home)
 
     def console(self) -> str:
         return (self.home / "console.log").read_text(encoding="utf-8")
@@ -92,9 +81,8 @@ class Instance:
             pytest.fail(f"the start-up script did not end; console:\n{self.console()}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            stop_group(self.proc, 0)
 
 
 @pytest.fixture
