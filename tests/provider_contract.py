@@ -1,13 +1,16 @@
 """The provider contract (``spotopt.providers.base``): every provider's test module subclasses this.
 
-A subclass supplies ``provider`` (a fresh provider), ``market`` and ``long_command`` (a command
-that runs until it is terminated) and ``short_command`` (one that exits by itself with status 3)
-as fixtures; the tests here hold for every provider, local or cloud (against its fake).
+A subclass supplies ``provider`` (a fresh provider) and ``market`` as fixtures; ``long_command``
+(a command that runs until it is terminated) and ``short_command`` (one that exits by itself with
+status 3) default to Python processes on this machine, where the local provider and the cloud
+fakes that back instances with local processes run them; a subclass may override them. The tests
+here hold for every provider, local or cloud (against its fake).
 """
 
 from __future__ import annotations
 
 import shlex
+import sys
 import time
 from datetime import datetime
 
@@ -31,7 +34,15 @@ def wait_for(
 
 
 class ProviderContract:
-    """Inherit and provide the fixtures ``provider``, ``market``, ``long_command``, ``short_command``."""
+    """Inherit and provide the fixtures ``provider`` and ``market``."""
+
+    @pytest.fixture
+    def long_command(self) -> tuple[str, ...]:
+        return (sys.executable, "-c", "import time; time.sleep(60)")
+
+    @pytest.fixture
+    def short_command(self) -> tuple[str, ...]:
+        return (sys.executable, "-c", "import sys; sys.exit(3)")
 
     def test_launch_returns_a_running_instance_with_its_records(
         self, provider: Provider, market: MarketKey, long_command: tuple[str, ...]

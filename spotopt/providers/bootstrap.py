@@ -62,8 +62,9 @@ CLOUD_SCRIPTS: dict[str, CloudScript] = {
         256 * 1024,
     ),
     "azure": CloudScript(
-        "Azure custom data (a shell script, which cloud-init runs like user data)",
-        "cloud-init runs it once, as root, at first boot; output: /var/log/cloud-init-output.log",
+        "Azure custom data",
+        "a #! script, so cloud-init runs it once, as root, at first boot; "
+        "output: /var/log/cloud-init-output.log",
         65535,
     ),
 }
@@ -99,7 +100,8 @@ def pip_requirement(pip_spec: str, checkpoint_uri: str) -> str:
         url = pip_spec if _URL.match(pip_spec) else Path(pip_spec).as_uri()
         return f"spotopt[{extra}] @ {url}" if extra else f"spotopt @ {url}"
     match = _REQUIREMENT.match(pip_spec)
-    if match is None or not _REQUIREMENT_REST.match(match.group("rest")) or pip_spec.endswith(ARCHIVES):
+    bare_file = match is not None and not match.group("rest") and pip_spec.endswith(ARCHIVES)
+    if match is None or not _REQUIREMENT_REST.match(match.group("rest")) or bare_file:
         raise ConfigError(
             f"bootstrap_pip_spec: {pip_spec!r} is neither a requirement (spotopt, spotopt==0.3) nor an "
             "absolute path or URL on the instance; fix SPOTOPT_BOOTSTRAP_PIP_SPEC"
