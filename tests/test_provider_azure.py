@@ -81,7 +81,7 @@ def _spec(job: str = "train-1", epoch: int = 3, **tags: str) -> LaunchSpec:
 def test_launch_puts_a_nic_then_a_spot_vm_and_polls_both_operations(
     provider: AzureProvider, fake: AzureArmFake
 ) -> None:
-    instance = provider.launch(_spec(team="ml/vision"), SPOT_T4, "train-1/3/move-7")
+    instance = provider.launch(_spec(team="ml/vision", move="7"), SPOT_T4, "train-1/3/move-7")
     name = instance.instance_id
     assert re.fullmatch(r"spotopt-train-1-3-move-7-[0-9a-f]{10}", name)
     (nic_put,) = fake.calls("PUT", r"/networkInterfaces/")
@@ -122,12 +122,14 @@ def test_launch_puts_a_nic_then_a_spot_vm_and_polls_both_operations(
     assert body["identity"] == {"type": "UserAssigned", "userAssignedIdentities": {IDENTITY: {}}}
     assert body["tags"] == {
         "team": "ml/vision",
+        "move": "7",
+        "spotopt:move": "7",
         "spotopt:job": "train-1",
         "spotopt:epoch": "3",
         "spotopt:key": "train-1/3/move-7",
         "spotopt:market": "azure/eastus/-/Standard_NC4as_T4_v3/spot",
         "spotopt:launched": "2026-11-22T18:00:00+00:00",
-        "spotopt:tags": '{"team": "ml/vision"}',
+        "spotopt:tags": '{"move": "7", "team": "ml/vision"}',
     }
     assert "zones" not in body
     # Each PUT answered 201 Creating + Azure-AsyncOperation, polled InProgress then Succeeded.
@@ -137,7 +139,7 @@ def test_launch_puts_a_nic_then_a_spot_vm_and_polls_both_operations(
     assert (instance.job, instance.epoch, instance.tags, instance.launched_at) == (
         "train-1",
         3,
-        {"team": "ml/vision"},
+        {"team": "ml/vision", "move": "7"},
         LAUNCHED,
     )
 

@@ -85,7 +85,7 @@ def _spec(job: str = "train-1", epoch: int = 3, **tags: str) -> LaunchSpec:
 def test_a_spot_insert_sends_spot_scheduling_gpus_labels_metadata_and_a_request_id(
     provider: GcpProvider, fake: GcpComputeFake, sleeps: Sleeps
 ) -> None:
-    instance = provider.launch(_spec(team="Vision/ML"), SPOT_V100, "train-1/3/move-7")
+    instance = provider.launch(_spec(team="Vision/ML", move="7"), SPOT_V100, "train-1/3/move-7")
     (insert,) = fake.calls("POST", r"/zones/us-central1-a/instances\?")
     body = json.loads(insert.request.body)
     name = body["name"]
@@ -111,6 +111,7 @@ def test_a_spot_insert_sends_spot_scheduling_gpus_labels_metadata_and_a_request_
     assert interface["accessConfigs"] == [{"name": "external-nat", "type": "ONE_TO_ONE_NAT"}]
     labels = body["labels"]
     assert labels["spotopt-job"] == "train-1" and labels["spotopt-epoch"] == "3"
+    assert labels["spotopt-move"] == labels["move"] == "7"
     assert re.fullmatch(r"train-1_3_move-7-[0-9a-f]{10}", labels["spotopt-key"])
     assert re.fullmatch(r"vision_ml-[0-9a-f]{10}", labels["team"])  # sanitised, exact value in metadata
     meta = {i["key"]: i["value"] for i in body["metadata"]["items"]}
@@ -118,7 +119,7 @@ def test_a_spot_insert_sends_spot_scheduling_gpus_labels_metadata_and_a_request_
     assert (meta["spotopt-key"], meta["spotopt-job"], json.loads(meta["spotopt-tags"])) == (
         "train-1/3/move-7",
         "train-1",
-        {"team": "Vision/ML"},
+        {"team": "Vision/ML", "move": "7"},
     )
     request_id = re.search(r"requestId=([0-9a-f-]+)", insert.request.url)
     assert request_id is not None and request_id[1] == request_uuid("train-1/3/move-7", ZONE)
@@ -128,7 +129,7 @@ def test_a_spot_insert_sends_spot_scheduling_gpus_labels_metadata_and_a_request_
     (wait,) = fake.calls("POST", r"/operations/operation-\d+-insert/wait")
     assert json.loads(wait.response.text)["status"] == "DONE"
     assert sleeps == [1.0]
-    assert (instance.job, instance.epoch, instance.tags) == ("train-1", 3, {"team": "Vision/ML"})
+    assert (instance.job, instance.epoch, instance.tags) == ("train-1", 3, {"team": "Vision/ML", "move": "7"})
     assert instance.market == "gcp/us-central1/us-central1-a/n1-standard-8+1xnvidia-tesla-v100/spot"
 
 

@@ -18,7 +18,8 @@ first and returns it when it exists, so a retry never re-sends a body to a runni
   only credential for the store.
 - Tags (names may contain ``:``; ``<>%&\\?/`` are not allowed and become ``_``):
   ``spotopt:job``, ``spotopt:epoch``, ``spotopt:key``, ``spotopt:market``, ``spotopt:launched``,
-  ``spotopt:tags`` (the spec's tags as JSON, exact) and the spec's tags themselves.
+  ``spotopt:tags`` (the spec's tags as JSON, exact), ``spotopt:move`` (when the spec's tags carry
+  ``move``) and the spec's tags themselves.
 
 Capacity errors (``SkuNotAvailable``, ``OverconstrainedAllocationRequest``,
 ``ZonalAllocationFailed``, ``AllocationFailed``, …) become ``CapacityUnavailableError`` after the
@@ -289,6 +290,8 @@ class AzureProvider:
             f"{TAG}launched": self.now().isoformat(),
             f"{TAG}tags": json.dumps(dict(spec.tags), sort_keys=True),
         }
+        if "move" in spec.tags:  # the daemon's move id, tagged like on AWS and GCP
+            tags[f"{TAG}move"] = spec.tags["move"]
         for name, value in tags.items():
             if len(value) > TAG_VALUE_MAX:
                 raise ProviderError(

@@ -14,7 +14,8 @@ One launch is one ``instances.insert``:
   so a retried insert is ignored by GCP or answered 409 ``alreadyExists``: both return the
   instance that exists. Before inserting, the key's label is looked up across zones, so a retry
   after a zone fallback finds the instance wherever it went.
-- Labels (``spotopt-job``, ``spotopt-epoch``, ``spotopt-key`` and the spec's tags, sanitised to
+- Labels (``spotopt-job``, ``spotopt-epoch``, ``spotopt-key``, ``spotopt-move`` when the spec's
+  tags carry ``move``, and the spec's tags, sanitised to
   GCP's label rules) serve the server-side filter; metadata keeps the exact values, and
   ``startup-script`` holds the start-up script that bootstraps the agent.
 
@@ -199,6 +200,8 @@ class GcpProvider:
             f"{META}epoch": str(spec.epoch),
             f"{META}key": label_value(key),
         }
+        if "move" in spec.tags:  # the daemon's move id, labelled like on AWS and Azure
+            labels[f"{META}move"] = label_value(spec.tags["move"])
         metadata = {
             f"{META}job": spec.job,
             f"{META}epoch": str(spec.epoch),
