@@ -128,6 +128,7 @@ class AwsProvider:
     """
 
     name = "aws"
+    runs_on_market = True
 
     def __init__(
         self,

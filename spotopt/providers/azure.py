@@ -127,6 +127,7 @@ class AzureProvider:
     """
 
     name = "azure"
+    runs_on_market = True
 
     def __init__(
         self,

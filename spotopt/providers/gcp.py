@@ -95,6 +95,7 @@ class GcpProvider:
     """
 
     name = "gcp"
+    runs_on_market = True
 
     def __init__(
         self,
