@@ -48,7 +48,7 @@ from spotopt.mover.eventlog import log_event
 from spotopt.mover.executor import Executor, Observation, Timeouts, open_move_jobs, utcnow
 from spotopt.mover.fleet import FleetState, Move
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.ledger import price_in_effect, spent_by_job, spent_usd
+from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job, spent_usd
 from spotopt.mover.market_view import MarketView, market_view
 from spotopt.plan import location_index, option_key
 from spotopt.providers.base import Provider
@@ -241,13 +241,7 @@ class Daemon:
                 if placement is None or placement.state != "running" or placement.started_at is None:
                     continue
                 spec = jobstore.job_spec(job)
-                rate = placement.instances * price_in_effect(
-                    session,
-                    placement.market_id,
-                    now,
-                    now,
-                    placement.usd_per_hour / max(placement.instances, 1e-12),
-                )
+                rate = slot_usd_per_hour(session, placement, now, now)
                 spent = spent_usd(session, job.id, now)
                 ahead = rate * (self.settings.period_h + spec.checkpoint_seconds / 3600.0)
                 if spent + ahead > job.budget_usd:

@@ -63,7 +63,11 @@ def price_in_effect(
     session: Session, market_id: int, start: datetime, end: datetime, fallback: float
 ) -> float:
     """The time-weighted mean price of ``market_id`` over ``[start, end]`` (``fallback`` where the
-    history has no point yet, e.g. a market priced only at launch)."""
+    history has no point yet, e.g. a market priced only at launch).
+
+    Two sources reporting the same instant are ordered by source name (the last one holds), so
+    SQLite and PostgreSQL agree on which one is in effect.
+    """
     before = session.scalar(
         select(PricePoint.usd_per_hour)
         .where(PricePoint.market_id == market_id, PricePoint.observed_at <= start)
@@ -105,6 +109,13 @@ def mean_price(
     return total / (end - start).total_seconds()
 
 
+def slot_usd_per_hour(session: Session, p: Placement, start: datetime, end: datetime) -> float:
+    """The job slot's price of placement ``p`` in effect over ``[start, end]``: its market's
+    price times the instances the slot takes (the price at launch where the history has none)."""
+    launch_price = p.usd_per_hour / p.instances if p.instances else 0.0
+    return p.instances * price_in_effect(session, p.market_id, start, end, launch_price)
+
+
 def intervals(session: Session, job_id: int, now: datetime) -> list[Interval]:
     """Every instance interval of the job that ran (launched and returned), oldest first."""
     placements = session.scalars(
@@ -119,19 +130,17 @@ def interval(session: Session, p: Placement, now: datetime) -> Interval:
     """The ledger row of one placement (``now`` ends it while it runs)."""
     assert p.started_at is not None
     end = p.ended_at or max(now, p.started_at)
-    fallback = p.usd_per_hour / p.instances if p.instances else 0.0
-    price = price_in_effect(session, p.market_id, p.started_at, end, fallback)
-    return _row(p, market_key(session, p.market_id), price, now)
+    return _row(p, market_key(session, p.market_id), slot_usd_per_hour(session, p, p.started_at, end), now)
 
 
-def _row(p: Placement, market: MarketKey, price: float, now: datetime) -> Interval:
-    """The ledger row of placement ``p`` on ``market`` at the instance's mean ``price`` (per hour)."""
+def _row(p: Placement, market: MarketKey, slot_usd: float, now: datetime) -> Interval:
+    """The ledger row of placement ``p`` on ``market`` at the slot's mean price ``slot_usd``."""
     assert p.started_at is not None
     end = p.ended_at or max(now, p.started_at)
-    slot_usd = p.instances * price
-    seconds = billed_seconds(
-        market.cloud, p.started_at, end, interrupted_by_cloud=p.end_reason == "preempted"
-    )
+    # Only a spot instance can be reclaimed by its cloud (AWS's first-hour refund is a Spot rule);
+    # an on-demand placement that vanished is billed like one we ended.
+    reclaimed = p.end_reason == "preempted" and market.kind is MarketKind.SPOT
+    seconds = billed_seconds(market.cloud, p.started_at, end, interrupted_by_cloud=reclaimed)
     return Interval(
         placement_id=p.id,
         epoch=p.epoch,
@@ -149,7 +158,8 @@ def _row(p: Placement, market: MarketKey, price: float, now: datetime) -> Interv
 
 
 def total_usd(rows: Sequence[Interval]) -> float:
-    return sum(r.cost_usd for r in rows)
+    """The ledger's total: what every interval of the job cost, across moves."""
+    return sum((r.cost_usd for r in rows), 0.0)
 
 
 def spent_usd(session: Session, job_id: int, now: datetime) -> float:
@@ -168,7 +178,8 @@ def spent_by_job(session: Session, job_ids: Sequence[int], now: datetime) -> dic
     and two per price lookup. Here it is a few queries in all: the placements, their markets, and
     the price points of those markets from the earliest placement start on (plus the point in
     effect then), after which each row is computed exactly as ``interval`` computes it
-    (``mean_price``, ``_row``), in the same order, so the totals are equal to the last bit.
+    (``mean_price``, the slot's product as in ``slot_usd_per_hour``, ``_row``), in the same
+    order, so the totals are equal to the last bit.
     """
     out = dict.fromkeys(job_ids, 0.0)
     placements: list[Placement] = []
@@ -186,10 +197,10 @@ def spent_by_job(session: Session, job_ids: Sequence[int], now: datetime) -> dic
     for p in placements:
         assert p.started_at is not None
         end = p.ended_at or max(now, p.started_at)
-        fallback = p.usd_per_hour / p.instances if p.instances else 0.0
+        launch_price = p.usd_per_hour / p.instances if p.instances else 0.0
         before, changes = _window(steps.get(p.market_id, ([], [])), p.started_at, end)
-        price = mean_price(before, changes, p.started_at, end, fallback)
-        out[p.job_id] += _row(p, keys[p.market_id], price, now).cost_usd
+        slot_usd = p.instances * mean_price(before, changes, p.started_at, end, launch_price)
+        out[p.job_id] += _row(p, keys[p.market_id], slot_usd, now).cost_usd
     return out
 
 
