@@ -19,8 +19,8 @@ Building the world is not timed. ``--backend postgresql`` needs ``--pg-url`` (or
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
+import json
 import os
 import tempfile
 import time
@@ -42,9 +42,9 @@ from spotopt.ingest import run_ingest
 from spotopt.jobspec import Job, parse_jobs
 from spotopt.market import MarketState, snapshot
 from spotopt.mover import daemon as daemon_mod
+from spotopt.mover import jobs as jobstore
 from spotopt.mover import market_view as view_mod
 from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
-from spotopt.mover.jobs import _canonical
 from spotopt.plan import allowed, gpu_choices
 from spotopt.types import MarketKey, MarketKind, PriceObservation
 
@@ -212,23 +212,27 @@ def job_specs(n: int, rng: np.random.Generator) -> list[tuple[Job, datetime]]:
     return list(zip(spec.jobs, created, strict=True))
 
 
-def job_row(job: Job, created: datetime) -> dict[str, Any]:
-    """The ``managed_jobs`` row ``spotopt.mover.jobs.submit`` writes for ``job`` (state pending)."""
-    assert job.run is not None and job.checkpoint is not None and job.budget_usd is not None
-    text = _canonical(job)
-    return {
-        "name": job.name,
-        "spec_json": text,
-        "spec_sha256": hashlib.sha256(text.encode()).hexdigest(),
-        "run_command": job.run,
-        "workdir": None,
-        "checkpoint_uri": job.checkpoint.uri,
-        "budget_usd": job.budget_usd,
-        "max_usd_per_hour": job.max_usd_per_hour,
-        "state": "pending",
-        "created_at": created,
-        "updated_at": created,
-    }
+ROW_COLUMNS = (
+    "name",
+    "spec_json",
+    "spec_sha256",
+    "run_command",
+    "workdir",
+    "checkpoint_uri",
+    "budget_usd",
+    "max_usd_per_hour",
+    "state",
+    "created_at",
+    "updated_at",
+)
+
+
+def job_row(db: Database, job: Job, created: datetime) -> dict[str, Any]:
+    """The ``managed_jobs`` row ``spotopt.mover.jobs.submit`` writes for ``job`` (state pending):
+    submit's own dry run makes it (the spec as JSON, which is YAML), so the rows are the same."""
+    text = json.dumps({"jobs": [job.model_dump(mode="json")]})
+    stored = jobstore.submit(db, text, dry_run=True, now=created)
+    return {column: getattr(stored, column) for column in ROW_COLUMNS}
 
 
 def build_world(db: Database, n_jobs: int, n_markets: int, seed: int = 0) -> dict[str, int]:
@@ -240,7 +244,7 @@ def build_world(db: Database, n_jobs: int, n_markets: int, seed: int = 0) -> dic
     placements: list[dict[str, Any]] = []
     with db.session() as session:
         markets = snapshot(session, AT)
-        session.execute(insert(ManagedJob), [job_row(job, created) for job, created in specs])
+        session.execute(insert(ManagedJob), [job_row(db, job, created) for job, created in specs])
         job_ids = {name: jid for name, jid in session.execute(select(ManagedJob.name, ManagedJob.id))}
         shares = np.array([s for _, s in STATES])
         states = rng.choice([s for s, _ in STATES], size=n_jobs, p=shares / shares.sum()).tolist()
