@@ -151,3 +151,18 @@ def test_no_options_means_no_moves() -> None:
         }
     )
     assert decide(state, empty, Guardrails(), Memory()) == []
+
+
+def test_a_job_no_policy_can_place_does_not_stop_the_others() -> None:
+    """min-cost itself infeasible (one job needs more than the horizon): the others still start."""
+    jobs = {
+        "jobs": [*JOBS["jobs"][:2], {"name": "endless", "throughput": {"K80": 1.0}, "work": {"steps": 1e12}}]
+    }
+    spec = parse_jobs(jobs)
+    markets = snapshot()
+    table = enumerate_options(spec, markets, AT)
+    state, opts = initial_state(spec, table, markets, AT)
+    memory = Memory()
+    moves = decide(state, opts, Guardrails(), memory)
+    assert {state.names[m.job] for m in moves} >= {"resnet", "a3c"}
+    assert any("no policy solution" in n for n in memory.notes)

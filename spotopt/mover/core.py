@@ -13,7 +13,9 @@
    remembered targets stand.
 3. **Fallback**: ``min-cost-slo`` (the default with deadlines, else ``min-cost``) may be
    infeasible at some moment; then ``min-cost`` gives the targets and the planner's deadline
-   safety decides (noted once in ``memory.notes``).
+   safety decides (noted once in ``memory.notes``). If no policy can place the fleet at all (a
+   job with more work than the horizon holds), there are no targets and the move test alone
+   places each job, so one bad job never stops the others.
 4. **Targets**: per job, among the options the policy gives time, the one it runs on, else the
    cheapest per step (``targets``).
 5. **The move test** (``spotopt.mover.planner.plan_moves``).
@@ -277,6 +279,14 @@ def _refresh_targets(
     if problem.input.n_options == 0:
         return
     name = policy or default_policy(problem.input.deadline_hours)
-    alloc = solve_policy(name, problem.input, memory.notes)
+    try:
+        alloc = solve_policy(name, problem.input, memory.notes)
+    except InfeasibleError as exc:
+        # One job no policy can place (e.g. more work than the horizon holds) must not stop the
+        # fleet: without targets the move test places every job on its cheapest option per step.
+        note = f"no policy solution ({exc}); the move test alone decides"
+        if note not in memory.notes:
+            memory.notes.append(note)
+        return
     memory.solves += 1
     memory.target = {names[j]: int(opts.key[e]) for j, e in targets(problem, alloc, cur).items()}
