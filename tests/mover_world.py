@@ -61,7 +61,7 @@ def job_yaml(
     hours (``throughput`` is per hour-ish), so moving pays in its eyes. ``log``: every placement
     appends ``<step> <loss hex> <epoch>`` there (the fault-injection tests read it)."""
     out = tmp / f"{name}-out"
-    log_arg = f" --log {log}" if log is not None else ""
+    until = f"{tmp / name}.until" + (f" --log {log}" if log is not None else "")
     lines = [
         "jobs:",
         f"  - name: {name}",
@@ -69,7 +69,7 @@ def job_yaml(
         f"    work: {{steps: {STEPS}}}",
         "    restart_s: 10",
         "    checkpoint_s: 1",
-        f"    run: {sys.executable} {TRAIN} --steps {STEPS} --out {out} --until-file {tmp / name}.until{log_arg}",
+        f"    run: {sys.executable} {TRAIN} --steps {STEPS} --out {out} --until-file {until}",
         f"    checkpoint: {{uri: {tmp / 'store'}}}",
         f"    budget_usd: {budget}",
         f"    allow: {{clouds: [aws], markets: {markets}, instance_types: [p3.2xlarge]}}",
