@@ -1,6 +1,6 @@
-"""Two daemons on one PostgreSQL database: the leader is SIGKILLed in the middle of a
-make-before-break move, the standby takes over, finishes the move and the job, and the two never
-act at once.
+"""Two daemons on one database (PostgreSQL: an advisory lock; SQLite: a lock file): the leader
+is SIGKILLed in the middle of a make-before-break move, the standby takes over, finishes the move
+and the job, and the two never act at once.
 
 Each driver (``tests.fault_driver --leader``) takes ``Leadership`` before acting and hands
 ``still_leader`` to its daemon; every event line carries its time and pid, which is how the test
@@ -47,9 +47,9 @@ def events(world: FaultWorld) -> list[dict[str, str]]:
 
 
 def test_the_standby_takes_over_a_move_when_the_leader_dies(
-    pg_url: str, tmp_path: Path, reference: Reference
+    db_url: str, tmp_path: Path, reference: Reference
 ) -> None:
-    world = new_world(pg_url, tmp_path)
+    world = new_world(db_url, tmp_path)
     deadline = time.monotonic() + RUN_LIMIT_S
     try:
         with processes() as procs:
@@ -93,7 +93,7 @@ def test_the_standby_takes_over_a_move_when_the_leader_dies(
 
     # The journal: every step once, done; the one the leader died in was begun by it and
     # finished by the standby under the same key, not done a second time.
-    db = open_history(pg_url)
+    db = open_history(db_url)
     try:
         with db.session() as session:
             entries = list(session.scalars(select(JournalEntry).order_by(JournalEntry.id)))
