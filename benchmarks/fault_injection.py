@@ -29,17 +29,7 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import create_engine, text  # noqa: E402
 
 from spotopt.db.setup import upgrade_history  # noqa: E402
-from tests.fault_harness import (  # noqa: E402
-    Outcome,
-    Reference,
-    copy_sqlite,
-    crash_points,
-    journal_keys,
-    kill_delays,
-    new_world,
-    play,
-    reference_run,
-)
+from tests import fault_harness as harness  # noqa: E402
 
 RANDOM_WINDOW_S = 12.0
 COLUMNS = ("lost/wrong", "orphans", "overlaps", "budget", "ledger", "journal", "errors")
@@ -56,7 +46,7 @@ class Planned:
 @dataclass
 class Result:
     planned: Planned
-    outcome: Outcome | None
+    outcome: harness.Outcome | None
     error: str = ""
     seconds: float = 0.0
 
@@ -99,7 +89,7 @@ class Databases:
 
     def new(self, backend: str, name: str) -> str:
         if backend == "sqlite":
-            return copy_sqlite(self.template, self.tmp / name / "db.sqlite")
+            return harness.copy_sqlite(self.template, self.tmp / name / "db.sqlite")
         assert self.server is not None
         with create_engine(self.server.url(), isolation_level="AUTOCOMMIT").connect() as conn:
             conn.execute(text(f"CREATE DATABASE {name} TEMPLATE spotopt_template"))
@@ -110,12 +100,12 @@ class Databases:
             self.server.stop()
 
 
-def run_one(dbs: Databases, reference: Reference, planned: Planned, index: int) -> Result:
+def run_one(dbs: Databases, reference: harness.Reference, planned: Planned, index: int) -> Result:
     name = f"r{index}"
-    world = new_world(dbs.new(planned.backend, name), dbs.tmp / name / "world")
+    world = harness.new_world(dbs.new(planned.backend, name), dbs.tmp / name / "world")
     started = time.monotonic()
     try:
-        outcome = play(world, reference, crash=planned.crash, kill_after_s=planned.kill_after_s)
+        outcome = harness.play(world, reference, crash=planned.crash, kill_after_s=planned.kill_after_s)
         return Result(planned, outcome, seconds=time.monotonic() - started)
     except Exception as exc:  # a driver that failed or hung: counted, the sweep goes on
         return Result(planned, None, f"{type(exc).__name__}: {exc}", time.monotonic() - started)
@@ -126,7 +116,7 @@ def run_one(dbs: Databases, reference: Reference, planned: Planned, index: int) 
 def plan_runs(points: list[tuple[str, str]], backends: list[str], runs: int, seed: int) -> list[Planned]:
     planned = [Planned(b, "point", crash=p) for b in backends for p in points]
     extra = max(0, runs - len(planned))
-    delays = kill_delays(seed, extra, RANDOM_WINDOW_S)
+    delays = harness.kill_delays(seed, extra, RANDOM_WINDOW_S)
     planned += [Planned(backends[i % len(backends)], "random", kill_after_s=d) for i, d in enumerate(delays)]
     return planned
 
@@ -162,12 +152,12 @@ def main() -> int:
     results: list[Result] = []
     try:
         started = time.monotonic()
-        reference = reference_run(tmp)
+        reference = harness.reference_run(tmp)
         clean = run_one(dbs, reference, Planned("sqlite", "clean"), 0)
         if clean.outcome is None or clean.outcome.findings.problems():
             print(f"the clean run failed: {clean.error or clean.outcome}", file=sys.stderr)
             return 1
-        points = crash_points(journal_keys(f"sqlite:///{tmp / 'r0' / 'db.sqlite'}"))
+        points = harness.crash_points(harness.journal_keys(f"sqlite:///{tmp / 'r0' / 'db.sqlite'}"))
         backends = ["sqlite"] if args.skip_pg else ["sqlite", "postgresql"]
         planned = plan_runs(points, backends, args.runs, args.seed)
         print(f"{len(points)} crash points on {', '.join(backends)}, {len(planned)} runs", flush=True)
@@ -186,7 +176,7 @@ def main() -> int:
 
 
 def _run_all(
-    dbs: Databases, reference: Reference, planned: list[Planned], jobs: int, tmp: Path
+    dbs: Databases, reference: harness.Reference, planned: list[Planned], jobs: int, tmp: Path
 ) -> list[Result]:
     done = 0
 
