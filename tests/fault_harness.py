@@ -319,13 +319,13 @@ def verified_checkpoints(store: Path) -> list[tuple[int, int]]:
 
 def check(world: FaultWorld, reference: Reference) -> Findings:
     found = Findings()
-    _check_training(world, reference, found)
-    _check_processes(world, found)
+    check_training(world, reference, found)
+    check_processes(world, found)
     _check_money(world, found)
     return found
 
 
-def _check_training(world: FaultWorld, reference: Reference, found: Findings) -> None:
+def check_training(world: FaultWorld, reference: Reference, found: Findings) -> None:
     weights = world.tmp / f"{JOB}-out" / "weights.npy"
     if not weights.exists() or not np.array_equal(np.load(weights), reference.weights):
         found.wrong_result.append("final weights differ from the uninterrupted run (or are missing)")
@@ -344,7 +344,7 @@ def _check_training(world: FaultWorld, reference: Reference, found: Findings) ->
             # the newest checkpoint verified by the placements before it.
             start = step - 1
             newest = max((s for s, e in checkpoints if e < epoch), default=0)
-            if lines and newest_epoch >= 0 and start < newest:
+            if start < newest:
                 found.lost_progress.append(
                     f"epoch {epoch} resumed at step {start}, older than the verified checkpoint {newest}"
                 )
@@ -368,7 +368,7 @@ def _live_in_group(pgid: int) -> list[int]:
     return live
 
 
-def _check_processes(world: FaultWorld, found: Findings) -> None:
+def check_processes(world: FaultWorld, found: Findings) -> None:
     provider = world.provider
     for instance in provider.list_instances():
         if provider.status(instance.instance_id).state.is_live:

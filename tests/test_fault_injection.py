@@ -9,6 +9,7 @@ seeded random-time kills; ``benchmarks/fault_injection.py`` is the long sweep.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +17,15 @@ from pathlib import Path
 import pytest
 
 from spotopt.mover.eventlog import parse
+from spotopt.providers.base import LaunchSpec
+from spotopt.providers.local import LOCAL_MARKET
 from tests.fault_harness import (
     FaultWorld,
+    Findings,
     Outcome,
     Reference,
+    check_processes,
+    check_training,
     copy_sqlite,
     crash_points,
     journal_keys,
@@ -28,6 +34,7 @@ from tests.fault_harness import (
     play,
     reference_run,
 )
+from tests.mover_world import STEPS
 
 SQLITE_SHARDS = 7
 """The SQLite crash points are spread over this many tests (about two points each)."""
@@ -138,3 +145,63 @@ def test_a_kill_at_a_random_time_on_sqlite(
 
 def test_a_kill_at_a_random_time_on_postgresql(reference: Reference, pg_url: str, tmp_path: Path) -> None:
     assert_survives_a_kill(new_world(pg_url, tmp_path), reference, seed=100)
+
+
+# -- the checks themselves catch what they are for ------------------------------------------------
+
+
+def _write_log(world: FaultWorld, reference: Reference, rows: list[tuple[int, int]]) -> None:
+    world.log.write_text("".join(f"{s} {reference.losses[s - 1].hex()} {e}\n" for s, e in rows))
+
+
+def _manifest(world: FaultWorld, step: int, epoch: int) -> None:
+    home = world.tmp / "store" / "mlp" / "checkpoints" / f"{step}-e{epoch}-x"
+    home.mkdir(parents=True)
+    (home / "manifest.json").write_text(json.dumps({"job": "mlp", "step": step, "epoch": epoch}))
+
+
+def test_the_checks_see_overlapping_epochs_lost_progress_and_wrong_losses(
+    reference: Reference, tmp_path: Path
+) -> None:
+    world = FaultWorld("sqlite://", tmp_path)
+    steps = range(1, STEPS + 1)
+    _write_log(world, reference, [(s, 1 if s <= 150 else 2) for s in steps])
+    _manifest(world, 150, 1)
+    fine = Findings()
+    check_training(world, reference, fine)
+    assert fine.overlaps == fine.lost_progress == [] and fine.epochs == [1, 2]
+
+    # Epoch 1 trains once more after epoch 2 started: two placements at once.
+    _write_log(world, reference, [(s, 1 if s <= 150 else 2) for s in steps] + [(151, 1)])
+    overlapping = Findings()
+    check_training(world, reference, overlapping)
+    assert overlapping.overlaps == ["line 401: epoch 1 trained step 151 after 2"]
+
+    # Epoch 2 resumed at step 100 although step 150 was verified: progress lost.
+    _write_log(world, reference, [(s, 1) for s in range(1, 151)] + [(s, 2) for s in range(101, STEPS + 1)])
+    lost = Findings()
+    check_training(world, reference, lost)
+    assert lost.lost_progress == ["epoch 2 resumed at step 100, older than the verified checkpoint 150"]
+
+    # A step whose loss is not the uninterrupted run's (and no final weights at all).
+    world.log.write_text(world.log.read_text().replace(reference.losses[9].hex(), (0.5).hex(), 1))
+    wrong = Findings()
+    check_training(world, reference, wrong)
+    assert "epoch 1 step 10: loss differs from the uninterrupted run" in wrong.wrong_result
+    assert any("final weights" in w for w in wrong.wrong_result)
+
+
+def test_the_checks_see_an_orphaned_process(tmp_path: Path) -> None:
+    world = FaultWorld("sqlite://", tmp_path)
+    provider = world.provider
+    spec = LaunchSpec(job="mlp", epoch=1, command=("sleep", "60"), checkpoint_uri=f"file://{tmp_path}")
+    instance = provider.launch(spec, LOCAL_MARKET, "orphan")
+    try:
+        found = Findings()
+        check_processes(world, found)
+        assert len(found.orphans) == 2 and all(instance.instance_id in o for o in found.orphans)
+    finally:
+        provider.terminate(instance.instance_id, grace_s=0)
+    after = Findings()
+    check_processes(world, after)
+    assert after.orphans == []
