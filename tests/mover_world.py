@@ -55,10 +55,13 @@ def job_yaml(
     budget: float = 100.0,
     deadline: str | None = None,
     markets: str = "[spot, on-demand]",
+    log: Path | None = None,
 ) -> Path:
     """The example NumPy job as a managed job: 400 real steps that the planner believes take
-    hours (``throughput`` is per hour-ish), so moving pays in its eyes."""
+    hours (``throughput`` is per hour-ish), so moving pays in its eyes. ``log``: every placement
+    appends ``<step> <loss hex> <epoch>`` there (the fault-injection tests read it)."""
     out = tmp / f"{name}-out"
+    until = f"{tmp / name}.until" + (f" --log {log}" if log is not None else "")
     lines = [
         "jobs:",
         f"  - name: {name}",
@@ -66,7 +69,7 @@ def job_yaml(
         f"    work: {{steps: {STEPS}}}",
         "    restart_s: 10",
         "    checkpoint_s: 1",
-        f"    run: {sys.executable} {TRAIN} --steps {STEPS} --out {out} --until-file {tmp / name}.until",
+        f"    run: {sys.executable} {TRAIN} --steps {STEPS} --out {out} --until-file {until}",
         f"    checkpoint: {{uri: {tmp / 'store'}}}",
         f"    budget_usd: {budget}",
         f"    allow: {{clouds: [aws], markets: {markets}, instance_types: [p3.2xlarge]}}",

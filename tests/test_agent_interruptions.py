@@ -100,7 +100,7 @@ def _log_lines(log: Path) -> list[tuple[int, str]]:
     if not log.exists():
         return []
     lines = [line.split() for line in log.read_text().splitlines()]
-    return [(int(s), h) for s, h in lines]
+    return [(int(s), h) for s, h, _epoch in lines]
 
 
 @pytest.fixture

@@ -8,12 +8,15 @@ Run it alone (checkpoints go to ./spotopt-checkpoints) or under spotopt::
 Every step is a pure function of (weights, step): the minibatch comes from a generator seeded
 with (seed, step), so a run resumed from any checkpoint ends with bit-identical weights and the
 same loss trajectory as an uninterrupted one. ``--out DIR`` receives ``weights.npy`` and
-``losses.npy`` (loss of steps 1..N); ``--log FILE`` gets one line per step, ``<step> <loss hex>``.
+``losses.npy`` (loss of steps 1..N); ``--log FILE`` gets one line per step,
+``<step> <loss hex> <epoch>`` (the placement's ``SPOTOPT_EPOCH``, 0 standalone), so a shared log
+shows whether two placements ever trained at once (an older epoch writing after a newer one).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -88,7 +91,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=0.5)
     parser.add_argument("--out", type=Path, help="write weights.npy and losses.npy here when done")
-    parser.add_argument("--log", type=Path, help="append '<step> <loss hex>' per step")
+    parser.add_argument("--log", type=Path, help="append '<step> <loss hex> <epoch>' per step")
     parser.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (tests: slow it down)")
     parser.add_argument(
         "--until-file",
@@ -102,6 +105,7 @@ def main() -> None:
     ckpt = agent.resume()
     params, losses = load_state(ckpt) if ckpt else (init_params(args.seed), [])
     log = args.log.open("a", encoding="utf-8") if args.log else None
+    epoch = os.environ.get("SPOTOPT_EPOCH", "0")
     step = agent.start_step()
     while step < args.steps:
         if held(args.until_file, step):
@@ -116,7 +120,7 @@ def main() -> None:
         step += 1
         losses.append(loss)
         if log:
-            log.write(f"{step} {loss.hex()}\n")
+            log.write(f"{step} {loss.hex()} {epoch}\n")
             log.flush()
         if args.step_delay:
             time.sleep(args.step_delay)

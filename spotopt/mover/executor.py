@@ -312,6 +312,18 @@ class Executor:
         log_event(action, move=move.id, key=key, outcome="done", **detail)
         return result
 
+    def _settle(self, move: JobMove, action: str, why: str) -> None:
+        """Mark a side effect that a resumed step did not need to repeat as done (no-op unless a
+        crashed daemon left its intent), so that no finished move leaves an unfinished step."""
+        key = f"m{move.id}:{action}"
+        with self.db.session() as session:
+            entry = session.scalar(
+                select(JournalEntry).where(JournalEntry.key == key, JournalEntry.status == "intent")
+            )
+            if entry is not None:
+                entry.status, entry.finished_at = "done", self.clock()
+                entry.detail = json.dumps({**json.loads(entry.detail or "{}"), "resumed": why})
+
     def _journal_result(self, key: str, status: str, error: str) -> None:
         with self.db.session() as session:
             entry = session.scalar(select(JournalEntry).where(JournalEntry.key == key))
@@ -430,6 +442,9 @@ class Executor:
                     job=job.name,
                     epoch=old.epoch,
                 )
+        # A daemon killed after sending the request but before journaling it left an intent; the
+        # old agent has stopped since, so the step is not repeated: close that intent instead.
+        self._settle(move, "stop-old", "not repeated: the old placement had stopped or ended")
         return self._next(move_id)
 
     def _await_checkpoint(self, move_id: int) -> bool:
