@@ -70,6 +70,10 @@ def world(
         return aws
 
     router = CloudsProvider(regions={"aws": ["us-east-1"]}, build=build)
+    # These "instances" are processes on this machine, not the market's V100s: their steps/s
+    # are no throughput of that GPU (the reason ``local`` says False). Measured, they would
+    # tell the planner the job ends in seconds, and no move would pay.
+    router.runs_on_market = False
 
     def preempt(instance_id: str) -> None:
         parts = split_id(instance_id)
