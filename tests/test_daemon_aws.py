@@ -50,6 +50,7 @@ __all__ = [
     "test_a_preemption_notice_checkpoints_and_relaunches",
 ]
 
+
 @pytest.fixture
 def world(
     sqlite_db: Database, tmp_path: Path, moto_ec2: str, session: Any, metadata: FakeMetadata

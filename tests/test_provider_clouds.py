@@ -130,10 +130,10 @@ def test_a_cloud_that_cannot_be_built_is_left_out_with_its_reason(tmp_path: Path
         }
         router.launch(_spec(), MARKETS["aws"], "k")
         assert len(router.list_instances()) == 1  # the broken clouds are skipped, not fatal
-        with pytest.raises(ConfigError, match="^gcp: gcp_image is not set"):
+        with pytest.raises(ConfigError, match=r"^gcp: gcp_image is not set"):
             router.launch(_spec(), MARKETS["gcp"], "k2")
         # An id on a cloud we cannot reach is not "gone": that would relaunch a running job.
-        with pytest.raises(ProviderError, match="azure:x.*configure Azure credentials"):
+        with pytest.raises(ProviderError, match=r"azure:x.*configure Azure credentials"):
             router.status("azure:x")
         assert [c for c, _ in clouds.built] == ["aws", "gcp", "azure"]  # one attempt per cloud
     finally:
@@ -160,17 +160,18 @@ AWS_SETTINGS = {"aws_image_id": "ami-1", "aws_instance_profile": "spotopt-job"}
 def test_building_each_cloud_checks_its_settings_and_credentials(
     no_aws_credentials: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with pytest.raises(ConfigError, match="^aws_image_id is not set: set SPOTOPT_AWS_IMAGE_ID"):
+    with pytest.raises(ConfigError, match=r"^aws_image_id is not set: set SPOTOPT_AWS_IMAGE_ID"):
         build_cloud("aws", Settings(), ["us-east-1"])
     with pytest.raises(MissingCredentials, match="configure AWS credentials"):
         build_cloud("aws", Settings(**AWS_SETTINGS), ["us-east-1"])
-    with pytest.raises(ConfigError, match="^gcp_image is not set: set SPOTOPT_GCP_IMAGE"):
+    with pytest.raises(ConfigError, match=r"^gcp_image is not set: set SPOTOPT_GCP_IMAGE"):
         build_cloud("gcp", Settings(), [])
-    with pytest.raises(ConfigError, match="^azure_resource_group is not set"):
+    with pytest.raises(ConfigError, match=r"^azure_resource_group is not set"):
         build_cloud("azure", Settings(), [])
     azure = {
         "azure_resource_group": "rg",
-        "azure_subnet_id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/s",
+        "azure_subnet_id": "/subscriptions/s/resourceGroups/rg/providers/"
+        "Microsoft.Network/virtualNetworks/v/subnets/s",
         "azure_image": "Canonical:ubuntu-24_04-lts:server:latest",
         "azure_identity_id": "/subscriptions/s/resourceGroups/rg/providers/"
         "Microsoft.ManagedIdentity/userAssignedIdentities/spotopt",
