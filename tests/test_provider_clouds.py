@@ -87,10 +87,8 @@ def test_each_placement_goes_to_its_markets_cloud_and_ids_name_the_cloud(clouds:
         own = instance.instance_id.split(":", 1)[1]
         # the instance is the one of its cloud's provider, and only there
         assert [c for c, p in clouds.made.items() if p.status(own).state.is_live] == [cloud]
-    assert [i.instance_id for i in router.list_instances()] == sorted(
-        (i.instance_id for i in launched.values()),
-        key=lambda i: next(x.launched_at for x in launched.values() if x.instance_id == i),
-    )
+    in_order = sorted(launched.values(), key=lambda i: (i.launched_at, i.instance_id))
+    assert [i.instance_id for i in router.list_instances()] == [i.instance_id for i in in_order]
     ended = router.terminate(launched["gcp"].instance_id)
     assert ended.instance_id == launched["gcp"].instance_id and ended.state is InstanceState.TERMINATED
     assert ended.instance is not None and ended.instance.instance_id == launched["gcp"].instance_id

@@ -132,18 +132,10 @@ class CloudsProvider:
         return _prefixed(market.cloud, instance)
 
     def status(self, instance_id: str) -> InstanceStatus:
-        owner = self._owner(instance_id)
-        if owner is None:
-            return InstanceStatus(None, instance_id, InstanceState.GONE, detail="not a clouds instance id")
-        cloud, provider, own = owner
-        return _status(cloud, instance_id, provider.status(own))
+        return self._routed(instance_id, lambda provider, own: provider.status(own))
 
     def terminate(self, instance_id: str) -> InstanceStatus:
-        owner = self._owner(instance_id)
-        if owner is None:
-            return InstanceStatus(None, instance_id, InstanceState.GONE, detail="not a clouds instance id")
-        cloud, provider, own = owner
-        return _status(cloud, instance_id, provider.terminate(own))
+        return self._routed(instance_id, lambda provider, own: provider.terminate(own))
 
     def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]:
         """spotopt's instances on every usable cloud served (or used) here."""
@@ -154,22 +146,21 @@ class CloudsProvider:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _owner(self, instance_id: str) -> tuple[str, Provider, str] | None:
+    def _routed(self, instance_id: str, call: Callable[[Provider, str], InstanceStatus]) -> InstanceStatus:
+        """``call`` on the owning cloud's provider with its own id; the answer under our id."""
         parts = split_id(instance_id)
         if parts is None:
-            return None
+            return InstanceStatus(None, instance_id, InstanceState.GONE, detail="not a clouds instance id")
         cloud, own = parts
         try:
-            return cloud, self.cloud(cloud), own
+            provider = self.cloud(cloud)
         except (ConfigError, MissingCredentials) as exc:
             raise ProviderError(f"instance {instance_id}: {self.problems.get(cloud, exc)}") from exc
+        status = call(provider, own)
+        instance = _prefixed(cloud, status.instance) if status.instance is not None else None
+        return replace(status, instance=instance, instance_id=instance_id)
 
 
 def _prefixed(cloud: str, instance: Instance) -> Instance:
     """The cloud's instance as this provider's (its id prefixed, ``provider`` = ``clouds``)."""
     return replace(instance, instance_id=f"{cloud}:{instance.instance_id}", provider=CloudsProvider.name)
-
-
-def _status(cloud: str, instance_id: str, status: InstanceStatus) -> InstanceStatus:
-    instance = _prefixed(cloud, status.instance) if status.instance is not None else None
-    return replace(status, instance=instance, instance_id=instance_id)
