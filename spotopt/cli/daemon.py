@@ -58,7 +58,7 @@ def _clouds(db: Database, name: str) -> tuple[CloudsProvider, tuple[str, ...]]:
         regions.setdefault(cloud, []).append(region)
     wanted = [name] if name in CLOUDS else [c for c in CLOUDS if c in regions]
     if not wanted:
-        raise ConfigError("--provider clouds: the history has no market of any cloud; run spotopt collect")
+        raise ConfigError(f"--provider {name}: the history has no market of any cloud; run spotopt collect")
     router = CloudsProvider(Settings(), {c: regions.get(c, []) for c in wanted})
     usable = router.usable()
     for problem in router.problems.values():
