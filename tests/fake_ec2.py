@@ -24,7 +24,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,8 @@ class LocalEc2:
         self.home = home
         self.grace_s = grace_s
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._lock = threading.RLock()
+        """Syncs (the provider's calls, from any thread) and interruptions take turns."""
         home.mkdir(parents=True, exist_ok=True)
 
     def attach(self, session: Any) -> None:
@@ -80,6 +84,10 @@ class LocalEc2:
         return [i for region in list(backends.keys()) for i in backends[region].all_instances()]
 
     def sync(self) -> None:
+        with self._lock:
+            self._sync()
+
+    def _sync(self) -> None:
         from moto.ec2.models.instances import StateReason
 
         for inst in self._instances():
@@ -107,6 +115,19 @@ class LocalEc2:
         )
         if ec2_id in self.procs:
             stop_group(self.procs[ec2_id], 0)
+
+    def interrupt(self, ec2_id: str, notify: Callable[[], None], timeout_s: float = 120.0) -> None:
+        """A spot interruption as AWS runs it: the notice (``notify``: the fake IMDS serves it),
+        the agent checkpoints and the instance's processes end, then the market terminates it.
+        Syncs wait meanwhile, so the script's end is not taken for a shutdown of its own."""
+        with self._lock:
+            notify()
+            proc = self.procs[ec2_id]
+            deadline = time.monotonic() + timeout_s
+            while proc.poll() is None:
+                assert time.monotonic() < deadline, self.log(ec2_id)
+                time.sleep(0.05)
+            self.preempt(ec2_id)
 
     def log(self, ec2_id: str) -> str:
         path = self.home / f"{ec2_id}.log"

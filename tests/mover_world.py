@@ -1,5 +1,6 @@
 """A small world for the daemon's tests: a price history, the example training job submitted as a
-managed job, the local provider (real processes) and a daemon driven round by round.
+managed job, a provider (the local one by default: real processes) and a daemon driven round
+by round.
 
 The job is held at a step (``train_numpy.py --until-file``) so that what the test checks
 happens while it runs, whatever the machine's speed; the test releases it to finish. Waiting is
@@ -25,6 +26,7 @@ from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.executor import Timeouts
 from spotopt.mover.guardrails import Guardrails
+from spotopt.providers.base import Provider
 from spotopt.providers.local import LocalProvider
 from spotopt.types import MarketKey, MarketKind, PriceObservation
 
@@ -56,6 +58,8 @@ def job_yaml(
     deadline: str | None = None,
     markets: str = "[spot, on-demand]",
     log: Path | None = None,
+    clouds: str = "[aws]",
+    instance_types: str = "[p3.2xlarge]",
 ) -> Path:
     """The example NumPy job as a managed job: 400 real steps that the planner believes take
     hours (``throughput`` is per hour-ish), so moving pays in its eyes. ``log``: every placement
@@ -72,7 +76,7 @@ def job_yaml(
         f"    run: {sys.executable} {TRAIN} --steps {STEPS} --out {out} --until-file {until}",
         f"    checkpoint: {{uri: {tmp / 'store'}}}",
         f"    budget_usd: {budget}",
-        f"    allow: {{clouds: [aws], markets: {markets}, instance_types: [p3.2xlarge]}}",
+        f"    allow: {{clouds: {clouds}, markets: {markets}, instance_types: {instance_types}}}",
     ]
     if deadline:
         lines.append(f"    deadline: {deadline}")
@@ -85,9 +89,11 @@ def job_yaml(
 class World:
     db: Database
     tmp: Path
-    provider: LocalProvider
+    provider: Provider
     daemon: Daemon
     settings: DaemonSettings = field(default_factory=DaemonSettings)
+    preempt: Callable[[str], None] = lambda instance_id: None
+    """The market takes ``instance_id`` back, notice first (the provider's own way)."""
 
     def hold(self, name: str, step: int) -> None:
         (self.tmp / f"{name}.until").write_text(str(step), encoding="utf-8")
@@ -130,15 +136,25 @@ class World:
             self.provider.terminate(instance.instance_id)
 
 
-def make_world(db: Database, tmp: Path, guard: Guardrails | None = None) -> World:
-    provider = LocalProvider(tmp / "local", grace_s=5.0)
+def make_world(
+    db: Database,
+    tmp: Path,
+    guard: Guardrails | None = None,
+    provider: Provider | None = None,
+    preempt: Callable[[str], None] | None = None,
+    agent_env: dict[str, str] | None = None,
+) -> World:
+    """The world on ``provider`` (default: the local provider, whose ``preempt`` gives the
+    notice and kills 30 s later); ``agent_env`` adds to ``AGENT_ENV``."""
+    local = LocalProvider(tmp / "local", grace_s=5.0)
+    provider = provider or local
     settings = DaemonSettings(
         period_h=PERIOD_H,
         guardrails=guard or Guardrails(min_dwell_h=0.0, period_h=PERIOD_H),
         timeouts=Timeouts(launch_s=300.0, stop_s=300.0, unavailable_s=600.0),
     )
-    daemon = Daemon(db, provider, settings, agent_env=AGENT_ENV)
-    return World(db, tmp, provider, daemon, settings)
+    daemon = Daemon(db, provider, settings, agent_env={**AGENT_ENV, **(agent_env or {})})
+    return World(db, tmp, provider, daemon, settings, preempt or (lambda i: local.preempt(i, 30.0)))
 
 
 def now() -> datetime:

@@ -102,7 +102,7 @@ def test_a_preemption_notice_checkpoints_and_relaunches(world: World, tmp_path: 
     started(world, 120)
     (first,) = world.placements()
     assert first.instance_id is not None
-    killer = threading.Thread(target=world.provider.preempt, args=(first.instance_id, 30.0))
+    killer = threading.Thread(target=world.preempt, args=(first.instance_id,))
     killer.start()
     world.until("the preempted placement to end", lambda: world.placements()[0].state == "ended")
     killer.join()

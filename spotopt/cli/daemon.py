@@ -15,15 +15,18 @@ from sqlalchemy import func, select
 
 from spotopt.cli.common import FormatOption, parse_duration, state
 from spotopt.db.engine import Database
-from spotopt.db.models import DaemonTick, JobMove, ManagedJob
-from spotopt.errors import InputError
+from spotopt.db.models import DaemonTick, InstanceType, JobMove, ManagedJob, Market
+from spotopt.errors import ConfigError, InputError
 from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
 from spotopt.mover.executor import Timeouts
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.leader import Leadership, read_leader
 from spotopt.providers import PROVIDERS, get_provider
 from spotopt.providers.base import Provider
+from spotopt.providers.clouds import CloudsProvider
 from spotopt.render import Format, iso, render, say, to_json
+from spotopt.settings import Settings
+from spotopt.types import CLOUDS
 
 app = typer.Typer(
     no_args_is_help=True, help="The mover: checkpoint and relaunch jobs where capacity is cheaper."
@@ -33,12 +36,36 @@ DECISION_COLUMNS = ("job", "kind", "reason", "to", "gpus", "usd_per_hour", "savi
 
 
 def _provider(name: str, state_dir: Path | None) -> Provider:
-    if name not in PROVIDERS:
+    if name != "local":
         return get_provider(name)  # the registry's own error: the names and a suggestion
-    if name == "local":
-        where = state_dir or Path(platformdirs.user_data_dir("spotopt")) / "local"
-        return get_provider("local", state_dir=where)
-    return get_provider(name)
+    where = state_dir or Path(platformdirs.user_data_dir("spotopt")) / "local"
+    return get_provider("local", state_dir=where)
+
+
+def _clouds(db: Database, name: str) -> tuple[CloudsProvider, tuple[str, ...]]:
+    """The routing provider for ``--provider NAME`` (one cloud, or ``clouds``: every cloud with
+    markets in the history) and the clouds it can use. A cloud whose provider cannot be built
+    gets one warning line saying what to configure, and its markets are left out."""
+    with db.session() as session:
+        pairs = session.execute(
+            select(InstanceType.cloud, Market.region)
+            .join(Market, Market.instance_type_id == InstanceType.id)
+            .distinct()
+            .order_by(InstanceType.cloud, Market.region)
+        ).all()
+    regions: dict[str, list[str]] = {}
+    for cloud, region in pairs:
+        regions.setdefault(cloud, []).append(region)
+    wanted = [name] if name in CLOUDS else [c for c in CLOUDS if c in regions]
+    if not wanted:
+        raise ConfigError(f"--provider {name}: the history has no market of any cloud; run spotopt collect")
+    router = CloudsProvider(Settings(), {c: regions.get(c, []) for c in wanted})
+    usable = router.usable()
+    for problem in router.problems.values():
+        say(f"{problem}; its markets are left out of this run", label="warning:", err=True)
+    if not usable:
+        raise ConfigError(f"--provider {name}: no cloud can be used; configure one (see the warnings)")
+    return router, tuple(usable)
 
 
 def _logging() -> None:
@@ -65,7 +92,12 @@ def run(
         bool, typer.Option("--dry-run", help="Plan and show every move; call no provider, change nothing.")
     ] = False,
     provider: Annotated[
-        str, typer.Option("--provider", help="Where placements run: local (processes on this machine).")
+        str,
+        typer.Option(
+            "--provider",
+            help="Where placements run: local (processes on this machine), aws, gcp, azure, or "
+            "clouds (each placement on its market's cloud).",
+        ),
     ] = "local",
     period: Annotated[str, typer.Option("--period", help="Planning period, e.g. 1h, 15m, 5s.")] = "1h",
     poll: Annotated[str, typer.Option("--poll", help="Heartbeat and notice polling interval.")] = "5s",
@@ -91,18 +123,20 @@ def run(
     if collect_cron is not None:
         _check_cron(collect_cron)
     db = state(ctx).db()
+    router, clouds = _clouds(db, provider) if provider in PROVIDERS and provider != "local" else (None, None)
     settings = DaemonSettings(
         period_h=period_h,
         guardrails=Guardrails(period_h=period_h, max_usd_per_hour=max_usd_per_hour),
         timeouts=Timeouts(),
         dry_run=dry_run,
+        clouds=clouds,
     )
     _logging()
     if dry_run:
         report = Daemon(db, None, settings).tick()
         _show(report, fmt, "Moves the daemon would make (dry run: nothing done)")
         return
-    placements = _provider(provider, state_dir)
+    placements = router or _provider(provider, state_dir)
     leadership = Leadership(db)
     if once:
         if not leadership.try_acquire():

@@ -41,6 +41,7 @@ from sqlalchemy.orm import Session
 
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, ManagedJob, Meta, Placement
+from spotopt.db.queries import MarketFilter
 from spotopt.jobspec import Job, JobSpec
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.core import Memory, decide
@@ -69,6 +70,16 @@ class DaemonSettings:
     billing: str = "instance"
     dry_run: bool = False
     policy: str | None = None
+    clouds: tuple[str, ...] | None = None
+    """Plan with the markets of these clouds only (None: every market). The CLI leaves out a
+    cloud whose provider cannot be built (no credentials, a setting missing)."""
+
+    def __post_init__(self) -> None:
+        if self.clouds is not None and not self.clouds:  # an empty filter would mean "all"
+            raise ValueError("DaemonSettings.clouds: give at least one cloud, or None for every market")
+
+    def market_filter(self) -> MarketFilter | None:
+        return None if self.clouds is None else MarketFilter(clouds=list(self.clouds))
 
 
 @dataclass
@@ -289,6 +300,7 @@ class Daemon:
                 stored_figures(session),
                 period_h=self.settings.period_h,
                 billing=self.settings.billing,
+                flt=self.settings.market_filter(),
             )
             state = self._fleet_state(session, jobs, specs, placements, view, locations, observed, now)
             memory = self._memory(session)

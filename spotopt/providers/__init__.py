@@ -1,5 +1,5 @@
 """Providers: where a job's placements run. Registered by kebab-case name (``local``, ``aws``,
-``gcp``, ``azure``).
+``gcp``, ``azure``, and ``clouds``, which routes each placement to its market's cloud).
 
 ``get_provider(name, **options)`` builds one; the module behind a name is imported only then,
 so listing names never imports a cloud SDK.
@@ -19,6 +19,7 @@ PROVIDERS: dict[str, str] = {
     "aws": "spotopt.providers.aws:AwsProvider",
     "gcp": "spotopt.providers.gcp:GcpProvider",
     "azure": "spotopt.providers.azure:AzureProvider",
+    "clouds": "spotopt.providers.clouds:CloudsProvider",
 }
 
 

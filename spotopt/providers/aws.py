@@ -146,10 +146,7 @@ class AwsProvider:
 
     def launch(self, spec: LaunchSpec, market: MarketKey, idempotency_key: str) -> Instance:
         """One instance for ``spec`` in ``market``; the same key returns the same instance."""
-        image = self.settings.require("aws_image_id", "an AMI id (ami-…) or resolve:ssm:/PARAMETER")
-        profile = self.settings.require(
-            "aws_instance_profile", "the instance profile (name or ARN) whose role reaches the store"
-        )
+        image, profile = self._required()
         if market.cloud != "aws":
             raise ProviderError(f"aws provider: market {market_label(market)} is not an AWS market")
         if len(idempotency_key) > MAX_TAG_VALUE:
@@ -251,7 +248,21 @@ class AwsProvider:
                     found.append(instance)
         return sorted_instances(found)
 
+    def check(self) -> None:
+        """The settings ``launch`` needs and credentials, checked without an API call:
+        ``ConfigError`` naming the setting or ``MissingCredentials`` saying what to configure."""
+        self._required()
+        self.clients.home_region()  # builds the session: no credentials → MissingCredentials
+
     # -- internals -----------------------------------------------------------------------------
+
+    def _required(self) -> tuple[str, str]:
+        """The image and instance profile (ConfigError naming the setting when unset)."""
+        image = self.settings.require("aws_image_id", "an AMI id (ami-…) or resolve:ssm:/PARAMETER")
+        profile = self.settings.require(
+            "aws_instance_profile", "the instance profile (name or ARN) whose role reaches the store"
+        )
+        return image, profile
 
     @staticmethod
     def _tags(spec: LaunchSpec, market: MarketKey, key: str) -> dict[str, str]:

@@ -239,6 +239,12 @@ class AzureProvider:
         self._delete(instance_id)
         return after_delete(before, self._ended)
 
+    def check(self) -> None:
+        """The subscription, checked without an API call (the settings were checked when this
+        was built): ``MissingCredentials`` says what to configure. ``DefaultAzureCredential``
+        only tries its sources at the first call, so bad credentials show up there."""
+        self.clients.subscription()
+
     def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]:
         """The resource group's VMs that carry spotopt's key tag, filtered by job and tags."""
         vms = self._call("virtualMachines.list", lambda: self.clients.list_vms(self.group))

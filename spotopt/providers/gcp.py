@@ -185,6 +185,11 @@ class GcpProvider:
             raise ProviderError(f"gcp: instances.delete of {instance_id} failed: {errors}")
         return after_delete(before, self._ended)
 
+    def check(self) -> None:
+        """Credentials and a project, checked without an API call (the settings were checked
+        when this was built): ``MissingCredentials`` says what to configure."""
+        self.clients.project()
+
     def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]:
         """Instances spotopt launched in the project: the label narrows, exact values decide."""
         flt = f'labels.{META}job = "{label_value(job)}"' if job is not None else ""

@@ -1,0 +1,98 @@
+"""The daemon's end-to-end scenarios (``tests.test_daemon_local``) on AWS: moto's server over
+real HTTP, reached through ``aws_endpoint_url`` by the ``clouds`` provider routing to the
+``aws`` provider, as ``spotopt daemon run --provider clouds`` does.
+
+Every launched instance is backed by a local process running its rendered user data
+(``tests.fake_ec2.LocalEc2``: the start-up script installs nothing, runs the agent from this
+virtualenv, and the agent runs the example job). A preemption is what AWS does: the two-minute
+notice served by the fake IMDS the agent polls (``tests.fake_metadata``), the agent's emergency
+checkpoint, then the instance terminated with ``Server.SpotInstanceTermination``.
+
+The scenario bodies are imported from ``tests.test_daemon_local`` and run here with this
+module's ``world`` fixture (pytest resolves fixtures where a test is collected). SQLite only:
+the database side of these scenarios runs on both backends with the local provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spotopt.cloud_calls import Retry
+from spotopt.db.engine import Database
+from spotopt.providers.aws import AwsProvider
+from spotopt.providers.clouds import CloudsProvider, split_id
+from spotopt.settings import Settings
+from tests.fake_ec2 import LocalEc2, moto_ec2
+from tests.fake_metadata import FakeMetadata, metadata
+from tests.mover_world import World, make_world
+from tests.stores import moto_s3
+from tests.test_daemon_local import (
+    test_a_budget_cap_stops_the_job_over_budget_within_the_cap,
+    test_a_cheaper_market_moves_the_job_make_before_break,
+    test_a_deadline_spot_cannot_meet_starts_on_demand,
+    test_a_preemption_notice_checkpoints_and_relaunches,
+)
+from tests.test_provider_aws import _settings, aws_env, session
+
+__all__ = [
+    "aws_env",
+    "metadata",
+    "moto_ec2",
+    "moto_s3",
+    "session",
+    "test_a_budget_cap_stops_the_job_over_budget_within_the_cap",
+    "test_a_cheaper_market_moves_the_job_make_before_break",
+    "test_a_deadline_spot_cannot_meet_starts_on_demand",
+    "test_a_preemption_notice_checkpoints_and_relaunches",
+]
+
+
+@pytest.fixture
+def world(
+    sqlite_db: Database, tmp_path: Path, moto_ec2: str, session: Any, metadata: FakeMetadata
+) -> Iterator[World]:
+    machines = LocalEc2(tmp_path / "machines", grace_s=5.0)
+    machines.attach(session)
+    aws = AwsProvider(
+        _settings(moto_ec2, tmp_path / "instance"),
+        regions=["us-east-1"],
+        session=session,
+        retry=Retry(sleep=lambda s: None),
+    )
+    built: list[str] = []
+
+    def build(cloud: str, settings: Settings, regions: list[str]) -> AwsProvider:
+        built.append(cloud)
+        assert (cloud, regions) == ("aws", ["us-east-1"])
+        return aws
+
+    router = CloudsProvider(regions={"aws": ["us-east-1"]}, build=build)
+    # These "instances" are processes on this machine, not the market's V100s: their steps/s
+    # are no throughput of that GPU (the reason ``local`` says False). Measured, they would
+    # tell the planner the job ends in seconds, and no move would pay.
+    router.runs_on_market = False
+
+    def preempt(instance_id: str) -> None:
+        parts = split_id(instance_id)
+        assert parts is not None and parts[0] == "aws", instance_id
+        machines.interrupt(parts[1].split("@")[0], lambda: metadata.notify("aws"))
+        metadata.aws_action = None  # the next instance has no notice pending
+
+    made = make_world(
+        sqlite_db,
+        tmp_path,
+        provider=router,
+        preempt=preempt,
+        agent_env={"SPOTOPT_AWS_METADATA_URL": metadata.url},
+    )
+    try:
+        yield made
+        assert built == ["aws"]  # built once, on first use
+        assert all(i.instance_id.startswith("aws:i-") for i in router.list_instances())
+    finally:
+        made.stop_all()
+        machines.close()
