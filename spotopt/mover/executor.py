@@ -55,7 +55,7 @@ from spotopt.checkpoints import (
 )
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market, Meta, Placement
-from spotopt.errors import CapacityUnavailableError, ProviderError, SpotoptError
+from spotopt.errors import CapacityUnavailableError, SpotoptError
 from spotopt.jobspec import Job
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.billing import billed_seconds
@@ -405,7 +405,9 @@ class Executor:
             self._mark_unavailable(move.market_id)
             self._finish(move_id, "aborted" if move.kind == "move" else "failed", f"no capacity: {exc}")
             return False
-        except ProviderError as exc:
+        except LostLeadership:
+            raise
+        except SpotoptError as exc:  # a provider error, or credentials/settings gone since start-up
             self._end_placement(placement_id, "failed", "error")
             self._finish(move_id, "aborted" if move.kind == "move" else "failed", f"launch failed: {exc}")
             return False
