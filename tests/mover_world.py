@@ -60,12 +60,14 @@ def job_yaml(
     log: Path | None = None,
     clouds: str = "[aws]",
     instance_types: str = "[p3.2xlarge]",
+    step_delay: float = 0.0,
 ) -> Path:
     """The example NumPy job as a managed job: 400 real steps that the planner believes take
     hours (``throughput`` is per hour-ish), so moving pays in its eyes. ``log``: every placement
     appends ``<step> <loss hex> <epoch>`` there (the fault-injection tests read it)."""
     out = tmp / f"{name}-out"
     until = f"{tmp / name}.until" + (f" --log {log}" if log is not None else "")
+    until += f" --step-delay {step_delay}" if step_delay else ""
     lines = [
         "jobs:",
         f"  - name: {name}",

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spotopt.cloud_calls import MissingCredentials
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, JournalEntry, Throughput
 from spotopt.errors import CapacityUnavailableError
@@ -243,9 +244,9 @@ def test_measured_steps_per_second_become_a_measured_throughput(db: Database, tm
     world.daemon = Daemon(db, world.provider, world.settings, agent_env=AGENT_ENV)
     try:
         world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
-        jobstore.submit(db, job_yaml(tmp_path))
+        jobstore.submit(db, job_yaml(tmp_path, step_delay=0.02))
         started(world, 60)
-        world.hold("mlp", 400)
+        world.hold("mlp", 390)  # ~7 s of steady progress, never finishing, for the heartbeats to measure
         world.until("a measured figure", lambda: _measured(db) is not None)
         figure = _measured(db)
         assert figure is not None and figure.gpu_model.startswith("V100") and figure.gpu_count == 1
@@ -260,3 +261,22 @@ def _measured(db: Database) -> Throughput | None:
         if row is not None:
             session.expunge(row)
         return row
+
+
+class CredentialsGone(LocalProvider):
+    """A provider whose credentials expired after the daemon started."""
+
+    def launch(self, spec: LaunchSpec, market: MarketKey, idempotency_key: str) -> Instance:
+        raise MissingCredentials("aws", "configure AWS credentials")
+
+
+def test_a_launch_without_credentials_fails_the_move_not_the_round(db: Database, tmp_path: Path) -> None:
+    world = make_world(db, tmp_path, provider=CredentialsGone(tmp_path / "local"))
+    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+    jobstore.submit(db, job_yaml(tmp_path))
+    report = world.daemon.tick()
+    (move,) = world.moves()
+    assert (
+        report.opened == [move.id] and move.outcome == "failed" and "AWS credentials" in (move.detail or "")
+    )
+    assert world.job().state == "pending" and world.placements()[0].state == "failed"
