@@ -11,7 +11,10 @@ knows nothing of the replay, and a file is what every one of them can read witho
 at the same simulated time (a lease granted, a stop requested), and a replay workload
 acknowledges the generation it has fully acted on (``acknowledge``), so the driver can wait in
 *lock-step*: simulated time moves on only once every live process has seen the newest state.
-Real start-up and I/O latency therefore never turn into simulated hours.
+Real start-up and I/O latency therefore never turn into simulated hours. With its
+acknowledgement a workload says when it next changes by itself (a checkpoint written, the work
+done), and the driver advances straight to the earliest such time or the next planning round:
+events happen at their exact simulated times, not at the next multiple of some step.
 
 Imports only the standard library: an agent reads it inside a training process.
 """
@@ -79,17 +82,22 @@ class SimClock:
         self._gen += 1
         self._save()
 
-    def acknowledged(self, job: str, epoch: int) -> int:
-        """The newest generation the process of ``job``/``epoch`` has fully acted on (-1: none)."""
+    def acknowledged(self, job: str, epoch: int) -> tuple[int, float | None]:
+        """(newest generation the process of ``job``/``epoch`` has fully acted on, or -1; the
+        simulated time of its next own event, e.g. a checkpoint written or the work done)."""
         try:
-            return int((self.path.parent / "acks" / f"{job}.{epoch}").read_text(encoding="utf-8"))
+            data = json.loads((self.path.parent / "acks" / f"{job}.{epoch}").read_text(encoding="utf-8"))
         except (FileNotFoundError, ValueError):
-            return -1
+            return -1, None
+        nxt = data.get("next")
+        return int(data["gen"]), None if nxt is None else float(nxt)
 
     def _save(self) -> None:
         _write_atomic(self.path, json.dumps({"t": self._t, "gen": self._gen}))
 
 
-def acknowledge(clock_path: str | Path, job: str, epoch: int, gen: int) -> None:
-    """The workload's side: it has acted on everything up to generation ``gen``."""
-    _write_atomic(Path(clock_path).parent / "acks" / f"{job}.{epoch}", str(gen))
+def acknowledge(clock_path: str | Path, job: str, epoch: int, gen: int, next_event: float | None) -> None:
+    """The workload's side: it has acted on everything up to generation ``gen``; ``next_event`` is
+    when (simulated seconds) it next changes by itself, so the driver steps straight there."""
+    text = json.dumps({"gen": gen, "next": next_event})
+    _write_atomic(Path(clock_path).parent / "acks" / f"{job}.{epoch}", text)
