@@ -27,6 +27,7 @@ from spotopt.db.setup import open_history
 from spotopt.jobspec import JobSpec, parse_jobs
 from spotopt.mover.replay import Fidelity, FidelityRequest, fidelity
 from spotopt.settings import Settings
+from spotopt.types import Record
 from spotopt.whatif.example_market import example_jobs
 from spotopt.whatif.replay import example_history
 
@@ -44,13 +45,17 @@ DIME_JOBS = [
 @contextmanager
 def dime_history(data: Path) -> Iterator[Database]:
     """The dime AWS spot history in a throwaway SQLite database (as ``oracle_gap.py`` loads it)."""
-    from benchmarks.oracle_gap import records
+    from spotopt.collectors.aws_spot_history import read_spot_history
     from spotopt.ingest import run_ingest
+
+    def records() -> Iterator[Record]:
+        for path in sorted(data.glob("*.json.gz")):
+            yield from read_spot_history(path, None)
 
     with tempfile.TemporaryDirectory(prefix="spotopt-dime-") as tmp:
         db = open_history(f"sqlite:///{Path(tmp) / 'dime.sqlite'}", Settings(auto_migrate=True))
         try:
-            run_ingest(db, "aws-spot-history", "dime-aws", records(sorted(data.glob("*.json.gz"))))
+            run_ingest(db, "aws-spot-history", "dime-aws", records())
             yield db
         finally:
             db.dispose()
@@ -80,7 +85,9 @@ def _pct(x: float | None) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--start", default="2020-02-03", help="example market start (ISO date)")
     parser.add_argument("--dime", action="store_true", help="also replay the dime AWS history")
     parser.add_argument("--dime-start", default="2020-01-05")

@@ -92,15 +92,17 @@ def test_the_standin_trains_restarts_and_checkpoints_in_simulated_time() -> None
         work_steps=1000, restart_s=100, checkpoint_s=10, options={"m|1": {"steps_per_s": 1.0, "tau_s": 60}}
     )
     load = Workload.entering(0.0, 0.0, rates, "m|1")
+    assert load.next_event() == pytest.approx(101.0)  # the first step after the restart
     assert load.advance(100.0) == [] and load.step == 0  # the restart: no progress
-    assert load.next_event() == pytest.approx(150.0)  # 50 s of training, then a 10 s periodic write
+    # Done after 20 cycles of 50 s training and a 10 s periodic write: the one event the daemon needs.
+    assert load.next_event() == pytest.approx(100.0 + 20 * 60.0 - 10.0)
     assert load.advance(155.0) == [] and load.step == pytest.approx(50.0)  # writing: no progress
     assert load.advance(160.0) == [pytest.approx(50.0)]
     assert load.advance(170.0) == [] and load.step == pytest.approx(60.0)
     load.begin_checkpoint(170.0)  # the daemon asks: the write takes checkpoint_s from now
     assert load.next_event() == pytest.approx(180.0)
     assert load.advance(180.0) == [pytest.approx(60.0)]
-    assert load.next_event() == pytest.approx(230.0)
+    assert load.next_event() == pytest.approx(180.0 + 18 * 60.0 + 40.0)
     written = load.advance(5000.0)
     # 940 more steps at 50 per 60 s cycle: 18 periodic writes, then the work is done mid-cycle.
     assert len(written) == 18 and load.mode == "done" and load.step == 1000

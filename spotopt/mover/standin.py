@@ -23,6 +23,7 @@ acknowledges the clock generation it acted on with the time of its next own even
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -93,12 +94,20 @@ class Workload:
         )
 
     def next_event(self) -> float | None:
-        """When this workload next changes by itself (None: never, it is done)."""
+        """When this workload next changes in a way the daemon must see at that very time (None:
+        done already): the end of a checkpoint write (the daemon may wait for it), the first
+        step after a restart (a move is confirmed by progress), else the exact time the work is
+        done. Periodic writes concern only the workload: they are made, in order and with their
+        simulated cost, whenever the clock passes them."""
         if self.mode == "done":
             return None
-        if self.mode == "train":
-            return min(self.until, self.cursor + (self.work - self.step) / self.steps_per_s)
-        return self.until
+        if self.mode == "checkpoint":
+            return self.until
+        ahead = replace(self)
+        ahead.advance(math.inf)
+        if self.mode == "restart":
+            return min(ahead.cursor, self.until + 1.0 / self.steps_per_s)
+        return ahead.cursor
 
     def advance(self, t: float) -> list[float]:
         """Run to simulated time ``t``; the steps of the checkpoints completed on the way."""
