@@ -45,7 +45,7 @@ ENV_VARS: dict[str, str] = {
     "SPOTOPT_AZURE_METADATA_URL": "Azure instance metadata base URL (default http://169.254.169.254)",
     "SPOTOPT_NOTICE_FILE": "local provider: the file whose appearance is a preemption notice",
     "SPOTOPT_SCRATCH_DIR": "local directory for checkpoint staging and restores (default: a temp dir)",
-    "SPOTOPT_CLOCK_FILE": "replay: the simulated clock file the agent reads its time from (default: real time)",
+    "SPOTOPT_CLOCK_FILE": "replay: the simulated clock file the agent reads its time from (default: real)",
 }
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

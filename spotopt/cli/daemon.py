@@ -268,7 +268,7 @@ def replay_cmd(
     render(
         result.rows,
         fmt,
-        title=f"What-if (spotopt) vs the replayed daemon from {result.whatif.first_start:%Y-%m-%d %H:%M} UTC, "
-        f"preemptions {preemptions}",
+        title=f"What-if (spotopt) vs the replayed daemon from "
+        f"{result.whatif.first_start:%Y-%m-%d %H:%M} UTC, preemptions {preemptions}",
         columns=FIDELITY_COLUMNS,
     )

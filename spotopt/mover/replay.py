@@ -273,8 +273,9 @@ class LockStep:
         while behind := self._behind():
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"replay: {', '.join(behind)} did not act on simulated time {self.clock.now():%Y-%m-%d %H:%M:%S} "
-                    f"within {WAIT_LIMIT_S:g} s; see the logs under {self.provider.state_dir}"
+                    f"replay: {', '.join(behind)} did not act on simulated time "
+                    f"{self.clock.now():%Y-%m-%d %H:%M:%S} within {WAIT_LIMIT_S:g} s; "
+                    f"see the logs under {self.provider.state_dir}"
                 )
             time.sleep(0.005)
 
