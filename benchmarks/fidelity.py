@@ -66,13 +66,16 @@ def measure(db: Database, spec: JobSpec, start: datetime, label: str) -> Fidelit
         out = fidelity(db, FidelityRequest(spec=spec, start=start), Path(tmp))
     print(f"\n{label}: from {out.whatif.first_start:%Y-%m-%d %H:%M} UTC, preemptions none")
     print(
-        f"{'job':<14}{'pred $':>10}{'real $':>10}{'Δcost':>9}{'pred h':>9}{'real h':>9}{'Δfinish':>9}"
-        f"{'moves':>8}{'preempt':>9}"
+        f"{'job':<14}{'pred $':>9}{'egress $':>9}{'real $':>9}{'Δcost':>9}{'Δ ex-egr':>9}"
+        f"{'pred h':>9}{'real h':>9}{'Δfinish':>9}{'moves':>8}{'preempt':>9}"
     )
     for r in out.rows:
+        instance_only = r["predicted_cost_usd"] - r["predicted_egress_usd"]
+        ex_egress = r["realised_cost_usd"] / instance_only - 1.0 if instance_only else None
         print(
-            f"{r['job']:<14}{r['predicted_cost_usd']:>10.2f}{r['realised_cost_usd']:>10.2f}"
-            f"{_pct(r['cost_diff']):>9}{r['predicted_finish_hours']:>9.2f}{r['realised_finish_hours']:>9.2f}"
+            f"{r['job']:<14}{r['predicted_cost_usd']:>9.2f}{r['predicted_egress_usd']:>9.2f}"
+            f"{r['realised_cost_usd']:>9.2f}{_pct(r['cost_diff']):>9}{_pct(ex_egress):>9}"
+            f"{r['predicted_finish_hours']:>9.2f}{r['realised_finish_hours']:>9.2f}"
             f"{_pct(r['finish_diff']):>9}{r['predicted_moves']:>4}/{r['realised_moves']:<3}"
             f"{r['predicted_preemptions']:>5}/{r['realised_preemptions']:<3}"
         )

@@ -66,6 +66,7 @@ REPLAY_BUDGET_USD = 1e9
 COLUMNS = (
     "job",
     "predicted_cost_usd",
+    "predicted_egress_usd",
     "realised_cost_usd",
     "cost_diff",
     "predicted_finish_hours",
@@ -328,34 +329,37 @@ def realised_by_job(db: Database, start: datetime, now: datetime) -> dict[str, R
 
 
 def compare(result: ReplayResult, realised: dict[str, Realised]) -> list[dict[str, Any]]:
-    """One row per job: predicted (what-if ``spotopt``) and realised, with relative differences."""
+    """One row per job: predicted (what-if ``spotopt``) and realised, with relative differences.
+    ``predicted_egress_usd`` is the part of the predicted cost that is data transfer, which the
+    daemon's ledger does not bill (it records instance time only)."""
+    (run,) = [r for r in result.runs if r.strategy == "spotopt"]
     rows = []
-    for row in result.rows:
-        if row["strategy"] != "spotopt":
-            continue
-        got = realised[row["job"]]
-        predicted_cost = row["cost_usd"]
-        predicted_finish = row["finish_hours"]
+    for j, name in enumerate(result.jobs.names):
+        got = realised[name]
+        finished = math.isfinite(run.result.finish_h[j])
+        predicted_cost = float(run.result.cost_usd[j]) if finished else math.inf
+        predicted_finish = float(run.result.finish_h[j]) if finished else math.inf
         rows.append(
             {
-                "job": row["job"],
+                "job": name,
                 "predicted_cost_usd": predicted_cost,
+                "predicted_egress_usd": float(run.result.egress_usd[j]),
                 "realised_cost_usd": got.cost_usd,
                 "cost_diff": _relative(got.cost_usd, predicted_cost),
                 "predicted_finish_hours": predicted_finish,
                 "realised_finish_hours": got.finish_hours,
                 "finish_diff": _relative(got.finish_hours, predicted_finish),
-                "predicted_moves": int(row["moves"]),
+                "predicted_moves": int(run.result.moves[j]),
                 "realised_moves": got.moves,
-                "predicted_preemptions": int(row["preemptions"]),
+                "predicted_preemptions": int(run.result.preemptions[j]),
                 "realised_preemptions": got.preemptions,
             }
         )
     return rows
 
 
-def _relative(realised: float, predicted: float | None) -> float | None:
-    if predicted is None or not math.isfinite(predicted) or not math.isfinite(realised) or predicted == 0:
+def _relative(realised: float, predicted: float) -> float | None:
+    if not math.isfinite(predicted) or not math.isfinite(realised) or predicted == 0:
         return None
     return (realised - predicted) / predicted
 
