@@ -59,8 +59,10 @@ MOVER_TABLES = frozenset(
 EPS_S = 1e-6
 WAIT_LIMIT_S = 120.0
 """Real seconds a process may take to act on one clock generation (only a broken build waits so long)."""
-AGENT_ENV = {"SPOTOPT_POLL_EVERY": "0.02s", "SPOTOPT_HEARTBEAT_EVERY": "1s"}
-"""Agents poll every 20 ms of real time; a heartbeat at every new simulated second."""
+AGENT_ENV = {"SPOTOPT_POLL_EVERY": "0.02s", "SPOTOPT_HEARTBEAT_EVERY": "0.001s"}
+"""Agents poll every 20 ms of real time and write a heartbeat whenever simulated time moved on
+(a millisecond: announced events can be a fraction of a second apart, e.g. the first step
+after a restart, which is what confirms a move)."""
 REPLAY_BUDGET_USD = 1e9
 """A job without ``budget_usd`` is replayed unbounded (the what-if engine has no budgets)."""
 COLUMNS = (
