@@ -60,6 +60,7 @@ def test_the_replayed_daemon_pays_what_the_whatif_predicted(
     # The job moves once (zone b turns cheapest at 01:30; the 02:00 round moves it), both ways.
     assert row["predicted_moves"] == row["realised_moves"] == 1
     assert row["predicted_preemptions"] == row["realised_preemptions"] == 0
+    assert row["failed_moves"] == 0  # every start and move the executor ran went through
     # Within 1 %: what remains is the make-before-break overlap of the move (the old placement
     # bills its 30 s checkpoint, the new one waits those 30 s for the lease) and the stand-in
     # writing periodic checkpoints as real pauses where the engine discounts speed evenly
@@ -92,9 +93,12 @@ def test_the_standin_trains_restarts_and_checkpoints_in_simulated_time() -> None
         work_steps=1000, restart_s=100, checkpoint_s=10, options={"m|1": {"steps_per_s": 1.0, "tau_s": 60}}
     )
     load = Workload.entering(0.0, 0.0, rates, "m|1")
-    assert load.next_event() == pytest.approx(101.0)  # the first step after the restart
+    # Its first whole step confirms a start or a move: the first event the daemon must see.
+    assert load.next_event() == pytest.approx(101.0)
     assert load.advance(100.0) == [] and load.step == 0  # the restart: no progress
-    # Done after 20 cycles of 50 s training and a 10 s periodic write: the one event the daemon needs.
+    assert load.advance(100.5) == [] and load.next_event() == pytest.approx(101.0)
+    assert load.advance(101.0) == []
+    # Then only the end: 20 cycles of 50 s training and a 10 s periodic write, less the last write.
     assert load.next_event() == pytest.approx(100.0 + 20 * 60.0 - 10.0)
     assert load.advance(155.0) == [] and load.step == pytest.approx(50.0)  # writing: no progress
     assert load.advance(160.0) == [pytest.approx(50.0)]

@@ -34,7 +34,7 @@ from sqlalchemy import select
 
 from spotopt.checkpoints import read_heartbeat, read_lease
 from spotopt.db.engine import Database
-from spotopt.db.models import Base, JobEvent, ManagedJob, Placement
+from spotopt.db.models import Base, JobEvent, JobMove, ManagedJob, Placement
 from spotopt.db.setup import open_history
 from spotopt.errors import InputError
 from spotopt.jobspec import JobSpec
@@ -78,6 +78,7 @@ COLUMNS = (
     "realised_moves",
     "predicted_preemptions",
     "realised_preemptions",
+    "failed_moves",
 )
 
 
@@ -234,8 +235,6 @@ class LockStep:
 
     def _snapshot(self) -> tuple[Any, ...]:
         """What a round may change that the processes or the next round must see."""
-        from spotopt.db.models import JobMove
-
         with self.db.session() as session:
             moves = tuple(session.execute(select(JobMove.id, JobMove.step, JobMove.outcome)).all())
             placements = tuple(session.execute(select(Placement.id, Placement.state)).all())
@@ -302,6 +301,8 @@ class Realised:
     finish_hours: float
     moves: int
     preemptions: int
+    failed_moves: int
+    """Moves (starts included) the executor failed or aborted: none in a faithful replay."""
 
 
 def realised_by_job(db: Database, start: datetime, now: datetime) -> dict[str, Realised]:
@@ -326,6 +327,13 @@ def realised_by_job(db: Database, start: datetime, now: datetime) -> dict[str, R
                 finish_hours=math.inf if done is None else _hours(done - start),
                 moves=sum(1 for a, b in itertools.pairwise(ran) if a != b),
                 preemptions=sum(1 for r in rows if r.end_reason == "preempted"),
+                failed_moves=len(
+                    session.scalars(
+                        select(JobMove.id).where(
+                            JobMove.job_id == job.id, JobMove.outcome.in_(("failed", "aborted"))
+                        )
+                    ).all()
+                ),
             )
     return out
 
@@ -355,6 +363,7 @@ def compare(result: ReplayResult, realised: dict[str, Realised]) -> list[dict[st
                 "realised_moves": got.moves,
                 "predicted_preemptions": int(run.result.preemptions[j]),
                 "realised_preemptions": got.preemptions,
+                "failed_moves": got.failed_moves,
             }
         )
     return rows

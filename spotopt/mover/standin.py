@@ -75,6 +75,8 @@ class Workload:
     ``checkpoint`` until ``until`` (the write of step ``saving`` completes); ``done``."""
     until: float = 0.0
     saving: float = 0.0
+    entered: float = 0.0
+    """The step restored when the placement got the lease."""
 
     @classmethod
     def entering(cls, t0: float, step: float, rates: Rates, option: str) -> Workload:
@@ -91,22 +93,28 @@ class Workload:
             checkpoint_s=min(rates.checkpoint_s, tau),
             cursor=t0,
             until=t0 + rates.restart_s,
+            entered=step,
         )
 
     def next_event(self) -> float | None:
         """When this workload next changes in a way the daemon must see at that very time (None:
-        done already): the end of a checkpoint write (the daemon may wait for it), the first
-        step after a restart (a move is confirmed by progress), else the exact time the work is
-        done. Periodic writes concern only the workload: they are made, in order and with their
-        simulated cost, whenever the clock passes them."""
+        done already): the end of a checkpoint write (the daemon may wait for it), its first
+        whole step on this placement (a start or a move is confirmed by progress), else the
+        exact time the work is done. Periodic writes concern only the workload: they are made,
+        in order and with their simulated cost, whenever the clock passes them."""
         if self.mode == "done":
             return None
         if self.mode == "checkpoint":
             return self.until
-        ahead = replace(self)
+        done = self._reaches(self.work)
+        if math.floor(self.step) <= math.floor(self.entered):
+            return min(done, self._reaches(math.floor(self.entered) + 1.0))
+        return done
+
+    def _reaches(self, steps: float) -> float:
+        """The simulated time at which ``steps`` steps are done (pauses included)."""
+        ahead = replace(self, work=min(self.work, steps))
         ahead.advance(math.inf)
-        if self.mode == "restart":
-            return min(ahead.cursor, self.until + 1.0 / self.steps_per_s)
         return ahead.cursor
 
     def advance(self, t: float) -> list[float]:
