@@ -176,6 +176,7 @@ def run(agent: Agent, clock_file: str, rates: Rates, option: str, poll_s: float)
 
 
 def _save(agent: Agent, step: int) -> None:
+    agent.progress(step)  # the checkpoint's heartbeat reports this step, not an older one
     with agent.checkpoint(step) as directory:
         (directory / "step.json").write_text(json.dumps({"step": step}), encoding="utf-8")
 
