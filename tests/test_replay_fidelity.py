@@ -51,8 +51,19 @@ def test_the_replayed_daemon_pays_what_the_whatif_predicted(
     history(db)
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(yaml.safe_dump({"jobs": [JOB]}), encoding="utf-8")
+    keep = tmp_path / "kept"
     code, out, err = cli(
-        "--db", db_url, "daemon", "replay", jobs, "--start", START.isoformat(), "--format", "json"
+        "--db",
+        db_url,
+        "daemon",
+        "replay",
+        jobs,
+        "--start",
+        START.isoformat(),
+        "--keep",
+        keep,
+        "--format",
+        "json",
     )
     assert code == 0, err
     (row,) = strict_json(out)
@@ -67,7 +78,13 @@ def test_the_replayed_daemon_pays_what_the_whatif_predicted(
     # (README, "Fidelity"); both are well under 1 % of a three-hour job.
     assert abs(row["cost_diff"]) < 0.01 and abs(row["finish_diff"]) < 0.01
     assert row["realised_cost_usd"] == pytest.approx(row["predicted_cost_usd"], rel=0.01)
-    # The replay ran on a throwaway copy: the history has no managed job or placement.
+    # The replayed ledger is a database of its own, kept with --keep, read like a real one.
+    code, out, err = cli(
+        "--db", f"sqlite:///{keep / 'replay.sqlite'}", "jobs", "show", "small", "--format", "json"
+    )
+    assert code == 0, err
+    assert strict_json(out)["state"] == "done"
+    # The replay ran on a copy: the history has no managed job or placement.
     with db.session() as session:
         assert session.scalar(select(func.count()).select_from(ManagedJob)) == 0
         assert session.scalar(select(func.count()).select_from(Placement)) == 0

@@ -237,6 +237,13 @@ def replay_cmd(
             "--example", help="Replay over the bundled SYNTHETIC example market instead of the history."
         ),
     ] = False,
+    keep: Annotated[
+        Path | None,
+        typer.Option(
+            "--keep",
+            help="Keep the replay's database, store and logs in this new directory (default: thrown away).",
+        ),
+    ] = None,
     fmt: FormatOption = Format.TABLE,
 ) -> None:
     """Replay the jobs through the what-if engine and through the real daemon (local processes, a
@@ -259,8 +266,13 @@ def replay_cmd(
         preemptions=modes[preemptions],
         seed=seed,
     )
+    if keep is not None and keep.exists():
+        raise InputError(f"--keep {keep}: already exists; name a new directory")
     history: AbstractContextManager[Database] = example_history() if example else nullcontext(state(ctx).db())
-    with history as db, tempfile.TemporaryDirectory(prefix="spotopt-replay-") as tmp:
+    workdir: AbstractContextManager[str] = (
+        nullcontext(str(keep)) if keep is not None else tempfile.TemporaryDirectory(prefix="spotopt-replay-")
+    )
+    with history as db, workdir as tmp:
         result = fidelity(db, request, Path(tmp))
     if fmt is Format.JSON:
         sys.stdout.write(to_json(result.rows) + "\n")
