@@ -19,13 +19,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from spotopt.catalog import canonical_gpu, gpu_models
+from spotopt.catalog import GCP_ATTACHED_GPUS, canonical_gpu, gpu_models
 from spotopt.collectors.base import Collector, register
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation, Record, Rejection
 
 NEEDS = "Application Default Credentials (gcloud auth application-default login) and GOOGLE_CLOUD_PROJECT"
-# "n1-standard-8+1xnvidia-tesla-v100": the catalog's name for an N1 machine with attached GPUs.
-_ATTACHED = re.compile(r"(?P<machine>[a-z0-9-]+)\+(?P<count>\d+)x(?P<accel>[a-z0-9-]+)")
 # "Spot Preemptible A2 Instance Core running in Americas", "N1 Predefined Instance Ram running in …"
 _CORE_RAM = re.compile(
     r"^(?:Spot )?(?:Preemptible )?(?P<family>[A-Z][A-Z0-9]*) (?:Predefined )?Instance (?P<what>Core|Ram)"
@@ -279,7 +277,7 @@ class GcpPrices(GcpCollector):
                         int(sum(a.guest_accelerator_count for a in mt.accelerators)),
                     )
         for name in self.ctx.catalog:
-            combo = _ATTACHED.fullmatch(name)
+            combo = GCP_ATTACHED_GPUS.fullmatch(name)
             if combo is None or not self._wanted(name, combo["accel"]):
                 continue
             for region, machines in plain.items():

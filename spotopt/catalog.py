@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +27,9 @@ from spotopt.errors import InputError
 from spotopt.ingest import Ingestor, upsert_instance_type
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
 
+GCP_ATTACHED_GPUS = re.compile(r"(?P<machine>[a-z0-9-]+)\+(?P<count>\d+)x(?P<accel>[a-z0-9-]+)")
+"""``n1-standard-8+1xnvidia-tesla-v100``: the catalog's name for a GCP N1 machine with attached GPUs
+(the GCP collector prices such shapes, the GCP provider attaches the GPUs when it launches one)."""
 CATALOG_FILES = ("gpus.csv", "instance_types.csv", "list_prices.csv")
 CATALOG_SOURCE = "catalog"
 

@@ -31,6 +31,86 @@ class Settings(BaseSettings):
     auto_migrate: bool = True
     """Apply pending migrations on open for SQLite; PostgreSQL operators run ``spotopt db upgrade``."""
 
+    # -- AWS provider and the instances' start-up script (README "Running on the clouds") ------
+    aws_image_id: str | None = None
+    """AMI the AWS provider launches (``ami-…``, or ``resolve:ssm:/parameter`` for one per region)."""
+
+    aws_instance_profile: str | None = None
+    """Instance profile (name or ARN) whose role gives the instance its checkpoint-store access."""
+
+    aws_subnet_id: str | None = None
+    """Subnet to launch into (optional: the default VPC's subnet of the market's zone otherwise)."""
+
+    aws_security_group_ids: str | None = None
+    """Comma-separated security group ids (optional: the VPC's default group otherwise)."""
+
+    aws_key_name: str | None = None
+    """EC2 key pair for ssh (optional: spotopt itself never logs in)."""
+
+    aws_endpoint_url: str | None = None
+    """EC2 endpoint override (tests point it at moto's server); unset means AWS's own endpoint."""
+
+    bootstrap_python: str = "python3"
+    """Interpreter on the image that creates ``bootstrap_venv`` when it does not exist yet."""
+
+    bootstrap_venv: str = "/opt/spotopt/venv"
+    """Virtualenv the job runs in (created if missing); its ``bin`` comes first on ``PATH``."""
+
+    bootstrap_pip_spec: str = "spotopt"
+    """What the start-up script pip-installs (the store's extra is added); empty: install nothing."""
+
+    bootstrap_workdir: str = "/opt/spotopt/work"
+    """Directory the job's command runs in on the instance when the job names none."""
+
+    bootstrap_shutdown: bool = True
+    """Power the instance off when the job's command ends, so an idle instance stops costing."""
+
+    # -- GCP provider (spotopt/providers/gcp.py) ----------------------------------------------
+    gcp_project: str | None = None
+    """Project the GCP provider launches in; unset: the ADC project or ``GOOGLE_CLOUD_PROJECT``."""
+
+    gcp_image: str | None = None
+    """Boot image of GCP instances (``projects/debian-cloud/global/images/family/debian-12``)."""
+
+    gcp_service_account: str | None = None
+    """Service account email the instances run as: the agent's only credentials for the store."""
+
+    gcp_network: str | None = None
+    """VPC network of GCP instances (``global/networks/NAME``); unset: the default network."""
+
+    gcp_subnetwork: str | None = None
+    """Subnetwork (``regions/REGION/subnetworks/NAME``); needed for custom-mode networks."""
+
+    gcp_external_ip: bool = True
+    """Give instances an ephemeral external IP (their way to PyPI and the store without Cloud NAT)."""
+
+    # -- Azure provider (spotopt/providers/azure.py) -------------------------------------------
+    azure_resource_group: str | None = None
+    """Resource group the Azure provider creates VMs and NICs in."""
+
+    azure_subnet_id: str | None = None
+    """Resource id of the subnet the VMs' NICs join (``/subscriptions/…/subnets/NAME``)."""
+
+    azure_image: str | None = None
+    """VM image: a URN ``publisher:offer:sku:version`` or an image/gallery resource id."""
+
+    azure_identity_id: str | None = None
+    """Resource id of the user-assigned managed identity the VMs (and the agent) run as."""
+
+    azure_admin_username: str = "spotopt"
+    """Linux admin user of the VMs."""
+
+    azure_ssh_public_key: str | None = None
+    """OpenSSH public key for the admin user; unset: a throwaway key (nobody can log in)."""
+
+    def require(self, name: str, what: str) -> str:
+        """The value of the string setting ``name``; unset or blank is a ``ConfigError`` naming the
+        setting, its environment variable and ``what`` it should hold, before any cloud call."""
+        value = getattr(self, name)
+        if value is None or not str(value).strip():
+            raise ConfigError(f"{name} is not set: set SPOTOPT_{name.upper()} to {what}")
+        return str(value).strip()
+
     def resolved_db_url(self, override: str | None = None) -> str:
         """``--db`` if given, else ``SPOTOPT_DB_URL``, else the default; ``--db ""`` is refused
         rather than quietly meaning the default database."""

@@ -116,6 +116,11 @@ def preemption_efficiency(
     return max(0.0, 1.0 - write - rate_s * (tau / 2.0 + restart_s))
 
 
+_RANK = {"spec": 0, "measured": 1, "imported": 2, "estimated": 3}
+"""Which figure wins when several cover one GPU and count: the spec, then what the mover measured
+on the job itself, then an imported figure, then an estimate (whatever order the rows come in)."""
+
+
 @dataclass(frozen=True)
 class StoredFigure:
     """One row of the throughput store, as the book needs it."""
@@ -137,7 +142,7 @@ class JobThroughput:
         for row in rows:
             if row.workload == job.store_name:
                 key = (row.gpu_model, row.gpu_count)
-                if key not in points or points[key].estimated:
+                if key not in points or _RANK[row.source] < _RANK[points[key].source]:
                     points[key] = Figure(row.steps_per_s, row.source)
         for gpu, value in job.throughput.items():  # the spec wins over the store
             if isinstance(value, Mapping):

@@ -36,17 +36,19 @@ def read_file(path: str | Path) -> list[dict[str, Any]]:
     """
     path = Path(path)
     if path.suffix.lower() != ".json":
-        return [_row(f"{path}: line {line}", r) for line, r in iter_csv_rows(path, REQUIRED)]
+        return [validate_row(f"{path}: line {line}", r) for line, r in iter_csv_rows(path, REQUIRED)]
     try:
         raw = json.loads(read_text(path, "the throughput file"))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
         raise InputError(f"{path}: expected a JSON list of objects with keys {', '.join(REQUIRED)}")
-    return [_row(f"{path}: [{i}]", r) for i, r in enumerate(raw)]
+    return [validate_row(f"{path}: [{i}]", r) for i, r in enumerate(raw)]
 
 
-def _row(where: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+def validate_row(where: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """One throughput figure checked and canonicalised (GPU model spelling, whole GPU count,
+    finite steps/s > 0); an ``InputError`` names ``where`` and the field."""
     for key in REQUIRED:
         if raw.get(key) in (None, ""):
             raise InputError(f"{where}: {key} is required (columns: {', '.join(REQUIRED)}[, source, note])")

@@ -35,7 +35,7 @@ AGENT_ENV = {
     "SPOTOPT_HEARTBEAT_EVERY": "0.1s",
     "SPOTOPT_CHECKPOINT_EVERY": "1h",
 }
-WAIT_LIMIT_S = 120.0
+WAIT_LIMIT_S = 300.0
 PERIOD_H = 5 / 3600
 
 
@@ -132,7 +132,7 @@ def make_world(db: Database, tmp: Path, guard: Guardrails | None = None) -> Worl
     settings = DaemonSettings(
         period_h=PERIOD_H,
         guardrails=guard or Guardrails(min_dwell_h=0.0, period_h=PERIOD_H),
-        timeouts=Timeouts(launch_s=60.0, stop_s=60.0, unavailable_s=600.0),
+        timeouts=Timeouts(launch_s=300.0, stop_s=300.0, unavailable_s=600.0),
     )
     daemon = Daemon(db, provider, settings, agent_env=AGENT_ENV)
     return World(db, tmp, provider, daemon, settings)

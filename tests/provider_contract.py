@@ -1,14 +1,20 @@
 """The provider contract (``spotopt.providers.base``): every provider's test module subclasses this.
 
-A subclass supplies ``provider`` (a fresh provider), ``market`` and ``long_command`` (a command
-that runs until it is terminated) and ``short_command`` (one that exits by itself with status 3)
-as fixtures; the tests here hold for every provider, local or cloud (against its fake).
+A subclass supplies ``provider`` (a fresh provider) and ``market`` as fixtures; ``long_command``
+(a command that runs until it is terminated) and ``short_command`` (one that exits by itself with
+status 3) default to Python processes on this machine, where the local provider and the cloud
+fakes that back instances with local processes run them; a subclass may override them. The tests
+here hold for every provider, local or cloud (against its fake).
 """
 
 from __future__ import annotations
 
+import shlex
+import sys
 import time
 from datetime import datetime
+
+import pytest
 
 from spotopt.providers.base import Instance, InstanceState, LaunchSpec, Provider
 from spotopt.types import MarketKey
@@ -28,7 +34,15 @@ def wait_for(
 
 
 class ProviderContract:
-    """Inherit and provide the fixtures ``provider``, ``market``, ``long_command``, ``short_command``."""
+    """Inherit and provide the fixtures ``provider`` and ``market``."""
+
+    @pytest.fixture
+    def long_command(self) -> tuple[str, ...]:
+        return (sys.executable, "-c", "import time; time.sleep(60)")
+
+    @pytest.fixture
+    def short_command(self) -> tuple[str, ...]:
+        return (sys.executable, "-c", "import sys; sys.exit(3)")
 
     def test_launch_returns_a_running_instance_with_its_records(
         self, provider: Provider, market: MarketKey, long_command: tuple[str, ...]
@@ -102,3 +116,30 @@ class ProviderContract:
         finally:
             provider.terminate(a.instance_id)
             provider.terminate(b.instance_id)
+
+
+def fixed_script(spec: LaunchSpec, market: MarketKey) -> str:
+    """A stand-in start-up script for a cloud fake: the launch's command (the real one is
+    ``bootstrap.render_script``, tested by running it)."""
+    return "#!/bin/bash\nexec " + shlex.join(spec.command) + "\n"
+
+
+def ends_at_once(script: str) -> bool:
+    """Whether a cloud fake's VM running ``script`` finds its job ended (the short command)."""
+    return shlex.join(CloudProviderContract.SHORT) in script
+
+
+class CloudProviderContract(ProviderContract):
+    """The contract for a cloud provider against its fake, which runs no process: a VM whose
+    start-up script holds ``SHORT`` is one whose job ended and powered it off (``ends_at_once``)."""
+
+    LONG = ("python", "train.py")
+    SHORT = ("sh", "-c", "exit 3")
+
+    @pytest.fixture
+    def long_command(self) -> tuple[str, ...]:
+        return self.LONG
+
+    @pytest.fixture
+    def short_command(self) -> tuple[str, ...]:
+        return self.SHORT

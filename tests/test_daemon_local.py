@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from spotopt.db.engine import Database
-from spotopt.db.models import JournalEntry
+from spotopt.db.models import InstanceLifetime, JournalEntry, Throughput
 from spotopt.errors import CapacityUnavailableError
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon
@@ -75,6 +75,16 @@ def test_a_cheaper_market_moves_the_job_make_before_break(
     assert new.started_at is not None and old.ended_at is not None and new.started_at < old.ended_at
     assert world.moves()[-1].checkpoint_step == 150
 
+    # Both lives are in the history the planner's preemption estimate reads, ours censored.
+    with world.db.session() as session:
+        lives = (
+            session.query(InstanceLifetime).filter_by(source="spotopt").order_by(InstanceLifetime.id).all()
+        )
+    assert [(life.instance_ref, life.end_reason) for life in lives] == [
+        (old.key, "terminated"),
+        (new.key, None),
+    ]
+
     world.release("mlp")
     world.until("the job to finish", lambda: world.job().state == "done")
     weights = np.load(tmp_path / "mlp-out" / "weights.npy")
@@ -115,8 +125,9 @@ def test_a_budget_cap_stops_the_job_over_budget_within_the_cap(world: World, tmp
     # $36/h: AWS bills at least 60 s, $0.60, on launch; one more period would pass $0.62.
     world.prices(spot("us-east-1a", 36.0, a_day_ago()), on_demand(90.0, a_day_ago()))
     jobstore.submit(world.db, job_yaml(tmp_path, budget=0.62))
-    started(world, 50)
-    world.daemon.tick()
+    world.hold("mlp", 50)
+    world.daemon.tick()  # launches: $0.60 of the $0.62 is committed by AWS's 60 s minimum
+    assert world.placements()[0].state == "running"
     world.until("the stop", lambda: world.job().state == "over-budget")
     with world.db.session() as session:
         rows = intervals(session, world.job().id, now())
@@ -207,3 +218,45 @@ def test_reconcile_terminates_an_instance_no_placement_owns(world: World, tmp_pa
     assert report.leaked == [leaked.instance_id]
     assert not world.provider.status(leaked.instance_id).state.is_live
     assert world.provider.status(mine.instance_id).state.is_live  # untagged: not spotopt's to end
+
+
+def test_a_price_spike_stops_the_job_at_the_next_poll(world: World, tmp_path: Path) -> None:
+    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+    jobstore.submit(world.db, job_yaml(tmp_path, budget=5.0))
+    started(world, 30)
+    world.prices(spot("us-east-1a", 3600.0, now()))  # $1 a second: one more period would pass $5
+    world.daemon.poll()
+    move = world.moves()[-1]
+    assert move.kind == "stop" and move.then_state == "over-budget" and move.reason.startswith("budget:")
+    world.until("the stop", lambda: world.job().state == "over-budget")
+
+
+class OnTheMarketsMachine(LocalProvider):
+    """A local provider that stands for the market's own machine, so measured steps/s count."""
+
+    runs_on_market = True
+
+
+def test_measured_steps_per_second_become_a_measured_throughput(db: Database, tmp_path: Path) -> None:
+    world = make_world(db, tmp_path)
+    world.provider = OnTheMarketsMachine(tmp_path / "local", grace_s=5.0)
+    world.daemon = Daemon(db, world.provider, world.settings, agent_env=AGENT_ENV)
+    try:
+        world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+        jobstore.submit(db, job_yaml(tmp_path))
+        started(world, 60)
+        world.hold("mlp", 400)
+        world.until("a measured figure", lambda: _measured(db) is not None)
+        figure = _measured(db)
+        assert figure is not None and figure.gpu_model.startswith("V100") and figure.gpu_count == 1
+        assert figure.steps_per_s > 0
+    finally:
+        world.stop_all()
+
+
+def _measured(db: Database) -> Throughput | None:
+    with db.session() as session:
+        row = session.query(Throughput).filter_by(workload="mlp", source="measured").one_or_none()
+        if row is not None:
+            session.expunge(row)
+        return row

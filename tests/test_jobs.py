@@ -73,7 +73,7 @@ def test_identical_resubmit_is_a_no_op(db: Database, tmp_path: Path) -> None:
 def test_another_spec_under_the_same_name_is_refused(db: Database, tmp_path: Path) -> None:
     jobs.submit(db, write(tmp_path), now=T0)
     with pytest.raises(InputError, match=r"jobs\[0\].name: job 'resnet' exists with another spec"):
-        jobs.submit(db, SPEC.replace("budget_usd: 50", "budget_usd: 60"))
+        jobs.submit(db, SPEC.replace("steps: 1000", "steps: 2000"))
     other_dir = tmp_path / "elsewhere"
     other_dir.mkdir()
     with pytest.raises(InputError, match="exists with another directory"):
@@ -100,7 +100,7 @@ def test_a_submission_racing_another_is_resolved_by_the_unique_name(
     assert calls == ["resnet", "resnet"]
     calls.clear()
     with pytest.raises(InputError, match="exists with another spec"):
-        jobs.submit(db, SPEC.replace("budget_usd: 50", "budget_usd: 60"))
+        jobs.submit(db, SPEC.replace("steps: 1000", "steps: 2000"))
     assert calls == ["resnet", "resnet"]
     assert stored(db) == {"jobs": 1, "events": 1}
 
@@ -285,7 +285,9 @@ def test_cli_bad_input_exits_2_and_stores_nothing(db_url: str, db: Database, tmp
     assert cli("--db", db_url, "jobs", "submit", write(tmp_path))[0] == 0
     other = tmp_path / "other"
     other.mkdir()
-    code, _, err = cli("--db", db_url, "jobs", "submit", write(other, SPEC.replace("50", "70")))
+    code, _, err = cli(
+        "--db", db_url, "jobs", "submit", write(other, SPEC.replace("steps: 1000", "steps: 2000"))
+    )
     assert code == 2 and "exists with another spec" in err
     assert cli("--db", db_url, "jobs", "cancel", "resnet")[0] == 0
     code, _, err = cli("--db", db_url, "jobs", "cancel", "resnet")

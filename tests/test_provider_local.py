@@ -35,16 +35,6 @@ def market() -> MarketKey:
     return LOCAL_MARKET
 
 
-@pytest.fixture
-def long_command() -> tuple[str, ...]:
-    return SLEEP
-
-
-@pytest.fixture
-def short_command() -> tuple[str, ...]:
-    return (sys.executable, "-c", "import sys; sys.exit(3)")
-
-
 class TestLocalProviderContract(ProviderContract):
     pass
 

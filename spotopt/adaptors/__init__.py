@@ -17,7 +17,13 @@ from spotopt.cloud_calls import MissingCredentials
 SDK_MODULES = {
     "aws": ("boto3", "botocore", "requests"),
     "gcp": ("google.auth", "google.cloud.compute_v1", "google.cloud.billing_v1"),
-    "azure": ("azure.identity", "azure.mgmt.compute", "azure.mgmt.resourcegraph", "requests"),
+    "azure": (
+        "azure.identity",
+        "azure.mgmt.compute",
+        "azure.mgmt.network",
+        "azure.mgmt.resourcegraph",
+        "requests",
+    ),
 }
 
 

@@ -24,10 +24,14 @@ class AwsClients:
 
     ``session`` (a ``boto3.Session``) is for tests; by default one is built from the default
     chain on first use and refused with ``MissingCredentials`` when the chain finds nothing.
+    ``endpoint_url`` (``aws_endpoint_url``) sends every call to another endpoint (moto's server).
     """
 
-    def __init__(self, session: Any | None = None, http: HttpJson | None = None) -> None:
+    def __init__(
+        self, session: Any | None = None, http: HttpJson | None = None, endpoint_url: str | None = None
+    ) -> None:
         self._session = session
+        self._endpoint_url = endpoint_url or None
         self._clients: dict[tuple[str, str], Any] = {}
         self.http = http or HttpJson()
 
@@ -46,7 +50,9 @@ class AwsClients:
             from botocore.config import Config
 
             config = Config(retries={"total_max_attempts": 1}, user_agent_extra="spotopt")
-            self._clients[key] = self._boto_session().client(service, region_name=region, config=config)
+            self._clients[key] = self._boto_session().client(
+                service, region_name=region, config=config, endpoint_url=self._endpoint_url
+            )
         return self._clients[key]
 
     def ec2(self, region: str) -> Any:

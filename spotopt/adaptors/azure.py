@@ -1,4 +1,4 @@
-"""azure-mgmt-compute / azure-mgmt-resourcegraph clients and the public Retail Prices API.
+"""azure-mgmt-compute / -network / -resourcegraph clients and the public Retail Prices API.
 
 Credentials come from ``DefaultAzureCredential`` (environment, workload or managed identity,
 Azure CLI login …) and the subscription from ``AZURE_SUBSCRIPTION_ID``. The Retail Prices API
@@ -52,6 +52,47 @@ class AzureClients:
             credential, subscription = self._auth()
             self._clients["compute"] = ComputeManagementClient(credential, subscription, retry_total=0)
         return self._clients["compute"]
+
+    def network(self) -> Any:
+        if "network" not in self._clients:
+            from azure.mgmt.network import NetworkManagementClient
+
+            credential, subscription = self._auth()
+            self._clients["network"] = NetworkManagementClient(credential, subscription, retry_total=0)
+        return self._clients["network"]
+
+    def subscription(self) -> str:
+        return self._auth()[1]
+
+    # -- the provider's calls (spotopt.providers.azure); bodies are the ARM REST JSON ---------
+    # Each ``begin_*`` is one long-running operation: the PUT or DELETE, then the
+    # ``Azure-AsyncOperation`` status polled every ``poll_s`` seconds until it ends.
+
+    def create_nic(self, group: str, name: str, body: dict[str, Any], poll_s: float) -> Any:
+        poller = self.network().network_interfaces.begin_create_or_update(
+            group, name, body, polling_interval=poll_s
+        )
+        return poller.result()
+
+    def delete_nic(self, group: str, name: str, poll_s: float) -> None:
+        self.network().network_interfaces.begin_delete(group, name, polling_interval=poll_s).result()
+
+    def create_vm(self, group: str, name: str, body: dict[str, Any], poll_s: float) -> Any:
+        poller = self.compute().virtual_machines.begin_create_or_update(
+            group, name, body, polling_interval=poll_s
+        )
+        return poller.result()
+
+    def get_vm(self, group: str, name: str) -> Any:
+        """The VM with its instance view (power state); ``ResourceNotFoundError`` if none."""
+        return self.compute().virtual_machines.get(group, name, expand="instanceView")
+
+    def delete_vm(self, group: str, name: str, poll_s: float) -> None:
+        self.compute().virtual_machines.begin_delete(group, name, polling_interval=poll_s).result()
+
+    def list_vms(self, group: str) -> list[Any]:
+        """Every VM of the resource group (all pages)."""
+        return list(self.compute().virtual_machines.list(group))
 
     def resource_skus_page(self, location: str | None, token: str | None) -> tuple[list[Any], str | None]:
         """One page of ``resourceSkus.list`` (optionally for one location) and the next-page token."""

@@ -1,4 +1,4 @@
-"""google-cloud-compute and google-cloud-billing clients for the GCP collectors.
+"""google-cloud-compute and google-cloud-billing clients for the GCP collectors and provider.
 
 Credentials come from Application Default Credentials (``gcloud auth application-default
 login``, ``GOOGLE_APPLICATION_CREDENTIALS`` or the metadata server). The Billing Catalog is
@@ -60,7 +60,12 @@ class GcpClients:
         if kind not in self._clients:
             from google.cloud import compute_v1
 
-            cls = {"machine": compute_v1.MachineTypesClient, "accel": compute_v1.AcceleratorTypesClient}
+            cls = {
+                "machine": compute_v1.MachineTypesClient,
+                "accel": compute_v1.AcceleratorTypesClient,
+                "instances": compute_v1.InstancesClient,
+                "operations": compute_v1.ZoneOperationsClient,
+            }
             self._clients[kind] = cls[kind](credentials=self._adc())
         return self._clients[kind]
 
@@ -98,3 +103,69 @@ class GcpClients:
             parent=COMPUTE_ENGINE_SERVICE, currency_code="USD", page_size=5000, page_token=page_token
         )
         return next(iter(self._clients["billing"].list_skus(request=request, retry=None).pages))
+
+    # -- the provider's calls (spotopt.providers.gcp) ------------------------------------------
+
+    def insert_instance(self, zone: str, body: dict[str, Any], request_id: str) -> Any:
+        """``instances.insert``: the zone ``Operation`` (``request_id`` makes a retry a no-op)."""
+        from google.cloud import compute_v1
+
+        return self._compute("instances").insert_unary(
+            request=compute_v1.InsertInstanceRequest(
+                project=self.project(),
+                zone=zone,
+                instance_resource=compute_v1.Instance(body),
+                request_id=request_id,
+            ),
+            retry=None,
+        )
+
+    def get_instance(self, zone: str, name: str) -> Any:
+        """``instances.get``; raises ``google.api_core.exceptions.NotFound`` for no such instance."""
+        return self._compute("instances").get(project=self.project(), zone=zone, instance=name, retry=None)
+
+    def delete_instance(self, zone: str, name: str, request_id: str) -> Any:
+        """``instances.delete``: the zone ``Operation``; ``NotFound`` when it is already gone."""
+        from google.cloud import compute_v1
+
+        return self._compute("instances").delete_unary(
+            request=compute_v1.DeleteInstanceRequest(
+                project=self.project(), zone=zone, instance=name, request_id=request_id
+            ),
+            retry=None,
+        )
+
+    def wait_operation(self, zone: str, name: str) -> Any:
+        """``zoneOperations.wait``: returns when the operation is DONE or after about 2 minutes."""
+        return self._compute("operations").wait(project=self.project(), zone=zone, operation=name, retry=None)
+
+    def zone_operations_page(self, zone: str, flt: str, page_token: str) -> Any:
+        """One page of ``zoneOperations.list`` matching ``flt`` (kept by GCP for a limited time)."""
+        from google.cloud import compute_v1
+
+        request = compute_v1.ListZoneOperationsRequest(
+            project=self.project(), zone=zone, filter=flt, max_results=500, page_token=page_token
+        )
+        return next(iter(self._compute("operations").list(request=request, retry=None).pages))
+
+    def instances_page(self, flt: str, page_token: str) -> Any:
+        """One page of ``instances.aggregatedList`` (scopes ``zones/<zone>``) matching ``flt``."""
+        from google.cloud import compute_v1
+
+        request = compute_v1.AggregatedListInstancesRequest(
+            project=self.project(), filter=flt, max_results=500, page_token=page_token
+        )
+        return next(iter(self._compute("instances").aggregated_list(request=request, retry=None).pages))
+
+    def offering_page(self, kind: str, flt: str, page_token: str) -> Any:
+        """One page of the machine (``kind="machine"``) or accelerator (``"accel"``) types'
+        aggregated list matching ``flt``: which zones offer a type."""
+        from google.cloud import compute_v1
+
+        cls = (
+            compute_v1.AggregatedListMachineTypesRequest
+            if kind == "machine"
+            else compute_v1.AggregatedListAcceleratorTypesRequest
+        )
+        request = cls(project=self.project(), filter=flt, max_results=500, page_token=page_token)
+        return next(iter(self._compute(kind).aggregated_list(request=request, retry=None).pages))

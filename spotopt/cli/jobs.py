@@ -1,18 +1,21 @@
-"""``spotopt jobs``: submit, list, show and cancel the jobs the mover manages."""
+"""``spotopt jobs``: submit, list, show, cost, budget and cancel the jobs the mover manages."""
 
 from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from spotopt.cli.common import FormatOption, state
+from spotopt.cli.common import FormatOption, WideOption, state
 from spotopt.db.models import JobEvent, ManagedJob
-from spotopt.mover import jobs
+from spotopt.mover import jobs, ledger
+from spotopt.mover import status as job_status
+from spotopt.mover.ledger import Interval
 from spotopt.render import Format, iso, render, say, to_json
 
 app = typer.Typer(no_args_is_help=True, help="Jobs the mover runs, moves and stops within budget.")
@@ -44,9 +47,9 @@ def _event(event: JobEvent) -> dict[str, Any]:
     }
 
 
-def _details(job: ManagedJob, history: list[JobEvent]) -> dict[str, Any]:
-    """What ``jobs show --format json`` prints. Spend, moves and preemptions stay at their
-    initial values until the executor records placements (issue 11, sections 2 and 3)."""
+def _details(job: ManagedJob, status: dict[str, Any], history: list[JobEvent]) -> dict[str, Any]:
+    """What ``jobs show --format json`` prints: the spec's essentials, the job's live status
+    (``spotopt.mover.status.job_status``) and every transition."""
     spec = jobs.job_spec(job)
     low, high = spec.gpu_range
     return {
@@ -64,18 +67,97 @@ def _details(job: ManagedJob, history: list[JobEvent]) -> dict[str, Any]:
         "spec_sha256": job.spec_sha256,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
-        "spent_usd": 0.0,
-        "moves": [],
-        "preemptions": 0,
+        **status,
         "events": [_event(e) for e in history],
     }
 
 
 def _cell(value: Any) -> Any:
-    """One value of the key/value table: nested fields as one line of JSON, times in ISO 8601."""
+    """One value of the key/value table: nested fields as one line of JSON (empty: None)."""
     if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(", ", ": "))
+        return json.dumps(value, separators=(", ", ": ")) if value else None
     return iso(value) if isinstance(value, datetime) else value
+
+
+def _usd(value: float | None) -> str:
+    return "–" if value is None else f"${value:,.2f}"
+
+
+def _summary(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """The key/value rows of the ``jobs show`` table: a sentence per concern, not raw JSON."""
+    place, prog, ckpt = d["placement"], d["progress"], d["checkpoint_verified"]
+    if place is None:
+        where, instance = "not placed", "–"
+    else:
+        where = f"{_where(place['market'])} ({place['gpus']} GPU{'s' if place['gpus'] != 1 else ''})"
+        started = f"{place['started_at']:%Y-%m-%d %H:%M}" if place["started_at"] else "not started"
+        instance = (
+            f"{place['provider']} {place['instance_id'] or '(no id yet)'}, epoch {place['epoch']}, "
+            f"{place['state']} since {started}, {_usd(place['usd_per_hour'])}/h"
+        )
+    work = prog["work_steps"]
+    done = f"{prog['steps']:,} of {work:,.0f} steps" if work else f"{prog['steps']:,} steps (work unknown)"
+    if prog["done_fraction"] is not None:
+        done += f" ({prog['done_fraction']:.0%})"
+    measured, expected = prog["steps_per_s_measured"], prog["steps_per_s_expected"]
+    source = prog["expected_source"]
+    rate = (
+        f"{'–' if measured is None else f'{measured:.3g}'} measured, "
+        f"{'–' if expected is None else f'{expected:.3g}'} expected" + (f" ({source})" if source else "")
+    )
+    cap = f", at most ${d['max_usd_per_hour']:,.2f}/h" if d["max_usd_per_hour"] is not None else ""
+    outcomes = Counter(m["outcome"] or "open" for m in d["moves"])
+    rows = {
+        "state": d["state"],
+        "where": where,
+        "instance": instance,
+        "progress": done,
+        "steps/s": rate,
+        "last verified checkpoint": "none yet" if ckpt is None else f"{ckpt['name']} (step {ckpt['step']:,})",
+        "spent": f"{_usd(d['spent_usd'])} of {_usd(d['budget_usd'])} budget{cap}",
+        "expected cost to finish": _usd(d["expected_cost_to_finish_usd"]),
+        "moves": f"{len(d['moves'])}"
+        + (f" ({', '.join(f'{n} {o}' for o, n in sorted(outcomes.items()))})" if outcomes else ""),
+        "preemptions": str(d["preemptions"]),
+        "run": d["run"],
+        "workdir": d["workdir"] or "–",
+        "checkpoint": _cell(d["checkpoint"]),
+        "gpus": _cell(d["gpus"]),
+        "work": _cell(d["work"]),
+        "deadline": d["deadline"] or "–",
+        "allow": _cell({k: v for k, v in d["allow"].items() if v}) or "anywhere",
+        "spec sha256": d["spec_sha256"][:16],
+        "submitted": f"{d['created_at']:%Y-%m-%d %H:%M:%S} UTC",
+        "updated": f"{d['updated_at']:%Y-%m-%d %H:%M:%S} UTC",
+    }
+    return [{"field": k, "value": v} for k, v in rows.items()]
+
+
+def _where(label: str | None) -> str | None:
+    """A market for a table cell: ``aws us-east-1a p3.2xlarge spot`` (the zone, or the region
+    where there is none), spaced so a narrow table wraps between its parts, not inside them."""
+    if label is None:
+        return None
+    cloud, region, zone, instance_type, kind = label.split("/")
+    return f"{cloud} {region if zone == '-' else zone} {instance_type} {kind}"
+
+
+def _minute(value: datetime | None) -> datetime | None:
+    """A time for a table cell, to the minute (JSON and CSV keep full precision)."""
+    return None if value is None else value.replace(second=0, microsecond=0)
+
+
+def _move_row(move: dict[str, Any]) -> dict[str, str]:
+    """A move as two table cells (when and what | where, money and why): readable at 80 columns
+    however long the market names and reasons are."""
+    when = f"{move['created_at']:%Y-%m-%d %H:%M}"
+    outcome = move["outcome"] or f"open, at {move['step']}"
+    target = f"{_where(move['from_market']) or '–'} → {_where(move['to_market']) or '–'}"
+    money = f"expected cost {_usd(move['cost_usd'])}, saving {_usd(move['saving_usd'])}"
+    return {
+        "move": f"{when}\n{move['kind']}: {outcome}",
+        "where, cost and why": f"{target}\n{money}\n{move['reason']}",
+    }
 
 
 @app.command("submit")
@@ -92,7 +174,10 @@ def submit(
     if dry_run:
         say(f"{job.name}: valid; would be stored as {job.state} (dry run, nothing stored)")
     else:
-        say(f"{job.name}: {job.state} (submitted {iso(job.created_at)}, spec sha256 {job.spec_sha256[:12]})")
+        say(
+            f"{job.name}: {job.state} (submitted {iso(job.created_at)}, spec sha256 {job.spec_sha256[:12]}, "
+            f"budget {_usd(job.budget_usd)})"
+        )
 
 
 @app.command("list")
@@ -120,22 +205,122 @@ def show(
     name: Annotated[str, typer.Argument(help="The job's name.")],
     fmt: FormatOption = Format.TABLE,
 ) -> None:
-    """A job's state, the essentials of its spec and every state transition so far (CSV: the
+    """Where a job stands: state, placement, progress, moves, spend, cost to finish.
+
+    Also its last verified checkpoint, preemptions and every state transition (CSV: the
     transitions, one row each)."""
-    db = state(ctx).db()
-    job = jobs.get_job(db, name)
-    details = _details(job, jobs.events(db, name))
+    job, status, history = job_status.show(state(ctx).db(), name, datetime.now(UTC))
+    details = _details(job, status, history)
     if fmt is Format.JSON:
         sys.stdout.write(to_json(details) + "\n")
     elif fmt is Format.CSV:
         render([{"job": job.name, **e} for e in details["events"]], fmt, columns=("job", *_EVENT_COLUMNS))
     else:
-        render(
-            [{"field": k, "value": _cell(v)} for k, v in details.items() if k != "events"],
-            fmt,
-            title=f"Job {job.name}",
-        )
+        render(_summary(details), fmt, title=f"Job {job.name}")
+        if details["moves"]:
+            render([_move_row(m) for m in details["moves"]], fmt, title="Moves")
         render(details["events"], fmt, title="State transitions", columns=_EVENT_COLUMNS)
+
+
+COST_COLUMNS = (
+    "placement_id",
+    "epoch",
+    "provider",
+    "instance_id",
+    "market",
+    "started_at",
+    "ended_at",
+    "end_reason",
+    "usd_per_hour",
+    "billed_s",
+    "cost_usd",
+)
+_COST_TABLE = (
+    "#",
+    "epoch",
+    "provider",
+    "instance_id",
+    "market",
+    "started",
+    "ended",
+    "end",
+    "$/h",
+    "billed_s",
+    "$",
+)
+
+
+def _interval_row(row: Interval) -> dict[str, Any]:
+    """One ledger row; ``end_reason`` says ``running`` while the instance runs (``ended_at`` empty)."""
+    fields = {column: getattr(row, column) for column in COST_COLUMNS}
+    return fields | {"end_reason": row.end_reason or ("running" if row.ended_at is None else None)}
+
+
+def _interval_cells(row: dict[str, Any]) -> dict[str, Any]:
+    """A ledger row for the table: short headers, short market, times to the minute (fits 80
+    columns; CSV and JSON keep every field at full precision)."""
+    return row | {
+        "#": row["placement_id"],
+        "market": _where(row["market"]),
+        "started": _minute(row["started_at"]),
+        "ended": _minute(row["ended_at"]),
+        "end": row["end_reason"],
+        "$/h": row["usd_per_hour"],
+        "$": row["cost_usd"],
+    }
+
+
+@app.command("cost")
+def cost(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    fmt: FormatOption = Format.TABLE,
+    wide: WideOption = False,
+) -> None:
+    """The ledger: every instance interval the job used and the total across moves.
+
+    Per interval: its market, the price in effect, the seconds its cloud bills and the cost.
+    Running instances are billed up to now."""
+    now = datetime.now(UTC)
+    job, rows = job_status.ledger(state(ctx).db(), name, now)
+    total = ledger.total_usd(rows)
+    listed = [_interval_row(r) for r in rows]
+    if fmt is Format.JSON:
+        doc = {"job": job.name, "at": now, "total_usd": total, "budget_usd": job.budget_usd}
+        doc["intervals"] = listed
+        sys.stdout.write(to_json(doc) + "\n")
+        return
+    table = fmt is Format.TABLE
+    render(
+        [_interval_cells(r) for r in listed] if table else listed,
+        fmt,
+        title=f"Job {job.name}: {_usd(total)} over {len(rows)} instance interval(s)",
+        columns=_COST_TABLE if table else COST_COLUMNS,
+        caption=f"budget {_usd(job.budget_usd)}; running instances billed up to {now:%Y-%m-%d %H:%M:%S} UTC",
+        empty="no instance has run yet (nothing billed)",
+        wide_only=("epoch", "provider", "instance_id"),
+        wide=wide,
+    )
+
+
+@app.command("budget")
+def budget(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    usd: Annotated[float, typer.Argument(help="The job's new total budget in USD (above its spend so far).")],
+    max_usd_per_hour: Annotated[
+        float | None, typer.Option("--max-usd-per-hour", help="Also set the spend-rate cap ($/h).")
+    ] = None,
+) -> None:
+    """Raise (or set) a job's budget; an over-budget job goes back to pending.
+
+    The daemon may then run it again. A budget at or below what the job has spent is refused
+    (exit 2)."""
+    change = jobs.set_budget(state(ctx).db(), name, usd, max_usd_per_hour)
+    job = change.job
+    cap = f", at most {_usd(job.max_usd_per_hour)}/h" if job.max_usd_per_hour is not None else ""
+    moved = f"; {change.from_state} -> {job.state}" if change.from_state != job.state else ""
+    say(f"{job.name}: budget {_usd(job.budget_usd)}{cap} ({_usd(change.spent_usd)} spent){moved}")
 
 
 @app.command("cancel")

@@ -48,7 +48,7 @@ from spotopt.mover.eventlog import log_event
 from spotopt.mover.executor import Executor, Observation, Timeouts, open_move_jobs, utcnow
 from spotopt.mover.fleet import FleetState, Move
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.ledger import price_in_effect, spent_usd
+from spotopt.mover.ledger import slot_usd_per_hour, spent_usd
 from spotopt.mover.market_view import MarketView, market_view
 from spotopt.plan import location_index, option_key
 from spotopt.providers.base import Provider
@@ -131,13 +131,16 @@ class Daemon:
     # -- rounds ------------------------------------------------------------------------------
 
     def poll(self) -> None:
-        """The frequent round: carry open moves on and notice finished, lost or warned jobs."""
+        """The frequent round: carry open moves on, notice finished, lost or warned jobs, and
+        stop any job a price spike would take past its budget."""
         if self.executor is None or self.dry_run:
             return
         self.executor.advance_all()
         for name, obs in self._watch().items():
             if obs.finished or obs.failed or obs.lost or obs.notice:
                 self._react(name, obs)
+        # Budgets every poll, not only every period: a price spike is caught within seconds.
+        self._enforce_budgets()
         self.executor.advance_all()
 
     def tick(self) -> TickReport:
@@ -238,13 +241,7 @@ class Daemon:
                 if placement is None or placement.state != "running" or placement.started_at is None:
                     continue
                 spec = jobstore.job_spec(job)
-                rate = placement.instances * price_in_effect(
-                    session,
-                    placement.market_id,
-                    now,
-                    now,
-                    placement.usd_per_hour / max(placement.instances, 1e-12),
-                )
+                rate = slot_usd_per_hour(session, placement, now, now)
                 spent = spent_usd(session, job.id, now)
                 ahead = rate * (self.settings.period_h + spec.checkpoint_seconds / 3600.0)
                 if spent + ahead > job.budget_usd:

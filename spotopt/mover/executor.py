@@ -54,13 +54,14 @@ from spotopt.checkpoints import (
     trusted_checkpoints,
 )
 from spotopt.db.engine import Database
-from spotopt.db.models import JobMove, JournalEntry, ManagedJob, Meta, Placement
+from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market, Meta, Placement
 from spotopt.errors import CapacityUnavailableError, ProviderError, SpotoptError
 from spotopt.jobspec import Job
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.billing import billed_seconds
 from spotopt.mover.eventlog import log_event
 from spotopt.mover.ledger import market_key, spent_usd
+from spotopt.mover.observed import record_lifetime, record_throughput
 from spotopt.providers.base import InstanceState, LaunchSpec, Provider, market_label
 from spotopt.times import parse_duration
 from spotopt.types import MarketKey
@@ -403,6 +404,7 @@ class Executor:
             if placement.state == "launching":
                 placement.state, placement.instance_id = "running", instance.instance_id
                 placement.started_at = self.clock()
+                record_lifetime(session, placement)
         return self._next(move_id)
 
     def _await_up(self, move_id: int) -> bool:
@@ -468,7 +470,7 @@ class Executor:
         if beat is not None and (
             beat.state is AgentState.FINISHED or (beat.state is AgentState.RUNNING and beat.step > past)
         ):
-            self._record_beat(job.id, beat)
+            self._record_beat(job.id, beat, new.id)
             return self._next(move_id)
         return self._wait_or_abort(move, new, "the new placement made no progress", factor=2.0)
 
@@ -521,15 +523,27 @@ class Executor:
             if placement.state in ("launching", "running"):
                 placement.state, placement.end_reason = state, reason
                 placement.ended_at = self.clock()
+                record_lifetime(session, placement)
 
     def _beat(self, job: ManagedJob, spec: Job, epoch: int) -> Heartbeat | None:
         return read_heartbeat(job_location(job, spec), job.name, epoch)
 
-    def _record_beat(self, job_id: int, beat: Heartbeat) -> None:
-        """Keep the newest heartbeat's progress on the job row (``jobs show``, the next decision)."""
+    def _record_beat(self, job_id: int, beat: Heartbeat, placement_id: int) -> None:
+        """Keep the newest heartbeat's progress on the job row (``jobs show``, the next decision)
+        and, from a provider whose instances are the market's machines, its measured steps/s."""
         with self.db.session() as session:
             job = session.get(ManagedJob, job_id)
-            assert job is not None
+            placement = session.get(Placement, placement_id)
+            assert job is not None and placement is not None
+            if beat.steps_per_s and beat.state is AgentState.RUNNING and self.provider.runs_on_market:
+                gpu = session.scalar(
+                    select(InstanceType.gpu_model)
+                    .join(Market, Market.instance_type_id == InstanceType.id)
+                    .where(Market.id == placement.market_id)
+                )
+                if gpu is not None:
+                    workload = jobstore.job_spec(job).store_name
+                    record_throughput(session, workload, gpu, placement.gpus, beat.steps_per_s, beat.at)
             if job.heartbeat_at is None or beat.at >= job.heartbeat_at:
                 # The newest placement's word wins: after a move it restarts from the checkpoint,
                 # and whatever the old one did past it is lost.
@@ -627,7 +641,7 @@ class Executor:
         loc = job_location(job, spec)
         beat = read_heartbeat(loc, job.name, placement.epoch)
         if beat is not None:
-            self._record_beat(job.id, beat)
+            self._record_beat(job.id, beat, placement.id)
         finished = read_finished(loc, job.name)
         if finished is not None and int(str(finished.get("epoch", -1))) == placement.epoch:
             return Observation(finished=True)

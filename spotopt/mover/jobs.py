@@ -2,8 +2,11 @@
 
 A managed job is one job of the planner's spec plus what it takes to run it (``run``,
 ``checkpoint: {uri, every}``, ``budget_usd``, optional ``max_usd_per_hour``). It is stored
-validated, as canonical JSON with its sha256, so re-submitting the same spec is a no-op and a
-different spec under the same name is refused. Its state changes only through
+validated, as canonical JSON, with the sha256 of that JSON *without its budget fields*: the
+budget lives in the row and ``set_budget`` (``spotopt jobs budget``) changes it, in the row and
+in the stored spec alike, so re-submitting the original file after a budget change is still the
+same job (a no-op that keeps the budget in effect, with a warning) while any other difference
+under the same name is refused. Its state changes only through
 ``record_transition``, which checks ``TRANSITIONS`` and writes a ``job_events`` row: the
 executor and the CLI share that one path, so no transition goes unrecorded or unchecked.
 """
@@ -12,8 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 from sqlalchemy import select
@@ -24,22 +31,32 @@ from spotopt.agent.config import JOB_NAME
 from spotopt.db.engine import Database
 from spotopt.db.models import JOB_STATES, JobEvent, ManagedJob
 from spotopt.errors import InputError
-from spotopt.jobspec import Job, load_jobs, parse_jobs, yaml_problem
+from spotopt.jobspec import MAX_USD, Job, load_jobs, parse_jobs, yaml_problem
+from spotopt.mover.ledger import spent_usd
 
 __all__ = [
     "JOB_STATES",
     "TERMINAL",
     "TRANSITIONS",
+    "BudgetChange",
     "TransitionError",
     "cancel",
     "check_transition",
     "events",
+    "find_job",
     "get_job",
+    "job_events",
     "job_spec",
     "list_jobs",
     "record_transition",
+    "set_budget",
     "submit",
 ]
+
+log = logging.getLogger("spotopt")
+
+BUDGET_FIELDS = ("budget_usd", "max_usd_per_hour")
+"""Spec fields that live in the row and may change after submission (not part of the hash)."""
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     # Waiting for the planner to pick a market; the budget may already be spent (a resubmission).
@@ -127,9 +144,16 @@ def _load(spec: str | Path) -> tuple[Job, str | None, str]:
     return job, workdir, source
 
 
-def _canonical(job: Job) -> str:
-    """The validated job as JSON with sorted keys: the same spec always gives the same text."""
-    return json.dumps(job.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+def _canonical(spec: dict[str, Any]) -> str:
+    """A spec as JSON with sorted keys: the same spec always gives the same text."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def _identity_sha256(spec: dict[str, Any]) -> str:
+    """The sha256 that says whether two submissions are the same job: the canonical spec without
+    ``BUDGET_FIELDS`` (the budget may be raised after submission without making it another job)."""
+    kept = {k: v for k, v in spec.items() if k not in BUDGET_FIELDS}
+    return hashlib.sha256(_canonical(kept).encode()).hexdigest()
 
 
 def submit(db: Database, spec: str | Path, dry_run: bool = False, now: datetime | None = None) -> ManagedJob:
@@ -142,12 +166,12 @@ def submit(db: Database, spec: str | Path, dry_run: bool = False, now: datetime 
     """
     job, workdir, source = _load(spec)
     assert job.run is not None and job.checkpoint is not None and job.budget_usd is not None
-    text = _canonical(job)
+    dumped = job.model_dump(mode="json")
     at = now or datetime.now(UTC)
     created = ManagedJob(
         name=job.name,
-        spec_json=text,
-        spec_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        spec_json=_canonical(dumped),
+        spec_sha256=_identity_sha256(dumped),
         run_command=job.run,
         workdir=workdir,
         checkpoint_uri=job.checkpoint.uri,
@@ -182,6 +206,15 @@ def _store(db: Database, created: ManagedJob, source: str, dry_run: bool) -> Man
                     f"{source}: jobs[0].name: job {created.name!r} exists with another {what} "
                     f"(state {stored.state}); submit this one under a new name"
                 )
+            if (stored.budget_usd, stored.max_usd_per_hour) != (created.budget_usd, created.max_usd_per_hour):
+                log.warning(
+                    "job %r is already submitted with budget %s; the file's budget (%s) is not applied: "
+                    "`spotopt jobs budget %s USD` changes it",
+                    stored.name,
+                    _budget_text(stored.budget_usd, stored.max_usd_per_hour),
+                    _budget_text(created.budget_usd, created.max_usd_per_hour),
+                    stored.name,
+                )
             return stored
         if dry_run:
             return created
@@ -211,7 +244,9 @@ def list_jobs(db: Database, states: tuple[str, ...] = ()) -> list[ManagedJob]:
         return list(session.scalars(query))
 
 
-def _find(session: Session, name: str, lock: bool = False) -> ManagedJob:
+def find_job(session: Session, name: str, lock: bool = False) -> ManagedJob:
+    """The job called ``name`` in ``session`` (locked for update with ``lock``); ``InputError``
+    naming ``NAME`` if there is none."""
     query = select(ManagedJob).where(ManagedJob.name == name)
     job = session.scalar(query.with_for_update() if lock else query)
     if job is None:
@@ -222,7 +257,7 @@ def _find(session: Session, name: str, lock: bool = False) -> ManagedJob:
 def get_job(db: Database, name: str) -> ManagedJob:
     """The managed job called ``name``; ``InputError`` if there is none."""
     with db.session() as session:
-        return _find(session, name)
+        return find_job(session, name)
 
 
 def cancel(db: Database, name: str, reason: str, now: datetime | None = None) -> ManagedJob:
@@ -232,7 +267,7 @@ def cancel(db: Database, name: str, reason: str, now: datetime | None = None) ->
     transition cannot interleave between the check and the write.
     """
     with db.session() as session:
-        job = _find(session, name, lock=True)
+        job = find_job(session, name, lock=True)
         record_transition(session, job, "cancelled", reason, now)
     return job
 
@@ -240,6 +275,70 @@ def cancel(db: Database, name: str, reason: str, now: datetime | None = None) ->
 def events(db: Database, name: str) -> list[JobEvent]:
     """Every state transition of ``name``, in the order they happened."""
     with db.session() as session:
-        job = _find(session, name)
-        query = select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.at, JobEvent.id)
-        return list(session.scalars(query))
+        return job_events(session, find_job(session, name))
+
+
+def job_events(session: Session, job: ManagedJob) -> list[JobEvent]:
+    """``job``'s transitions in ``session``, in the order they happened."""
+    query = select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.at, JobEvent.id)
+    return list(session.scalars(query))
+
+
+@dataclass(frozen=True)
+class BudgetChange:
+    """What ``set_budget`` did: the job as it is now, its spend and its state before."""
+
+    job: ManagedJob
+    spent_usd: float
+    from_state: str
+
+
+def _budget_text(budget_usd: float, max_usd_per_hour: float | None) -> str:
+    per_hour = f", at most ${max_usd_per_hour:,.2f}/h" if max_usd_per_hour is not None else ""
+    return f"${budget_usd:,.2f}{per_hour}"
+
+
+def set_budget(
+    db: Database,
+    name: str,
+    budget_usd: float,
+    max_usd_per_hour: float | None = None,
+    now: datetime | None = None,
+) -> BudgetChange:
+    """Set ``name``'s total budget (and, when given, its spend-rate cap); return the job, its
+    spend so far (the ledger at ``now``) and the state it had before.
+
+    The new budget must exceed what the job has already spent (a smaller one could buy nothing
+    and would hide an overrun): otherwise an ``InputError`` and nothing changes. An
+    ``over-budget`` job goes back to ``pending`` (a recorded transition), so the daemon may
+    launch it again; a final job (done, failed, cancelled) is refused. The row and the stored
+    spec change together; the spec's hash leaves the budget out, so the job stays the same job.
+    The row is locked (``SELECT … FOR UPDATE`` on PostgreSQL) against a concurrent executor.
+    """
+    for field, value in (("USD", budget_usd), ("--max-usd-per-hour", max_usd_per_hour)):
+        if value is not None and (not math.isfinite(value) or not 0 < value <= MAX_USD):
+            raise InputError(f"{field}: {value!r} is not a budget; give dollars > 0 (at most {MAX_USD:g})")
+    at = now or datetime.now(UTC)
+    with db.session() as session:
+        job = find_job(session, name, lock=True)
+        if job.state in TERMINAL:
+            raise InputError(f"NAME: job {name!r} is {job.state}; a final job's budget cannot change")
+        spent = spent_usd(session, job.id, at)
+        if budget_usd <= spent:
+            raise InputError(
+                f"USD: ${budget_usd:,.2f} is not above the ${spent:,.2f} job {name!r} has already spent; "
+                "give a larger budget"
+            )
+        before = _budget_text(job.budget_usd, job.max_usd_per_hour)
+        job.budget_usd = budget_usd
+        if max_usd_per_hour is not None:
+            job.max_usd_per_hour = max_usd_per_hour
+        spec = json.loads(job.spec_json)
+        spec.update(budget_usd=job.budget_usd, max_usd_per_hour=job.max_usd_per_hour)
+        job.spec_json = _canonical(spec)
+        job.updated_at = at
+        change = BudgetChange(job, spent, job.state)
+        if job.state == "over-budget":
+            after = _budget_text(job.budget_usd, job.max_usd_per_hour)
+            record_transition(session, job, "pending", f"budget raised from {before} to {after}", at)
+    return change

@@ -62,11 +62,15 @@ def price_in_effect(
     session: Session, market_id: int, start: datetime, end: datetime, fallback: float
 ) -> float:
     """The time-weighted mean price of ``market_id`` over ``[start, end]`` (``fallback`` where the
-    history has no point yet, e.g. a market priced only at launch)."""
+    history has no point yet, e.g. a market priced only at launch).
+
+    Two sources reporting the same instant are ordered by source name (the last one holds), so
+    SQLite and PostgreSQL agree on which one is in effect.
+    """
     before = session.scalar(
         select(PricePoint.usd_per_hour)
         .where(PricePoint.market_id == market_id, PricePoint.observed_at <= start)
-        .order_by(PricePoint.observed_at.desc())
+        .order_by(PricePoint.observed_at.desc(), PricePoint.source.desc())
         .limit(1)
     )
     if end <= start:
@@ -78,7 +82,7 @@ def price_in_effect(
             PricePoint.observed_at > start,
             PricePoint.observed_at < end,
         )
-        .order_by(PricePoint.observed_at)
+        .order_by(PricePoint.observed_at, PricePoint.source)
     ).all()
     price = float(before) if before is not None else fallback
     total, at = 0.0, start
@@ -87,6 +91,13 @@ def price_in_effect(
         price, at = float(usd), when
     total += price * (end - at).total_seconds()
     return total / (end - start).total_seconds()
+
+
+def slot_usd_per_hour(session: Session, p: Placement, start: datetime, end: datetime) -> float:
+    """The job slot's price of placement ``p`` in effect over ``[start, end]``: its market's
+    price times the instances the slot takes (the price at launch where the history has none)."""
+    launch_price = p.usd_per_hour / p.instances if p.instances else 0.0
+    return p.instances * price_in_effect(session, p.market_id, start, end, launch_price)
 
 
 def intervals(session: Session, job_id: int, now: datetime) -> list[Interval]:
@@ -104,12 +115,11 @@ def interval(session: Session, p: Placement, now: datetime) -> Interval:
     assert p.started_at is not None
     market = market_key(session, p.market_id)
     end = p.ended_at or max(now, p.started_at)
-    slot_usd = p.instances * price_in_effect(
-        session, p.market_id, p.started_at, end, p.usd_per_hour / p.instances if p.instances else 0.0
-    )
-    seconds = billed_seconds(
-        market.cloud, p.started_at, end, interrupted_by_cloud=p.end_reason == "preempted"
-    )
+    slot_usd = slot_usd_per_hour(session, p, p.started_at, end)
+    # Only a spot instance can be reclaimed by its cloud (AWS's first-hour refund is a Spot rule);
+    # an on-demand placement that vanished is billed like one we ended.
+    reclaimed = p.end_reason == "preempted" and market.kind is MarketKind.SPOT
+    seconds = billed_seconds(market.cloud, p.started_at, end, interrupted_by_cloud=reclaimed)
     return Interval(
         placement_id=p.id,
         epoch=p.epoch,
@@ -127,7 +137,8 @@ def interval(session: Session, p: Placement, now: datetime) -> Interval:
 
 
 def total_usd(rows: Sequence[Interval]) -> float:
-    return sum(r.cost_usd for r in rows)
+    """The ledger's total: what every interval of the job cost, across moves."""
+    return sum((r.cost_usd for r in rows), 0.0)
 
 
 def spent_usd(session: Session, job_id: int, now: datetime) -> float:

@@ -1,4 +1,5 @@
-"""Providers: where a job's placements run. Registered by kebab-case name (``local``; clouds next).
+"""Providers: where a job's placements run. Registered by kebab-case name (``local``, ``aws``,
+``gcp``, ``azure``).
 
 ``get_provider(name, **options)`` builds one; the module behind a name is imported only then,
 so listing names never imports a cloud SDK.
@@ -15,6 +16,9 @@ from spotopt.providers.base import Provider
 
 PROVIDERS: dict[str, str] = {
     "local": "spotopt.providers.local:LocalProvider",
+    "aws": "spotopt.providers.aws:AwsProvider",
+    "gcp": "spotopt.providers.gcp:GcpProvider",
+    "azure": "spotopt.providers.azure:AzureProvider",
 }
 
 

@@ -92,6 +92,9 @@ class InstanceStatus:
 @runtime_checkable
 class Provider(Protocol):
     name: str
+    runs_on_market: bool
+    """True when an instance really is the market's machine (its GPU): only then are the job's
+    measured steps/s a throughput of that GPU worth storing (``local`` runs on this machine)."""
 
     def launch(self, spec: LaunchSpec, market: MarketKey, idempotency_key: str) -> Instance: ...
 

@@ -70,6 +70,7 @@ class LocalProvider:
     """Runs jobs as local subprocesses; see the module docstring for the state directory."""
 
     name = "local"
+    runs_on_market = False
 
     def __init__(self, state_dir: str | Path, grace_s: float = 30.0) -> None:
         self.state_dir = Path(state_dir)

@@ -1,0 +1,158 @@
+"""Where a managed job stands: where it runs, how far it got, what it has spent and will spend.
+
+``jobs show`` prints this. Every number comes from a place that already owns it: spend from the
+ledger (``spotopt.mover.ledger``), the expected steps/s from the planner's own throughput book
+(``spotopt.throughput.JobThroughput`` over the spec and the throughput store) and the work from
+``spotopt.plan.work_steps``, so what ``show`` says agrees with what the planner decided on.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from spotopt.db.engine import Database
+from spotopt.db.models import InstanceType, JobEvent, JobMove, ManagedJob, Market, Placement
+from spotopt.errors import InputError
+from spotopt.jobspec import Job
+from spotopt.mover.jobs import find_job, job_events, job_spec
+from spotopt.mover.ledger import Interval, intervals, market_key, slot_usd_per_hour, spent_usd
+from spotopt.plan import work_steps
+from spotopt.providers.base import market_label
+from spotopt.throughput import Figure, JobThroughput
+from spotopt.throughput_store import stored_figures
+
+
+def ledger(db: Database, name: str, now: datetime) -> tuple[ManagedJob, list[Interval]]:
+    """``jobs cost``: the job called ``name`` and every instance interval it used, billed to ``now``."""
+    with db.session() as session:
+        job = find_job(session, name)
+        return job, intervals(session, job.id, now)
+
+
+def show(db: Database, name: str, now: datetime) -> tuple[ManagedJob, dict[str, Any], list[JobEvent]]:
+    """``jobs show``: the job, its ``job_status`` at ``now`` and its state transitions, read in one
+    transaction (so spend, moves and state agree with each other)."""
+    with db.session() as session:
+        job = find_job(session, name)
+        status = job_status(session, job, job_spec(job), now)
+        return job, status, job_events(session, job)
+
+
+def job_status(session: Session, job: ManagedJob, spec: Job, now: datetime) -> dict[str, Any]:
+    """The live part of ``jobs show``: ``placement``, ``progress``, ``checkpoint_verified``,
+    ``moves``, ``preemptions``, ``spent_usd`` and ``expected_cost_to_finish_usd``.
+
+    ``placement`` is None while the job runs nowhere, and so are the expected steps/s and the
+    cost to finish (there is no GPU and no price to base them on). Running instances are billed
+    up to ``now``.
+    """
+    book = JobThroughput(spec, stored_figures(session))
+    try:
+        work: float | None = work_steps(spec, book)
+    except InputError:
+        work = None  # work given in GPU-days of a GPU the job has no figure for: unknown in steps
+    current = session.get(Placement, job.placement_id) if job.placement_id is not None else None
+    if current is not None and current.state in ("ended", "failed"):
+        current = None
+    expected = _expected_figure(session, book, current) if current is not None else None
+    slot_usd = slot_usd_per_hour(session, current, now, now) if current is not None else None
+    remaining = None if work is None else max(work - job.steps, 0.0)
+    to_finish = None
+    if remaining is not None and expected is not None and slot_usd is not None:
+        to_finish = remaining / (expected.steps_per_s * 3600.0) * slot_usd
+    return {
+        "placement": None if current is None else _placement(session, current, slot_usd),
+        "progress": {
+            "steps": job.steps,
+            "work_steps": work,
+            "done_fraction": None if not work else min(job.steps / work, 1.0),
+            "steps_per_s_measured": job.steps_per_s,
+            "steps_per_s_expected": None if expected is None else expected.steps_per_s,
+            "expected_source": None if expected is None else expected.source,
+            "heartbeat_at": job.heartbeat_at,
+        },
+        "checkpoint_verified": (
+            None
+            if job.checkpoint_name is None
+            else {"name": job.checkpoint_name, "step": job.checkpoint_step}
+        ),
+        "moves": moves(session, job.id),
+        "preemptions": preemptions(session, job.id),
+        "spent_usd": spent_usd(session, job.id, now),
+        "expected_cost_to_finish_usd": to_finish,
+    }
+
+
+def _expected_figure(session: Session, book: JobThroughput, p: Placement) -> Figure | None:
+    """The planner's steps/s for the placement's GPU model and GPU count."""
+    gpu_model = session.scalar(
+        select(InstanceType.gpu_model)
+        .join(Market, Market.instance_type_id == InstanceType.id)
+        .where(Market.id == p.market_id)
+    )
+    return None if gpu_model is None else book.at(gpu_model, p.gpus)
+
+
+def _placement(session: Session, p: Placement, slot_usd: float | None) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "market": market_label(market_key(session, p.market_id)),
+        "provider": p.provider,
+        "instance_id": p.instance_id,
+        "epoch": p.epoch,
+        "state": p.state,
+        "gpus": p.gpus,
+        "started_at": p.started_at,
+        "usd_per_hour": slot_usd,
+    }
+
+
+def moves(session: Session, job_id: int) -> list[dict[str, Any]]:
+    """Every move of the job (start, move, recover, stop), oldest first, with its markets."""
+    rows = session.scalars(
+        select(JobMove).where(JobMove.job_id == job_id).order_by(JobMove.created_at, JobMove.id)
+    ).all()
+    market_of = dict(
+        session.execute(select(Placement.id, Placement.market_id).where(Placement.job_id == job_id)).all()
+    )
+    labels: dict[int, str] = {}
+
+    def label(market_id: int | None) -> str | None:
+        if market_id is None:
+            return None
+        if market_id not in labels:
+            labels[market_id] = market_label(market_key(session, market_id))
+        return labels[market_id]
+
+    return [
+        {
+            "id": m.id,
+            "kind": m.kind,
+            "reason": m.reason,
+            "step": m.step,
+            "outcome": m.outcome,
+            "from_market": label(market_of.get(m.from_placement_id) if m.from_placement_id else None),
+            "to_market": label(market_of.get(m.to_placement_id) if m.to_placement_id else m.market_id),
+            "gpus": m.gpus,
+            "saving_usd": m.saving_usd,
+            "cost_usd": m.cost_usd,
+            "checkpoint_step": m.checkpoint_step,
+            "created_at": m.created_at,
+            "finished_at": m.finished_at,
+        }
+        for m in rows
+    ]
+
+
+def preemptions(session: Session, job_id: int) -> int:
+    """How many of the job's instances the cloud took away."""
+    count = session.scalar(
+        select(func.count())
+        .select_from(Placement)
+        .where(Placement.job_id == job_id, Placement.end_reason == "preempted")
+    )
+    return int(count or 0)

@@ -1,0 +1,363 @@
+"""The AWS provider against moto's server over real HTTP (network: 127.0.0.1 only).
+
+Each launched instance is backed by a local process running the rendered user data
+(``tests.fake_ec2.LocalEc2``), so the shared provider contract runs here as it does for
+``local``. moto cannot be told to fail ``RunInstances`` with a capacity error or to throttle,
+so those tests raise the exact ``ClientError`` EC2 returns from a botocore ``before-call`` hook
+on the one operation, while every other call still goes to moto (cloud-apis.md §2.8).
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spotopt.checkpoints import Location, grant_lease, read_finished, read_heartbeat
+from spotopt.cloud_calls import MissingCredentials, Retry
+from spotopt.errors import CapacityUnavailableError, ConfigError, ProviderError
+from spotopt.providers import get_provider
+from spotopt.providers.aws import AwsProvider, client_token, state_of
+from spotopt.providers.base import InstanceState, LaunchSpec
+from spotopt.settings import Settings
+from spotopt.types import MarketKey, MarketKind
+from tests.fake_ec2 import FAKE_CREDENTIALS, LocalEc2, moto_ec2, reset_ec2
+from tests.fake_metadata import FakeMetadata, metadata
+from tests.provider_contract import ProviderContract, wait_for
+from tests.stores import moto_s3
+
+__all__ = ["metadata", "moto_ec2", "moto_s3"]  # the fixtures, imported for pytest
+
+SPOT = MarketKey("aws", "us-east-1", "us-east-1b", "g5.xlarge", MarketKind.SPOT)
+ON_DEMAND = MarketKey("aws", "us-west-2", "us-west-2a", "g5.xlarge", MarketKind.ON_DEMAND)
+PROFILE = "spotopt-job"
+TRAIN = Path(__file__).resolve().parents[1] / "data" / "examples" / "train_numpy.py"
+SLEEP = (sys.executable, "-c", "import time; time.sleep(60)")
+
+
+def _settings(endpoint: str, workdir: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "aws_image_id": "ami-03cf127a",
+        "aws_instance_profile": PROFILE,
+        "aws_endpoint_url": endpoint,
+        "bootstrap_venv": sys.prefix,  # this virtualenv: spotopt is already installed in it
+        "bootstrap_pip_spec": "",
+        "bootstrap_workdir": str(workdir),
+        "bootstrap_shutdown": False,  # LocalEc2 plays the power-off when the script ends
+    }
+    return Settings(**(values | overrides))
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def session(aws_env: None, moto_ec2: str) -> Any:
+    import boto3
+
+    reset_ec2()
+    made = boto3.Session(region_name="us-east-1")
+    iam = made.client("iam", endpoint_url=moto_ec2)
+    if not iam.list_instance_profiles()["InstanceProfiles"]:
+        iam.create_instance_profile(InstanceProfileName=PROFILE)
+    return made
+
+
+@pytest.fixture
+def machines(tmp_path: Path, session: Any) -> Iterator[LocalEc2]:
+    made = LocalEc2(tmp_path / "machines", grace_s=5.0)
+    made.attach(session)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def provider(moto_ec2: str, session: Any, machines: LocalEc2, tmp_path: Path) -> AwsProvider:
+    retry = Retry(sleep=lambda s: None)
+    return AwsProvider(_settings(moto_ec2, tmp_path), regions=["us-east-1"], session=session, retry=retry)
+
+
+@pytest.fixture
+def market() -> MarketKey:
+    return SPOT
+
+
+class TestAwsProviderContract(ProviderContract):
+    pass
+
+
+def _spec(command: tuple[str, ...] = SLEEP, **tags: str) -> LaunchSpec:
+    return LaunchSpec("j1", 7, command, "s3://bucket/ckpt", tags=tags)
+
+
+def _ec2(provider: AwsProvider, region: str = "us-east-1") -> Any:
+    return provider.clients.ec2(region)
+
+
+def _raw(provider: AwsProvider, instance_id: str) -> dict[str, Any]:
+    ec2_id, region = instance_id.split("@")
+    reply = _ec2(provider, region).describe_instances(InstanceIds=[ec2_id])
+    instance: dict[str, Any] = reply["Reservations"][0]["Instances"][0]
+    return instance
+
+
+def _fail_once(provider: AwsProvider, operation: str, code: str, times: int = 1) -> list[str]:
+    """Raise EC2's ``code`` from the next ``times`` calls of ``operation``; later calls reach moto."""
+    from botocore.exceptions import ClientError
+
+    calls: list[str] = []
+
+    def fail(**_: Any) -> None:
+        calls.append(code)
+        if len(calls) <= times:
+            error = {"Error": {"Code": code, "Message": f"simulated {code}"}}
+            raise ClientError(error, operation)  # type: ignore[arg-type]
+
+    _ec2(provider).meta.events.register(f"before-call.ec2.{operation}", fail)
+    return calls
+
+
+def test_launch_sends_spot_options_tags_user_data_and_the_zone(provider: AwsProvider) -> None:
+    instance = provider.launch(_spec(team="ml", move="m-3"), SPOT, "j1-e7")
+    raw = _raw(provider, instance.instance_id)
+    assert raw["InstanceLifecycle"] == "spot"
+    assert raw["Placement"]["AvailabilityZone"] == "us-east-1b"
+    assert raw["InstanceType"] == "g5.xlarge"
+    assert raw["ClientToken"] == "j1-e7"
+    assert raw["IamInstanceProfile"]["Arn"].endswith(f"instance-profile/{PROFILE}")
+    assert raw["MetadataOptions"]["HttpTokens"] == "required"
+    tags = {t["Key"]: t["Value"] for t in raw["Tags"]}
+    assert tags == {
+        "spotopt:job": "j1",
+        "spotopt:epoch": "7",
+        "spotopt:key": "j1-e7",
+        "spotopt:move": "m-3",
+        "spotopt:market": "aws/us-east-1/us-east-1b/g5.xlarge/spot",
+        "team": "ml",
+        "move": "m-3",
+    }
+    ec2_id = instance.instance_id.split("@")[0]
+    attribute = _ec2(provider).describe_instance_attribute(InstanceId=ec2_id, Attribute="userData")
+    script = base64.b64decode(attribute["UserData"]["Value"]).decode()
+    assert script.startswith("#!/bin/bash\n") and "export SPOTOPT_JOB=j1\n" in script
+    assert "export SPOTOPT_CLOUD=aws\n" in script and "AWS_SECRET" not in script
+    behaviour = _ec2(provider).describe_instance_attribute(
+        InstanceId=ec2_id, Attribute="instanceInitiatedShutdownBehavior"
+    )
+    assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+    assert instance.tags == {"team": "ml", "move": "m-3"}
+    assert instance.instance_id.endswith("@us-east-1") and instance.instance_id.startswith("i-")
+
+
+def test_on_demand_has_no_market_options_and_lands_in_its_region(provider: AwsProvider) -> None:
+    instance = provider.launch(_spec(), ON_DEMAND, "j1-od")
+    raw = _raw(provider, instance.instance_id)
+    assert "InstanceLifecycle" not in raw
+    assert raw["Placement"]["AvailabilityZone"] == "us-west-2a"
+    assert instance.instance_id.endswith("@us-west-2")
+    assert provider.list_instances(job="j1") == [instance]  # the launch region is now listed
+
+
+def test_one_key_launches_one_instance_and_terminate_twice_is_fine(provider: AwsProvider) -> None:
+    first = provider.launch(_spec(), SPOT, "j1-once")
+    assert provider.launch(_spec(), SPOT, "j1-once") == first
+    reply = _ec2(provider).describe_instances(Filters=[{"Name": "tag:spotopt:key", "Values": ["j1-once"]}])
+    assert sum(len(r["Instances"]) for r in reply["Reservations"]) == 1
+    assert provider.terminate(first.instance_id).state is InstanceState.TERMINATED
+    assert provider.terminate(first.instance_id).state is InstanceState.TERMINATED
+    assert _raw(provider, first.instance_id)["State"]["Name"] == "terminated"
+
+
+def test_a_long_key_becomes_a_stable_64_character_client_token(provider: AwsProvider) -> None:
+    key = "job-" + "x" * 100
+    assert client_token(key) == client_token(key) and len(client_token(key)) == 64
+    assert client_token("é") != "é" and client_token("short") == "short"
+    instance = provider.launch(_spec(), SPOT, key)
+    raw = _raw(provider, instance.instance_id)
+    assert raw["ClientToken"] == client_token(key)
+    assert instance.idempotency_key == key and provider.launch(_spec(), SPOT, key) == instance
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "InsufficientInstanceCapacity",
+        "SpotMaxPriceTooLow",
+        "MaxSpotInstanceCountExceeded",
+        "Unsupported",
+        "InsufficientCapacity",
+        "UnfulfillableCapacity",
+    ],
+)
+def test_capacity_and_price_errors_are_capacity_unavailable(provider: AwsProvider, code: str) -> None:
+    _fail_once(provider, "RunInstances", code)
+    with pytest.raises(CapacityUnavailableError, match=rf"aws/us-east-1/us-east-1b/g5.xlarge/spot.*{code}"):
+        provider.launch(_spec(), SPOT, "j1-cap")
+    assert provider.list_instances(job="j1") == []
+
+
+def test_throttling_is_retried_and_other_errors_name_the_call(provider: AwsProvider) -> None:
+    calls = _fail_once(provider, "RunInstances", "RequestLimitExceeded", times=2)
+    instance = provider.launch(_spec(), SPOT, "j1-throttled")
+    assert len(calls) == 3 and provider.status(instance.instance_id).state.is_live
+    _fail_once(provider, "RunInstances", "InvalidParameterValue")
+    with pytest.raises(ProviderError, match=r"ec2\.run_instances: InvalidParameterValue: simul") as caught:
+        provider.launch(_spec(), SPOT, "j1-bad")
+    assert not isinstance(caught.value, CapacityUnavailableError)
+
+
+def test_reconcile_finds_an_instance_launched_by_another_provider_object(
+    provider: AwsProvider, moto_ec2: str, session: Any, tmp_path: Path
+) -> None:
+    instance = provider.launch(_spec(team="ml"), SPOT, "j1-crash")
+    # the daemon crashed after the launch; a new process builds a new provider
+    restarted = AwsProvider(_settings(moto_ec2, tmp_path), regions=["us-east-1"], session=session)
+    assert restarted.list_instances(job="j1") == [instance]
+    assert restarted.list_instances(tags={"team": "ml"}) == [instance]
+    assert restarted.list_instances(job="other") == []
+    assert restarted.status(instance.instance_id).state is InstanceState.RUNNING
+    assert restarted.launch(_spec(team="ml"), SPOT, "j1-crash") == instance
+
+
+def test_foreign_and_malformed_ids_are_gone_and_never_terminated(provider: AwsProvider) -> None:
+    ec2 = _ec2(provider)
+    foreign = ec2.run_instances(ImageId="ami-03cf127a", InstanceType="t3.micro", MinCount=1, MaxCount=1)
+    foreign_id = foreign["Instances"][0]["InstanceId"] + "@us-east-1"
+    assert provider.terminate(foreign_id).state is InstanceState.GONE
+    assert _raw(provider, foreign_id)["State"]["Name"] == "running"
+    assert foreign_id not in {i.instance_id for i in provider.list_instances()}
+    for unknown in ("i-0123456789abcdef0@us-east-1", "i-nope@us-east-1", "i-0123", "local-1"):
+        assert provider.status(unknown).state is InstanceState.GONE
+        assert provider.terminate(unknown).state is InstanceState.GONE
+
+
+def test_a_spot_interruption_is_preempted(provider: AwsProvider, machines: LocalEc2) -> None:
+    instance = provider.launch(_spec(), SPOT, "j1-preempt")
+    ec2_id = instance.instance_id.split("@")[0]
+    machines.wait_started(ec2_id)
+    machines.preempt(ec2_id)
+    status = provider.status(instance.instance_id)
+    assert status.state is InstanceState.PREEMPTED and "Spot" in status.detail
+    assert provider.terminate(instance.instance_id).state is InstanceState.PREEMPTED
+
+
+@pytest.mark.parametrize(
+    ("ec2_state", "reason", "expected"),
+    [
+        ("pending", "", InstanceState.PENDING),
+        ("running", "", InstanceState.RUNNING),
+        ("shutting-down", "Server.SpotInstanceTermination", InstanceState.PREEMPTED),
+        ("terminated", "Server.SpotInstanceTermination", InstanceState.PREEMPTED),
+        ("terminated", "Server.InternalError", InstanceState.PREEMPTED),
+        ("terminated", "Client.InstanceInitiatedShutdown", InstanceState.EXITED),
+        ("terminated", "Client.UserInitiatedShutdown", InstanceState.TERMINATED),
+        ("stopped", "Client.UserInitiatedShutdown", InstanceState.EXITED),
+    ],
+)
+def test_ec2_states_map_to_provider_states(ec2_state: str, reason: str, expected: InstanceState) -> None:
+    assert state_of(ec2_state, reason) is expected
+
+
+def test_missing_settings_are_named_before_any_call(tmp_path: Path, aws_env: None) -> None:
+    retry = Retry(sleep=lambda s: None)
+    unreachable = "http://127.0.0.1:9"  # a call would fail loudly, not name the setting
+    for missing, variable in (
+        ("aws_image_id", "SPOTOPT_AWS_IMAGE_ID"),
+        ("aws_instance_profile", "SPOTOPT_AWS_INSTANCE_PROFILE"),
+    ):
+        settings = _settings(unreachable, tmp_path, **{missing: " "})
+        provider = AwsProvider(settings, retry=retry)
+        with pytest.raises(ConfigError, match=f"^{missing} is not set: set {variable} to "):
+            provider.launch(_spec(), SPOT, "k")
+
+
+def test_missing_credentials_say_which_cloud_and_what_to_configure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    session = boto3.Session(region_name="us-east-1")
+    provider = AwsProvider(_settings("http://127.0.0.1:9", tmp_path), session=session)
+    with pytest.raises(MissingCredentials, match=r"aws.*configure AWS credentials"):
+        provider.launch(_spec(), SPOT, "k")
+
+
+def test_the_registry_builds_aws(tmp_path: Path) -> None:
+    made = get_provider("aws", settings=_settings("http://127.0.0.1:9", tmp_path))
+    assert isinstance(made, AwsProvider) and made.name == "aws"
+
+
+def test_an_instance_whose_job_ends_is_exited(provider: AwsProvider, machines: LocalEc2) -> None:
+    script = (sys.executable, "-c", "import os; print('job', os.environ['SPOTOPT_JOB'], os.getcwd())")
+    instance = provider.launch(_spec(script), SPOT, "j1-ends")
+    wait_for(provider, instance.instance_id, {InstanceState.EXITED})
+    log = machines.log(instance.instance_id.split("@")[0])
+    assert f"job j1 {provider.settings.bootstrap_workdir}" in log
+    assert "spotopt: job exited with status 0" in log
+
+
+def test_a_preempted_spot_job_resumes_on_the_next_instance_and_finishes(
+    provider: AwsProvider, machines: LocalEc2, metadata: FakeMetadata, tmp_path: Path
+) -> None:
+    """The whole AWS path: user data → agent → IMDS notice → checkpoint → spot interruption →
+    a new placement (new epoch, new key) resumes from it and finishes; the first ends PREEMPTED,
+    the second EXITED (its script ended, as the power-off would end a real instance)."""
+    store = f"file://{tmp_path / 'store'}"
+    loc = Location(store)
+    log = tmp_path / "steps.log"
+    env = {
+        "SPOTOPT_AWS_METADATA_URL": metadata.url,
+        "SPOTOPT_POLL_EVERY": "0.1s",
+        "SPOTOPT_HEARTBEAT_EVERY": "0.1s",
+    }
+    instances = []
+    total = 1_000_000  # the first placement never ends by itself: only the notice stops it
+    for delay in ("0.01", "0"):
+        lease = grant_lease(loc, "trainer", datetime.now(UTC))
+        command = ("python", str(TRAIN), "--steps", str(total), "--log", str(log), "--step-delay", delay)
+        spec = LaunchSpec("trainer", lease.epoch, command, store, checkpoint_every_s=3600.0, env=env)
+        instance = provider.launch(spec, SPOT, f"trainer-e{lease.epoch}")
+        instances.append(instance)
+        if len(instances) == 1:
+            ec2_id = instance.instance_id.split("@")[0]
+            deadline = time.monotonic() + 60
+            while (beat := read_heartbeat(loc, "trainer", lease.epoch)) is None or beat.step < 20:
+                assert time.monotonic() < deadline, machines.log(ec2_id)
+                time.sleep(0.05)
+            metadata.notify("aws")  # the two-minute warning: the agent checkpoints and stops
+            assert machines.procs[ec2_id].wait(timeout=60) == 0, machines.log(ec2_id)
+            metadata.aws_action = None  # the next instance has no notice pending
+            machines.preempt(ec2_id)
+            stopped = read_heartbeat(loc, "trainer", lease.epoch)
+            assert stopped is not None and stopped.last_checkpoint_step is not None
+            total = stopped.last_checkpoint_step + 50
+    wait_for(provider, instances[1].instance_id, {InstanceState.EXITED}, timeout_s=60)
+    assert provider.status(instances[0].instance_id).state is InstanceState.PREEMPTED
+    # every step once: the second instance resumed exactly where the notice's checkpoint was
+    assert [int(line.split()[0]) for line in log.read_text().splitlines()] == list(range(1, total + 1))
+    finished = read_finished(loc, "trainer")
+    assert finished is not None and finished["epoch"] == 2 and finished["step"] == total
+    assert [i.epoch for i in provider.list_instances(job="trainer")] == [1, 2]
+
+
+def test_a_foreign_market_or_an_overlong_key_is_refused(tmp_path: Path, aws_env: None) -> None:
+    provider = AwsProvider(_settings("http://127.0.0.1:9", tmp_path), retry=Retry(sleep=lambda s: None))
+    gcp = MarketKey("gcp", "us-central1", "us-central1-a", "g2-standard-4", MarketKind.SPOT)
+    with pytest.raises(ProviderError, match="is not an AWS market"):
+        provider.launch(_spec(), gcp, "k")
+    with pytest.raises(ProviderError, match="idempotency key longer than 256"):
+        provider.launch(_spec(), SPOT, "k" * 257)
