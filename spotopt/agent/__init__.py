@@ -67,7 +67,15 @@ def current() -> Agent:
     global _agent
     with _lock:
         if _agent is None:
-            _agent = Agent(AgentConfig.from_environ(os.environ), clock=_clock)
+            config = AgentConfig.from_environ(os.environ)
+            clock = _clock
+            if config.clock_file is not None and clock is time.time:
+                from functools import partial
+
+                from spotopt.mover.simclock import file_clock
+
+                clock = partial(file_clock, config.clock_file)
+            _agent = Agent(config, clock=clock)
         return _agent
 
 

@@ -45,6 +45,7 @@ ENV_VARS: dict[str, str] = {
     "SPOTOPT_AZURE_METADATA_URL": "Azure instance metadata base URL (default http://169.254.169.254)",
     "SPOTOPT_NOTICE_FILE": "local provider: the file whose appearance is a preemption notice",
     "SPOTOPT_SCRATCH_DIR": "local directory for checkpoint staging and restores (default: a temp dir)",
+    "SPOTOPT_CLOCK_FILE": "replay: the simulated clock file the agent reads its time from (default: real)",
 }
 
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -70,6 +71,8 @@ class AgentConfig:
     metadata_urls: dict[str, str] = field(default_factory=dict)
     notice_file: str | None = None
     scratch_dir: str | None = None
+    clock_file: str | None = None
+    """``spotopt.mover.simclock``'s file: time is simulated (a replayed market), not the real clock."""
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> AgentConfig:
@@ -103,6 +106,7 @@ class AgentConfig:
             },
             notice_file=env.get("SPOTOPT_NOTICE_FILE") or None,
             scratch_dir=env.get("SPOTOPT_SCRATCH_DIR") or None,
+            clock_file=env.get("SPOTOPT_CLOCK_FILE") or None,
         )
 
 

@@ -13,7 +13,7 @@ import platformdirs
 import typer
 from sqlalchemy import func, select
 
-from spotopt.cli.common import FormatOption, parse_duration, state
+from spotopt.cli.common import FormatOption, parse_duration, parse_time, state
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, InstanceType, JobMove, ManagedJob, Market
 from spotopt.errors import ConfigError, InputError
@@ -250,4 +250,71 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         title="Moves under way (next actions)",
         empty="none",
         columns=("job", "kind", "step", "reason", "since"),
+    )
+
+
+@app.command("replay")
+def replay_cmd(
+    ctx: typer.Context,
+    jobs_file: Annotated[Path, typer.Argument(metavar="JOBS.yaml", help="Job spec (any what-if job file).")],
+    start: Annotated[
+        str | None,
+        typer.Option(help="Simulated start (ISO 8601); default: one window before the latest price."),
+    ] = None,
+    preemptions: Annotated[
+        str, typer.Option(help="Preemptions during the replay: none (the only mode so far).")
+    ] = "none",
+    seed: Annotated[int, typer.Option(min=0, help="Seed for --preemptions model.")] = 0,
+    example: Annotated[
+        bool,
+        typer.Option(
+            "--example", help="Replay over the bundled SYNTHETIC example market instead of the history."
+        ),
+    ] = False,
+    keep: Annotated[
+        Path | None,
+        typer.Option(
+            "--keep",
+            help="Keep the replay's database, store and logs in this new directory (default: thrown away).",
+        ),
+    ] = None,
+    fmt: FormatOption = Format.TABLE,
+) -> None:
+    """Replay the jobs through the what-if engine and through the real daemon (local processes, a
+    simulated clock) from the same start, on a throwaway copy of the history; compare per job."""
+    import tempfile
+    from contextlib import AbstractContextManager, nullcontext
+
+    from spotopt.jobspec import load_jobs
+    from spotopt.mover.replay import COLUMNS as FIDELITY_COLUMNS
+    from spotopt.mover.replay import FidelityRequest, fidelity
+    from spotopt.whatif.preemptions import PreemptionMode
+    from spotopt.whatif.replay import example_history
+
+    modes = {m.value: m for m in PreemptionMode}
+    if preemptions not in modes:
+        raise InputError(f"--preemptions {preemptions!r}: must be one of {', '.join(modes)}")
+    request = FidelityRequest(
+        spec=load_jobs(jobs_file),
+        start=parse_time(start, "--start"),
+        preemptions=modes[preemptions],
+        seed=seed,
+    )
+    if keep is not None and keep.exists():
+        raise InputError(f"--keep {keep}: already exists; name a new directory")
+    history: AbstractContextManager[Database] = example_history() if example else nullcontext(state(ctx).db())
+    workdir: AbstractContextManager[str] = (
+        nullcontext(str(keep)) if keep is not None else tempfile.TemporaryDirectory(prefix="spotopt-replay-")
+    )
+    with history as db, workdir as tmp:
+        result = fidelity(db, request, Path(tmp))
+    if fmt is Format.JSON:
+        sys.stdout.write(to_json(result.rows) + "\n")
+        return
+    render(
+        result.rows,
+        fmt,
+        title=f"What-if (spotopt) vs the replayed daemon from "
+        f"{result.whatif.first_start:%Y-%m-%d %H:%M} UTC, preemptions {preemptions}",
+        columns=FIDELITY_COLUMNS,
     )

@@ -64,6 +64,7 @@ from spotopt.mover.ledger import market_key, spent_usd
 from spotopt.mover.observed import record_lifetime, record_throughput
 from spotopt.providers.base import InstanceState, LaunchSpec, Provider, market_label
 from spotopt.times import parse_duration
+from spotopt.types import MarketKey
 
 T = TypeVar("T")
 
@@ -389,7 +390,7 @@ class Executor:
                 stored_job.placement_id = placement.id
             placement_id = placement.id
             market = market_key(session, move.market_id)
-        launch = self._launch_spec(job, spec, move)
+        launch = self._launch_spec(job, spec, move, market)
         try:
             instance = self._effect(
                 move,
@@ -570,7 +571,9 @@ class Executor:
                     job.checkpoint_step = beat.last_checkpoint_step or 0
                 job.heartbeat_at = beat.at
 
-    def _launch_spec(self, job: ManagedJob, spec: Job, move: JobMove) -> LaunchSpec:
+    def _launch_spec(self, job: ManagedJob, spec: Job, move: JobMove, market: MarketKey) -> LaunchSpec:
+        """What the provider starts; ``SPOTOPT_MARKET``/``SPOTOPT_GPUS`` tell the job where it runs
+        (the replay's stand-in workload progresses at its throughput there)."""
         assert move.epoch is not None and spec.checkpoint is not None
         every = spec.checkpoint.every
         loc = job_location(job, spec)
@@ -580,7 +583,7 @@ class Executor:
             command=tuple(shlex.split(job.run_command)),
             checkpoint_uri=loc.url,
             checkpoint_every_s=parse_duration(every, "checkpoint.every").total_seconds() if every else None,
-            env=self.agent_env,
+            env={**self.agent_env, "SPOTOPT_MARKET": market_label(market), "SPOTOPT_GPUS": str(move.gpus)},
             workdir=job.workdir,
             tags={"spotopt:job": job.name, "spotopt:epoch": str(move.epoch), "spotopt:move": str(move.id)},
         )

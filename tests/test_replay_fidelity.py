@@ -1,0 +1,131 @@
+"""Fidelity: the real daemon replaying a recorded market pays what the what-if engine predicted.
+
+One small case: one job of about three simulated hours on AWS p3.2xlarge, whose cheapest zone
+changes after two hours, replayed with no preemptions. The daemon runs for real (executor,
+journal, lease, checkpoints, ``local`` processes running the stand-in workload) on the
+simulated clock; the what-if engine replays the same history from the same start.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import func, select
+
+from spotopt.db.engine import Database
+from spotopt.db.models import ManagedJob, Placement
+from spotopt.mover.standin import Rates, Workload
+from tests.helpers import cli, ingest, strict_json
+from tests.mover_world import on_demand, spot
+
+START = datetime(2024, 3, 1, tzinfo=UTC)
+JOB = {
+    "name": "small",
+    "throughput": {"V100": 1.0},
+    "work": {"steps": 10000},
+    "restart_s": 300,
+    "checkpoint_s": 30,
+    "allow": {"clouds": ["aws"], "markets": ["spot", "on-demand"], "instance_types": ["p3.2xlarge"]},
+}
+
+
+def history(db: Database) -> None:
+    before = START - timedelta(days=1)
+    ingest(
+        db,
+        [
+            spot("us-east-1a", 0.90, before),
+            spot("us-east-1b", 1.20, before),
+            spot("us-east-1b", 0.30, START + timedelta(hours=1, minutes=30)),
+            on_demand(3.06, before),
+        ],
+    )
+
+
+def test_the_replayed_daemon_pays_what_the_whatif_predicted(
+    db: Database, db_url: str, tmp_path: Path
+) -> None:
+    history(db)
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump({"jobs": [JOB]}), encoding="utf-8")
+    keep = tmp_path / "kept"
+    code, out, err = cli(
+        "--db",
+        db_url,
+        "daemon",
+        "replay",
+        jobs,
+        "--start",
+        START.isoformat(),
+        "--keep",
+        keep,
+        "--format",
+        "json",
+    )
+    assert code == 0, err
+    (row,) = strict_json(out)
+    assert row["job"] == "small"
+    # The job moves once (zone b turns cheapest at 01:30; the 02:00 round moves it), both ways.
+    assert row["predicted_moves"] == row["realised_moves"] == 1
+    assert row["predicted_preemptions"] == row["realised_preemptions"] == 0
+    assert row["failed_moves"] == 0  # every start and move the executor ran went through
+    # Within 1 %: what remains is the make-before-break overlap of the move (the old placement
+    # bills its 30 s checkpoint, the new one waits those 30 s for the lease) and the stand-in
+    # writing periodic checkpoints as real pauses where the engine discounts speed evenly
+    # (README, "Fidelity"); both are well under 1 % of a three-hour job.
+    assert abs(row["cost_diff"]) < 0.01 and abs(row["finish_diff"]) < 0.01
+    assert row["realised_cost_usd"] == pytest.approx(row["predicted_cost_usd"], rel=0.01)
+    # The replayed ledger is a database of its own, kept with --keep, read like a real one.
+    code, out, err = cli(
+        "--db", f"sqlite:///{keep / 'replay.sqlite'}", "jobs", "show", "small", "--format", "json"
+    )
+    assert code == 0, err
+    assert strict_json(out)["state"] == "done"
+    # The replay ran on a copy: the history has no managed job or placement.
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(ManagedJob)) == 0
+        assert session.scalar(select(func.count()).select_from(Placement)) == 0
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("bogus", "--preemptions 'bogus': must be one of none, model, replay"),
+        ("model", "--preemptions model:"),
+    ],
+)
+def test_replay_refuses_bad_preemptions(db_url: str, tmp_path: Path, option: str, message: str) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump({"jobs": [JOB]}), encoding="utf-8")
+    code, out, err = cli("--db", db_url, "daemon", "replay", jobs, "--preemptions", option)
+    assert code == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_standin_trains_restarts_and_checkpoints_in_simulated_time() -> None:
+    rates = Rates(
+        work_steps=1000, restart_s=100, checkpoint_s=10, options={"m|1": {"steps_per_s": 1.0, "tau_s": 60}}
+    )
+    load = Workload.entering(0.0, 0.0, rates, "m|1")
+    # Its first whole step confirms a start or a move: the first event the daemon must see.
+    assert load.next_event() == pytest.approx(101.0)
+    assert load.advance(100.0) == [] and load.step == 0  # the restart: no progress
+    assert load.advance(100.5) == [] and load.next_event() == pytest.approx(101.0)
+    assert load.advance(101.0) == []
+    # Then only the end: 20 cycles of 50 s training and a 10 s periodic write, less the last write.
+    assert load.next_event() == pytest.approx(100.0 + 20 * 60.0 - 10.0)
+    assert load.advance(155.0) == [] and load.step == pytest.approx(50.0)  # writing: no progress
+    assert load.advance(160.0) == [pytest.approx(50.0)]
+    assert load.advance(170.0) == [] and load.step == pytest.approx(60.0)
+    load.begin_checkpoint(170.0)  # the daemon asks: the write takes checkpoint_s from now
+    assert load.next_event() == pytest.approx(180.0)
+    assert load.advance(180.0) == [pytest.approx(60.0)]
+    assert load.next_event() == pytest.approx(180.0 + 18 * 60.0 + 40.0)
+    written = load.advance(5000.0)
+    # 940 more steps at 50 per 60 s cycle: 18 periodic writes, then the work is done mid-cycle.
+    assert len(written) == 18 and load.mode == "done" and load.step == 1000
+    assert load.cursor == pytest.approx(180.0 + 18 * 60.0 + 40.0)
+    assert load.next_event() is None
