@@ -120,7 +120,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def job_location(job: ManagedJob, spec: Job) -> Location:
+def job_location(job: ManagedJob) -> Location:
     """The job's checkpoint store: a URL, or a path relative to the job file's directory."""
     uri = job.checkpoint_uri
     if "://" not in uri:
@@ -178,7 +178,7 @@ class Executor:
         the job already has an open move (a second daemon round decided the same thing)."""
         now = self.clock()
         with self.db.session() as session:
-            job = _job(session, job_name, lock=True)
+            job = jobstore.find_job(session, job_name, lock=True)
             if _open_move(session, job.id) is not None:
                 return None
             current = session.get(Placement, job.placement_id) if job.placement_id else None
@@ -262,8 +262,9 @@ class Executor:
         self._finish(move_id, "done", "")
         return False
 
-    def _finish(self, move_id: int, outcome: str, detail: str) -> None:
-        """Close the move and put the job in the state its outcome leaves it in."""
+    def _finish(self, move_id: int, outcome: str, detail: str, after: str | None = None) -> None:
+        """Close the move and put the job in the state its outcome leaves it in (``after``, when
+        the caller knows better: a start the budget refuses leaves the job over budget)."""
         now = self.clock()
         with self.db.session() as session:
             move = session.get(JobMove, move_id)
@@ -272,7 +273,7 @@ class Executor:
             assert job is not None
             move.outcome, move.finished_at, move.updated_at = outcome, now, now
             move.detail = detail or move.detail
-            after = _state_after(move, job, outcome)
+            after = after or _state_after(move, job, outcome)
             if after is not None and after != job.state and job.state not in jobstore.TERMINAL:
                 why = move.reason if outcome == "done" else f"{move.kind} {outcome}: {detail}"
                 jobstore.record_transition(session, job, after, why, now)
@@ -336,9 +337,9 @@ class Executor:
     # -- the steps ---------------------------------------------------------------------------
 
     def _grant(self, move_id: int) -> bool:
-        move, job, spec = self._load(move_id)
+        move, job = self._load(move_id)
         assert move.epoch is not None
-        loc = job_location(job, spec)
+        loc = job_location(job)
         epoch = move.epoch
         self._effect(
             move,
@@ -355,13 +356,17 @@ class Executor:
         return self._next(move_id)
 
     def _launch(self, move_id: int) -> bool:
-        move, job, spec = self._load(move_id)
+        move, job = self._load(move_id)
+        spec = jobstore.job_spec(job)
         assert move.market_id is not None and move.gpus is not None and move.epoch is not None
         key = f"{job.name}-m{move.id}"
         if move.to_placement_id is None:  # not re-done after a crash: the launch may have happened
             problem = self._over_budget_for(move, job, spec)
             if problem:
-                self._finish(move_id, "failed" if move.kind != "move" else "aborted", problem)
+                if move.kind == "move":  # the job keeps running where it is
+                    self._finish(move_id, "aborted", problem)
+                else:
+                    self._finish(move_id, "failed", problem, after="over-budget")
                 return False
         now = self.clock()
         with self.db.session() as session:
@@ -422,19 +427,19 @@ class Executor:
         return self._next(move_id)
 
     def _await_up(self, move_id: int) -> bool:
-        move, job, spec = self._load(move_id)
+        move, job = self._load(move_id)
         new = self._placement(move.to_placement_id)
-        if self._beat(job, spec, new.epoch) is not None:
+        if self._beat(job, new.epoch) is not None:
             return self._next(move_id)
         return self._wait_or_abort(move, new, "the new placement's agent never started")
 
     def _stop_old(self, move_id: int) -> bool:
-        move, job, spec = self._load(move_id)
+        move, job = self._load(move_id)
         old = self._placement(move.from_placement_id) if move.from_placement_id else None
         if old is not None and old.state == "running" and old.instance_id is not None:
-            beat = self._beat(job, spec, old.epoch)
+            beat = self._beat(job, old.epoch)
             if beat is None or beat.state not in (AgentState.STOPPED, AgentState.FINISHED):
-                loc = job_location(job, spec)
+                loc = job_location(job)
                 request_id = f"m{move.id}-stop"
                 self._effect(
                     move,
@@ -451,14 +456,14 @@ class Executor:
         return self._next(move_id)
 
     def _await_checkpoint(self, move_id: int) -> bool:
-        move, job, spec = self._load(move_id)
-        loc = job_location(job, spec)
+        move, job = self._load(move_id)
+        loc = job_location(job)
         old = self._placement(move.from_placement_id) if move.from_placement_id else None
         settled = old is None or old.state != "running" or old.instance_id is None
         if not settled:
             assert old is not None and old.instance_id is not None
             ack = read_acknowledgement(loc, job.name, f"m{move.id}-stop")
-            beat = self._beat(job, spec, old.epoch)
+            beat = self._beat(job, old.epoch)
             stopped = beat is not None and beat.state in (AgentState.STOPPED, AgentState.FINISHED)
             gone = not self.provider.status(old.instance_id).state.is_live
             waited = (self.clock() - move.updated_at).total_seconds()
@@ -474,15 +479,15 @@ class Executor:
         return self._next(move_id)
 
     def _terminate_old(self, move_id: int) -> bool:
-        move, _job, _spec = self._load(move_id)
+        move, _job = self._load(move_id)
         if move.from_placement_id is not None:
             self._terminate(move, move.from_placement_id, "terminate-old")
         return self._next(move_id)
 
     def _confirm(self, move_id: int) -> bool:
-        move, job, spec = self._load(move_id)
+        move, job = self._load(move_id)
         new = self._placement(move.to_placement_id)
-        beat = self._beat(job, spec, new.epoch)
+        beat = self._beat(job, new.epoch)
         past = move.checkpoint_step if move.checkpoint_step is not None else job.checkpoint_step
         if beat is not None and (
             beat.state is AgentState.FINISHED or (beat.state is AgentState.RUNNING and beat.step > past)
@@ -517,14 +522,14 @@ class Executor:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _load(self, move_id: int) -> tuple[JobMove, ManagedJob, Job]:
+    def _load(self, move_id: int) -> tuple[JobMove, ManagedJob]:
         with self.db.session() as session:
             move = session.get(JobMove, move_id)
             assert move is not None
             job = session.get(ManagedJob, move.job_id)
             assert job is not None
             session.expunge_all()
-        return move, job, jobstore.job_spec(job)
+        return move, job
 
     def _placement(self, placement_id: int | None) -> Placement:
         with self.db.session() as session:
@@ -542,8 +547,8 @@ class Executor:
                 placement.ended_at = self.clock()
                 record_lifetime(session, placement)
 
-    def _beat(self, job: ManagedJob, spec: Job, epoch: int) -> Heartbeat | None:
-        return read_heartbeat(job_location(job, spec), job.name, epoch)
+    def _beat(self, job: ManagedJob, epoch: int) -> Heartbeat | None:
+        return read_heartbeat(job_location(job), job.name, epoch)
 
     def _record_beat(self, job_id: int, beat: Heartbeat, placement_id: int) -> None:
         """Keep the newest heartbeat's progress on the job row (``jobs show``, the next decision)
@@ -576,7 +581,7 @@ class Executor:
         (the replay's stand-in workload progresses at its throughput there)."""
         assert move.epoch is not None and spec.checkpoint is not None
         every = spec.checkpoint.every
-        loc = job_location(job, spec)
+        loc = job_location(job)
         return LaunchSpec(
             job=job.name,
             epoch=move.epoch,
@@ -649,13 +654,12 @@ class Executor:
         """Read the current placement's heartbeat and the provider's view of it; end the
         placement when the provider says it is gone. No side effect beyond the database."""
         with self.db.session() as session:
-            job = _job(session, job_name)
+            job = jobstore.find_job(session, job_name)
             placement = session.get(Placement, job.placement_id) if job.placement_id else None
             session.expunge_all()
-        spec = jobstore.job_spec(job)
         if placement is None or placement.state != "running" or placement.instance_id is None:
             return Observation(lost=placement is not None and placement.end_reason in ("preempted", "lost"))
-        loc = job_location(job, spec)
+        loc = job_location(job)
         beat = read_heartbeat(loc, job.name, placement.epoch)
         if beat is not None:
             self._record_beat(job.id, beat, placement.id)
@@ -698,13 +702,6 @@ class Executor:
         return leaked
 
 
-def _job(session: Session, name: str, lock: bool = False) -> ManagedJob:
-    query = select(ManagedJob).where(ManagedJob.name == name)
-    job = session.scalar(query.with_for_update() if lock else query)
-    assert job is not None, name
-    return job
-
-
 def _open_move(session: Session, job_id: int) -> JobMove | None:
     return session.scalar(select(JobMove).where(JobMove.job_id == job_id, JobMove.outcome.is_(None)))
 
@@ -724,6 +721,4 @@ def _state_after(move: JobMove, job: ManagedJob, outcome: str) -> str | None:
         return "running" if move.kind == "move" else "pending"
     # failed: a start or recovery found nowhere to run (the next round decides again); a move
     # that failed after the lease moved leaves the job without a placement.
-    if (move.detail or "").startswith("budget:"):
-        return "over-budget"
     return "recovering" if move.kind == "move" else "pending"

@@ -259,7 +259,7 @@ class LockStep:
         """Live placements that have not yet acted on the newest clock generation."""
         behind = []
         for job, p in self._live():
-            loc = job_location(job, jobstore.job_spec(job))
+            loc = job_location(job)
             lease = read_lease(loc, job.name)
             if lease is None or lease.epoch < p.epoch:
                 # Launched ahead of a move: it only waits for the lease; its first heartbeat
