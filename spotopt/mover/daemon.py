@@ -49,7 +49,7 @@ from spotopt.mover.eventlog import log_event
 from spotopt.mover.executor import Executor, Observation, Timeouts, open_move_jobs, utcnow
 from spotopt.mover.fleet import FleetState, Move
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job, spent_usd
+from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
 from spotopt.mover.market_view import MarketView, market_view
 from spotopt.plan import location_index, option_key
 from spotopt.providers.base import Provider
@@ -246,6 +246,7 @@ class Daemon:
                 for j in session.scalars(select(ManagedJob).where(ManagedJob.state == "running"))
                 if j.id not in busy
             ]
+            spent_by = spent_by_job(session, [j.id for j in running], now)
             over = []
             for job in running:
                 placement = session.get(Placement, job.placement_id) if job.placement_id else None
@@ -253,7 +254,7 @@ class Daemon:
                     continue
                 spec = jobstore.job_spec(job)
                 rate = slot_usd_per_hour(session, placement, now, now)
-                spent = spent_usd(session, job.id, now)
+                spent = spent_by[job.id]
                 ahead = rate * (self.settings.period_h + spec.checkpoint_seconds / 3600.0)
                 if spent + ahead > job.budget_usd:
                     over.append((job.name, spent, ahead, job.budget_usd))
@@ -410,13 +411,14 @@ class Daemon:
         e = int(opts.position(np.array([mv.to]))[0])
         market = view.markets[int(opts.market[e])]
         info = view.table.infos[int(np.searchsorted(view.table.key, mv.to))]
-        kind = (
-            "start"
-            if placement is None or mv.reason == "start"
-            else ("recover" if mv.reason == "preempted" else "move")
-        )
-        if kind == "start" and placement is not None and placement.state == "running":
+        # A live placement is moved (make-before-break), a preempted one recovered; a job with
+        # nothing running is started.
+        if mv.reason == "preempted" and placement is not None:
+            kind = "recover"
+        elif placement is not None and placement.state == "running":
             kind = "move"
+        else:
+            kind = "start"
         decision = {
             "job": job.name,
             "kind": kind,
