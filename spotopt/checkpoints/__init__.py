@@ -22,7 +22,7 @@ from spotopt.checkpoints.heartbeat import (
     write_heartbeat,
 )
 from spotopt.checkpoints.lease import Lease, check_epoch, grant_lease, read_lease
-from spotopt.checkpoints.location import Location
+from spotopt.checkpoints.location import Location, store_url
 from spotopt.checkpoints.manifest import CorruptCheckpointError, FileEntry, Manifest
 from spotopt.checkpoints.store import (
     Listed,
@@ -61,6 +61,7 @@ __all__ = [
     "read_lease",
     "restore_latest",
     "send_request",
+    "store_url",
     "trusted_checkpoints",
     "verify_files",
     "write_checkpoint",

@@ -12,6 +12,7 @@ import importlib
 import json
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotopt.errors import ConfigError
@@ -35,6 +36,12 @@ BACKENDS: dict[str, tuple[str, str] | None] = {
 def scheme_of(url: str) -> str:
     """``s3://b/p`` → ``s3``; a plain path is ``file``."""
     return url.split("://", 1)[0].lower() if "://" in url else "file"
+
+
+def store_url(text: str, base: Path) -> str:
+    """A store as given by a user: a URL as it is, a path as a ``file://`` URL resolved against
+    ``base`` (the job file's directory, or the working directory)."""
+    return text if "://" in text else f"file://{(base / text).resolve()}"
 
 
 class Location:

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from spotopt.agent.config import JOB_NAME
-from spotopt.checkpoints import Location, grant_lease, read_finished
+from spotopt.checkpoints import Location, grant_lease, read_finished, store_url
 from spotopt.cli.common import FormatOption, parse_duration
 from spotopt.errors import InputError, ProviderError
 from spotopt.providers import get_provider
@@ -69,8 +69,7 @@ def run_local(
     )
     grace_s = parse_duration(grace, "--grace").total_seconds()
     options = _options(storage_options)
-    url = store if "://" in store else f"file://{Path(store).resolve()}"
-    loc = Location(url, options, setting="--store")
+    loc = Location(store_url(store, Path.cwd()), options, setting="--store")
     loc.check_writable()
     provider = get_provider("local", state_dir=state_dir.resolve(), grace_s=grace_s)
     assert isinstance(provider, LocalProvider)
@@ -78,7 +77,7 @@ def run_local(
     rows: list[dict[str, Any]] = []
     for _ in range(restarts + 1):
         lease = grant_lease(loc, name, datetime.now(UTC))
-        spec = LaunchSpec(name, lease.epoch, command, url, options, checkpoint_every_s=every)
+        spec = LaunchSpec(name, lease.epoch, command, loc.url, options, checkpoint_every_s=every)
         instance = provider.launch(
             spec, LOCAL_MARKET, f"{name}-epoch-{lease.epoch}-{lease.granted_at.isoformat()}"
         )

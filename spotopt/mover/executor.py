@@ -51,6 +51,7 @@ from spotopt.checkpoints import (
     read_heartbeat,
     read_lease,
     send_request,
+    store_url,
     trusted_checkpoints,
 )
 from spotopt.db.engine import Database
@@ -122,11 +123,7 @@ def utcnow() -> datetime:
 
 def job_location(job: ManagedJob) -> Location:
     """The job's checkpoint store: a URL, or a path relative to the job file's directory."""
-    uri = job.checkpoint_uri
-    if "://" not in uri:
-        base = Path(job.workdir) if job.workdir else Path.cwd()
-        uri = f"file://{(base / uri).resolve()}"
-    return Location(uri)
+    return Location(store_url(job.checkpoint_uri, Path(job.workdir) if job.workdir else Path.cwd()))
 
 
 class Executor:
