@@ -138,6 +138,21 @@ def test_preempt_delivers_a_notice_then_kills(provider: LocalProvider) -> None:
     assert provider.terminate(instance.instance_id).state is InstanceState.PREEMPTED
 
 
+def test_a_job_that_ends_itself_on_the_notice_is_not_reclaimed(provider: LocalProvider) -> None:
+    # The agent's emergency checkpoint done, the process exits before the cloud's deadline: the
+    # instance ended by our doing (billed as such), not by the cloud's reclaim.
+    exits = (
+        "import os, pathlib, time\n"
+        "p = pathlib.Path(os.environ['SPOTOPT_NOTICE_FILE'])\n"
+        "while not p.exists(): time.sleep(0.01)\n"
+    )
+    instance = provider.launch(_spec((sys.executable, "-c", exits)), LOCAL_MARKET, "saves")
+    provider.notify(instance.instance_id, notice_s=120.0)
+    wait_for(provider, instance.instance_id, {InstanceState.EXITED})
+    assert provider.reclaim(instance.instance_id).state is InstanceState.EXITED
+    assert provider.status(instance.instance_id).exit_code == 0
+
+
 def test_an_empty_command_or_a_missing_program_is_a_provider_error(provider: LocalProvider) -> None:
     with pytest.raises(ProviderError, match="no command"):
         provider.launch(_spec(()), LOCAL_MARKET, "empty")

@@ -62,7 +62,7 @@ from spotopt.mover import jobs as jobstore
 from spotopt.mover.billing import billed_seconds
 from spotopt.mover.eventlog import log_event
 from spotopt.mover.ledger import market_key, spent_usd
-from spotopt.mover.observed import record_lifetime, record_throughput
+from spotopt.mover.observed import PREEMPTION_ENDS, record_lifetime, record_throughput
 from spotopt.providers.base import InstanceState, LaunchSpec, Provider, market_label
 from spotopt.times import parse_duration
 from spotopt.types import MarketKey
@@ -655,7 +655,9 @@ class Executor:
             placement = session.get(Placement, job.placement_id) if job.placement_id else None
             session.expunge_all()
         if placement is None or placement.state != "running" or placement.instance_id is None:
-            return Observation(lost=placement is not None and placement.end_reason in ("preempted", "lost"))
+            return Observation(
+                lost=placement is not None and placement.end_reason in PREEMPTION_ENDS | {"lost"}
+            )
         loc = job_location(job)
         beat = read_heartbeat(loc, job.name, placement.epoch)
         if beat is not None:
@@ -664,17 +666,24 @@ class Executor:
         if finished is not None and int(str(finished.get("epoch", -1))) == placement.epoch:
             return Observation(finished=True)
         status = self.provider.status(placement.instance_id)
+        # The agent stops by itself only on a cloud's notice (or SIGTERM): a stop the daemon did
+        # not ask for.
+        noticed = (
+            beat is not None
+            and beat.state in (AgentState.STOPPING, AgentState.STOPPED)
+            and not (beat.reason or "").startswith("daemon request")
+        )
         if status.state.is_live:
-            notice = (
-                beat is not None
-                and beat.state in (AgentState.STOPPING, AgentState.STOPPED)
-                and not (beat.reason or "").startswith("daemon request")
-            )
-            return Observation(notice=notice)
+            return Observation(notice=noticed)
         if status.state is InstanceState.EXITED and status.exit_code not in (0, None):
             self._end_placement(placement.id, "ended", "exited")
             return Observation(failed=f"the job exited with status {status.exit_code}; see its log")
-        reason = "preempted" if status.state is InstanceState.PREEMPTED else "lost"
+        if status.state is InstanceState.PREEMPTED:
+            reason = "preempted"
+        else:
+            # Saved on the notice and ended before the cloud reclaimed it: a preemption, billed
+            # as an instance we ended (``PREEMPTION_ENDS``).
+            reason = "noticed" if noticed else "lost"
         self._end_placement(placement.id, "ended", reason)
         log_event("placement-lost", job=job.name, instance=placement.instance_id, state=str(status.state))
         return Observation(lost=True)

@@ -33,13 +33,21 @@ THROUGHPUT_HALF_LIFE_S = 600.0
 """How fast the measured figure forgets: a heartbeat ten minutes old weighs half as much as now."""
 
 
+PREEMPTION_ENDS = frozenset({"preempted", "noticed"})
+"""``Placement.end_reason`` values that are preemptions: ``preempted``, the cloud reclaimed the
+instance; ``noticed``, the cloud gave its preemption notice and the agent saved the job and
+ended the instance before the reclaim. Only ``preempted`` earns a cloud's interruption refund
+(``spotopt.mover.billing``): an instance we ended is billed like any other."""
+
+
 def record_lifetime(session: Session, placement: Placement) -> None:
     """Write or update the ``instance_lifetimes`` row of a spot ``placement``.
 
     ``instance_ref`` is the placement's idempotency key, so calling this again (every tick while
     it runs, once more when it ends, again after a crash) updates the one row. ``end_reason`` is
-    ``preempted`` when the cloud took the instance and ``terminated`` for every other end (we
-    terminated it, its job exited or finished, it was lost): a censored life. A placement still
+    ``preempted`` when the cloud took the instance or gave notice that it would
+    (``PREEMPTION_ENDS``) and ``terminated`` for every other end (we terminated it, its job
+    exited or finished, it was lost): a censored life. A placement still
     running is recorded with no end, counting exposure up to the time the planner looks. An
     on-demand placement, or one that never started, records nothing: it says nothing about
     preemption. Only the leading daemon writes, so the look-up before the write does not race;
@@ -53,7 +61,7 @@ def record_lifetime(session: Session, placement: Placement) -> None:
     if placement.ended_at is None:
         end_reason = None
     else:
-        end_reason = "preempted" if placement.end_reason == "preempted" else "terminated"
+        end_reason = "preempted" if placement.end_reason in PREEMPTION_ENDS else "terminated"
     row = session.scalar(
         select(InstanceLifetime).where(
             InstanceLifetime.market_id == placement.market_id,

@@ -20,6 +20,7 @@ from spotopt.errors import InputError
 from spotopt.jobspec import Job
 from spotopt.mover.jobs import find_job, job_events, job_spec
 from spotopt.mover.ledger import Interval, intervals, market_key, slot_usd_per_hour, spent_usd
+from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.plan import work_steps
 from spotopt.providers.base import market_label
 from spotopt.throughput import Figure, JobThroughput
@@ -149,10 +150,10 @@ def moves(session: Session, job_id: int) -> list[dict[str, Any]]:
 
 
 def preemptions(session: Session, job_id: int) -> int:
-    """How many of the job's instances the cloud took away."""
+    """How many of the job's instances the cloud took away or gave notice to (``PREEMPTION_ENDS``)."""
     count = session.scalar(
         select(func.count())
         .select_from(Placement)
-        .where(Placement.job_id == job_id, Placement.end_reason == "preempted")
+        .where(Placement.job_id == job_id, Placement.end_reason.in_(PREEMPTION_ENDS))
     )
     return int(count or 0)

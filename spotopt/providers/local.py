@@ -3,7 +3,7 @@
 State lives under ``state_dir/instances/<instance id>/``: ``record.json`` (job, epoch, market,
 key, pid and the process's start time in clock ticks since boot, so a reused pid is never
 mistaken for ours), ``log`` (the job's stdout and stderr), ``exit_code`` (written by
-``RUNNER``) and ``notice`` (written by ``preempt``). A restarted daemon builds a new
+``RUNNER``) and ``notice`` (written by ``notify``). A restarted daemon builds a new
 ``LocalProvider`` on the same directory and finds every instance again.
 
 The instance id is derived from the idempotency key, and launches are serialised by a file
@@ -174,20 +174,30 @@ class LocalProvider:
     # -- what a cloud does to spot instances -------------------------------------------------
 
     def preempt(self, instance_id: str, notice_s: float) -> InstanceStatus:
-        """Deliver a preemption notice, then hard-stop the instance ``notice_s`` seconds later.
-
-        The notice is the file ``SPOTOPT_NOTICE_FILE`` (the agent's ``local`` poller sees it);
-        like a cloud, the instance is killed at the deadline whatever it is doing. Returns once
-        the process is gone (early if the job stops by itself).
-        """
+        """Deliver a preemption notice, then reclaim the instance ``notice_s`` seconds later.
+        Returns once the process is gone (early if the job stops by itself: then it is the
+        job's own exit, not a reclaim)."""
         record = self._read(instance_id)
         if record is None or not self._alive(record):
             return self.status(instance_id)
-        record["preempted_at"] = datetime.now(UTC).isoformat()
-        self._write(record)
-        notice = self._dir(instance_id) / "notice"
-        notice.write_text(f"local preemption: hard stop in {notice_s:g} s\n", encoding="utf-8")
+        self.notify(instance_id, notice_s)
         if not self._wait_dead(record, notice_s):
+            self.reclaim(instance_id)
+        return self.status(instance_id)
+
+    def notify(self, instance_id: str, notice_s: float) -> None:
+        """Deliver a preemption notice: the file ``SPOTOPT_NOTICE_FILE``, which the agent's
+        ``local`` poller sees. Returns at once (a replay reclaims at its own simulated time)."""
+        notice = self._dir(instance_id) / "notice"
+        notice.write_text(f"local preemption: reclaimed in {notice_s:g} s\n", encoding="utf-8")
+
+    def reclaim(self, instance_id: str) -> InstanceStatus:
+        """What a cloud does at the end of a notice: kill the instance whatever it is doing. Only
+        an instance still alive then counts as reclaimed (``PREEMPTED``)."""
+        record = self._read(instance_id)
+        if record is not None and self._alive(record):
+            record["preempted_at"] = datetime.now(UTC).isoformat()
+            self._write(record)
             self._signal(record, signal.SIGKILL)
             self._wait_dead(record, KILL_WAIT_S)
         return self.status(instance_id)

@@ -11,9 +11,14 @@ strategies pay the same overheads for the same events:
   ``free_moves`` (the seeds' ``dynamic``) waives both for a move between two running instances.
 - While running, a job advances at ``steps_per_hour × checkpoint_eff`` (writing a checkpoint
   every ``tau_h`` costs its write time) and bills the slot's price per second.
-- A preemption at position ``u`` of the tick ends the instance then: the job keeps the work up
-  to its last checkpoint (checkpoints every ``tau_h`` from the end of the restart), bills ``u``
-  of the tick, and is placed again at the next tick.
+- A preemption at position ``u`` of the tick is the cloud's *notice* (``spotopt.whatif.preemptions``):
+  training stops there and the agent writes an emergency checkpoint, ``save_h``. If the write
+  fits in the cloud's notice (``notice_h``: AWS 2 min, GCP and Azure 30 s) the job keeps all its
+  work and the instance bills until the write is done (the agent then ends it); otherwise the
+  cloud reclaims the instance ``notice_h`` after the notice, the job keeps the work up to its
+  last periodic checkpoint (every ``tau_h`` from the end of the restart) and the instance bills
+  until the reclaim. The job is placed again at the next tick, as the daemon does at its next
+  planning round. (An instance still restarting has nothing to save: it ends at the notice.)
 - A job that finishes mid-tick bills only the time it used.
 """
 
@@ -90,6 +95,8 @@ class TickTerms:
     rate: Array
     tau_h: Array
     preempted: Array
+    written: Array
+    """Preempted, and the emergency checkpoint fits in the notice: all work is kept."""
 
     @property
     def capacity(self) -> Array:
@@ -98,8 +105,10 @@ class TickTerms:
 
     @property
     def saved(self) -> Array:
-        """Work kept if the tick ends without finishing (preempted: up to the last checkpoint)."""
-        kept_h = np.where(self.preempted, np.floor(self.prod_h / self.tau_h + 1e-9) * self.tau_h, self.prod_h)
+        """Work kept if the tick ends without finishing (preempted without a written emergency
+        checkpoint: up to the last periodic one)."""
+        lost = self.preempted & ~self.written
+        kept_h = np.where(lost, np.floor(self.prod_h / self.tau_h + 1e-9) * self.tau_h, self.prod_h)
         return self.rate * kept_h
 
 
@@ -129,15 +138,22 @@ def tick_terms(
     restart = np.where(entering, sim.restart_h[jobs], 0.0)
     if free_entry is not None:
         restart = np.where(free_entry, 0.0, restart)
-    run_h = np.where(pre, np.nan_to_num(u) * tl.tick_h, tl.tick_h)
+    notice_at = np.where(pre, np.nan_to_num(u) * tl.tick_h, tl.tick_h)
+    prod_h = np.maximum(notice_at - restart, 0.0)
+    save_h, notice_h = sim.save_h[jobs], sim.notice_h[opts]
+    written = pre & (save_h <= notice_h)
+    # After the notice the instance bills while it saves (or until the cloud reclaims it); an
+    # instance with nothing to save yet ends at the notice.
+    tail_h = np.where(prod_h > 0, np.where(written, save_h, notice_h), 0.0)
     return TickTerms(
         price=tl.price[m, t] / sim.slots[opts],
         restart_h=restart,
-        run_h=run_h,
-        prod_h=np.maximum(run_h - restart, 0.0),
+        run_h=np.where(pre, notice_at + tail_h, tl.tick_h),
+        prod_h=prod_h,
         rate=sim.steps_per_hour[opts] * sim.checkpoint_eff[opts],
         tau_h=sim.tau_h[opts],
         preempted=pre,
+        written=written,
     )
 
 

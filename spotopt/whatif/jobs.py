@@ -22,6 +22,7 @@ from spotopt.catalog import gpu_matches
 from spotopt.jobspec import Job, JobSpec
 from spotopt.plan import enumerate_options
 from spotopt.throughput import StoredFigure, checkpoint_interval_s, preemption_efficiency
+from spotopt.whatif.preemptions import NOTICE_S
 from spotopt.whatif.timeline import Timeline
 
 Array = np.ndarray[Any, Any]
@@ -54,6 +55,8 @@ class SimJobs:
     """Expected fraction of paid time that advances training (the policy's discount)."""
     tau_h: Array
     checkpoint_eff: Array
+    notice_h: Array
+    """Hours from the cloud's preemption notice to the reclaim (``preemptions.NOTICE_S``)."""
     location: Array
     on_demand: Array
     cloud: Array
@@ -159,6 +162,9 @@ def build_jobs(
         expected_eff=expected[keep],
         tau_h=tau[keep],
         checkpoint_eff=ckpt_eff[keep],
+        notice_h=np.array([NOTICE_S[tl.markets[m].quote.cloud] / 3600.0 for m in market])[keep]
+        if len(market)
+        else np.zeros(0),
         location=tl.location[market][keep],
         on_demand=tl.on_demand[market][keep],
         cloud=np.array([tl.markets[m].quote.cloud for m in market], dtype=object)[keep],

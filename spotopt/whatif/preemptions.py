@@ -1,5 +1,7 @@
 """The preemptions of one replay: ``when[m, t]`` = position in tick ``t`` (0..1) at which spot
-market ``m`` reclaims its instances, NaN for none.
+market ``m`` gives its instances the cloud's preemption *notice*, NaN for none; the cloud
+reclaims them ``NOTICE_S`` later (what the engine and the replayed daemon both do with it:
+``spotopt.whatif.engine``, ``spotopt.mover.replay``).
 
 One table per run, shared by every strategy and by the oracle (common random numbers): two
 strategies that sit on the same market in the same hour see the same preemption, so their
@@ -10,12 +12,13 @@ difference is the strategy's, not the dice's. On-demand markets are never preemp
   (exponential lifetimes with the market's rate from ``spotopt.market``), at a uniform position
   in the tick; numpy's PCG64 seeded with ``seed``, so equal seeds give equal tables.
 - ``replay``: the recorded ends of preempted instances (``instance_lifetimes`` with
-  ``end_reason = 'preempted'``) of each market, placed at their tick and position.
+  ``end_reason = 'preempted'``) of each market: the notice ``NOTICE_S`` before each end, placed
+  at its tick and position.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -27,6 +30,13 @@ from spotopt.errors import InputError
 from spotopt.whatif.timeline import Timeline
 
 Array = np.ndarray[Any, Any]
+
+
+NOTICE_S = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
+"""Seconds from a spot preemption notice to the reclaim, per cloud: AWS's interruption notice
+(IMDS ``spot/instance-action``) comes two minutes ahead; GCP's ``instance/preempted`` about 30 s
+ahead; Azure's Scheduled Events ``Preempt`` at least 30 s ahead (``shared/notes/cloud-apis.md``
+§2.6, §3.5, §4.6, from each cloud's documentation)."""
 
 
 class PreemptionMode(StrEnum):
@@ -61,7 +71,7 @@ def replayed_preemptions(session: Session, tl: Timeline) -> tuple[Array, int]:
         m = ids.get(market_id)
         if m is None or tl.on_demand[m]:
             continue
-        tick = _tick_of(tl, ended)
+        tick = _tick_of(tl, ended - timedelta(seconds=NOTICE_S[tl.markets[m].quote.cloud]))
         t = int(tick)
         if 0 <= t < tl.n_ticks and np.isnan(out[m, t]):
             out[m, t] = tick - t

@@ -60,8 +60,9 @@ class SpotoptDecider:
         return self.memory.notes
 
     def fleet_state(self, t: int, st: SimState) -> FleetState:
-        """The simulator's state as the core sees it (a preempted instance is *lost*: the engine
-        keeps work only up to the last checkpoint, which it writes at every tick boundary)."""
+        """The simulator's state as the core sees it at the tick after a preemption: the instance
+        is *lost* (gone, its work kept as far as its emergency or last checkpoint), as the
+        daemon sees it at its next planning round."""
         sim = self.sim
         elapsed = (t - (self.start if self.start is not None else t)) * self.tl.tick_h
         return FleetState(
