@@ -262,7 +262,11 @@ def replay_cmd(
         typer.Option(help="Simulated start (ISO 8601); default: one window before the latest price."),
     ] = None,
     preemptions: Annotated[
-        str, typer.Option(help="Preemptions during the replay: none (the only mode so far).")
+        str,
+        typer.Option(
+            help="Preemptions, the what-if's table: none, model (drawn from the rates, --seed) or "
+            "replay (the recorded ones)."
+        ),
     ] = "none",
     seed: Annotated[int, typer.Option(min=0, help="Seed for --preemptions model.")] = 0,
     example: Annotated[

@@ -13,8 +13,12 @@ how often it moved and how often it was preempted.
   ones the what-if engine simulates for the same option (same builder, same checkpoint interval).
 - Time is a ``SimClock`` file. ``LockStep`` advances it only when the daemon's round is done
   and every live process has acknowledged the newest clock generation, straight to the next
-  planning round or the earliest event a process announced (a checkpoint written, the work
-  done). Process start-up and I/O take real time but no simulated time.
+  planning round, the earliest event a process announced (a checkpoint written, the work
+  done) or the next preemption. Process start-up and I/O take real time but no simulated time.
+- Preemptions come from the what-if's own table (``--preemptions none|model|replay --seed S``,
+  ``spotopt.whatif.preemptions``): at a notice time every instance on that market launched
+  before it gets the cloud's notice (``LocalProvider.notify``: the agent checkpoints and
+  stops), and ``NOTICE_S`` later whatever still runs there is reclaimed (killed).
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import itertools
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from sqlalchemy import select
 
@@ -36,22 +41,24 @@ from spotopt.checkpoints import read_heartbeat, read_lease
 from spotopt.db.engine import Database
 from spotopt.db.models import Base, JobEvent, JobMove, ManagedJob, Placement
 from spotopt.db.setup import open_history
-from spotopt.errors import InputError
 from spotopt.jobspec import JobSpec
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.executor import Timeouts, job_location
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import intervals, total_usd
+from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.mover.simclock import CLOCK_ENV, SimClock
 from spotopt.mover.standin import Rates
 from spotopt.providers.base import market_label
 from spotopt.providers.local import LocalProvider
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
-from spotopt.whatif.preemptions import PreemptionMode
+from spotopt.whatif.preemptions import NOTICE_S, PreemptionMode
 from spotopt.whatif.replay import ReplayRequest, ReplayResult, replay
+from spotopt.whatif.timeline import Timeline
 
+Array = np.ndarray[Any, Any]
 MOVER_TABLES = frozenset(
     {"managed_jobs", "job_events", "placements", "job_moves", "journal", "daemon_ticks", "meta"}
 )
@@ -90,12 +97,25 @@ class FidelityRequest:
     seed: int = 0
     tick_h: float = 1.0
 
-    def __post_init__(self) -> None:
-        if self.preemptions is not PreemptionMode.NONE:
-            raise InputError(
-                f"--preemptions {self.preemptions.value}: the replayed daemon runs without preemptions "
-                "so far; use --preemptions none"
-            )
+
+@dataclass(frozen=True)
+class Notice:
+    """One market's preemption in the replay: the notice, and the reclaim ``NOTICE_S`` later
+    (simulated seconds since the epoch)."""
+
+    market_id: int
+    at: float
+    reclaim_at: float
+
+
+def notices(tl: Timeline, events: Array) -> list[Notice]:
+    """The preemption table as notices in time order (the same times the engine simulates)."""
+    out = []
+    for m, t in zip(*np.nonzero(np.isfinite(events)), strict=True):
+        quote = tl.markets[int(m)].quote
+        at = tl.time(float(t) + float(events[m, t])).timestamp()
+        out.append(Notice(quote.market_id, at, at + NOTICE_S[quote.cloud]))
+    return sorted(out, key=lambda n: (n.at, n.market_id))
 
 
 @dataclass
@@ -140,7 +160,8 @@ def fidelity(
         settings = DaemonSettings(period_h=request.tick_h, guardrails=guard, timeouts=Timeouts())
         env = {**AGENT_ENV, CLOCK_ENV: str(clock.path)}
         daemon = Daemon(db, provider, settings, clock=clock.now, agent_env=env)
-        stepper = LockStep(db, daemon, provider, clock, request.tick_h)
+        cloud = notices(result.timeline, result.events)
+        stepper = LockStep(db, daemon, provider, clock, request.tick_h, cloud)
         try:
             rounds = stepper.run(end, on_round)
         finally:
@@ -195,10 +216,19 @@ class LockStep:
     """Drives the daemon's rounds on the simulated clock (see the module docstring)."""
 
     def __init__(
-        self, db: Database, daemon: Daemon, provider: LocalProvider, clock: SimClock, period_h: float
+        self,
+        db: Database,
+        daemon: Daemon,
+        provider: LocalProvider,
+        clock: SimClock,
+        period_h: float,
+        preemptions: Sequence[Notice] = (),
     ) -> None:
         self.db, self.daemon, self.provider, self.clock = db, daemon, provider, clock
         self.period = timedelta(hours=period_h)
+        self.notices = sorted(preemptions, key=lambda n: n.at)
+        self.reclaims: list[tuple[float, str]] = []
+        """(simulated time, instance id) of the instances under notice, in time order."""
 
     def run(self, end: datetime, on_round: Callable[[datetime], None] | None = None) -> int:
         """Rounds until every job is final or ``end``; the number of rounds."""
@@ -209,6 +239,7 @@ class LockStep:
             tick = now >= next_tick - timedelta(seconds=EPS_S)
             if tick:
                 next_tick += self.period
+            self._preempt(now.timestamp())
             self._round(tick)
             rounds += 1
             if on_round is not None:
@@ -216,8 +247,30 @@ class LockStep:
             if self._all_final() or now >= end:
                 return rounds
             upcoming = [e for e in self._next_events() if e > now.timestamp() + EPS_S]
-            at = min([next_tick.timestamp(), end.timestamp(), *upcoming])
+            cloud = [n.at for n in self.notices[:1]] + [at for at, _ in self.reclaims[:1]]
+            at = min([next_tick.timestamp(), end.timestamp(), *upcoming, *cloud])
             self.clock.advance_to(datetime.fromtimestamp(at, now.tzinfo))
+
+    def _preempt(self, now: float) -> None:
+        """What the clouds do at ``now``: reclaim the instances whose notice ran out, then give
+        notice to every live instance on a preempted market launched before the notice. The
+        processes then act on it in the round that follows (the clock's new generation)."""
+        acted = False
+        while self.reclaims and self.reclaims[0][0] <= now + EPS_S:
+            _, instance_id = self.reclaims.pop(0)
+            self.provider.reclaim(instance_id)
+            acted = True
+        while self.notices and self.notices[0].at <= now + EPS_S:
+            notice = self.notices.pop(0)
+            for _job, p in self._live():
+                assert p.instance_id is not None and p.started_at is not None
+                if p.market_id == notice.market_id and _utc(p.started_at).timestamp() < notice.at - EPS_S:
+                    self.provider.notify(p.instance_id, notice.reclaim_at - notice.at)
+                    self.reclaims.append((notice.reclaim_at, p.instance_id))
+                    acted = True
+            self.reclaims.sort()
+        if acted:
+            self.clock.bump()
 
     def _round(self, tick: bool) -> None:
         """The daemon's round at this simulated time, repeated until it changes nothing more."""
@@ -326,7 +379,7 @@ def realised_by_job(db: Database, start: datetime, now: datetime) -> dict[str, R
                 cost_usd=total_usd(rows),
                 finish_hours=math.inf if done is None else _hours(done - start),
                 moves=sum(1 for a, b in itertools.pairwise(ran) if a != b),
-                preemptions=sum(1 for r in rows if r.end_reason == "preempted"),
+                preemptions=sum(1 for r in rows if r.end_reason in PREEMPTION_ENDS),
                 failed_moves=len(
                     session.scalars(
                         select(JobMove.id).where(
@@ -377,3 +430,8 @@ def _relative(realised: float, predicted: float) -> float | None:
 
 def _hours(delta: timedelta) -> float:
     return delta.total_seconds() / 3600.0
+
+
+def _utc(at: datetime) -> datetime:
+    """SQLite hands back naive datetimes; the database stores UTC."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

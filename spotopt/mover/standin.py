@@ -160,8 +160,8 @@ def run(agent: Agent, clock_file: str, rates: Rates, option: str, poll_s: float)
         agent.progress(int(load.step))
         if load.mode == "done":
             _save(agent, int(load.step))
+            agent.finish()  # the finished mark first: the round that follows must see it
             acknowledge(clock_file, job, epoch, gen, None)
-            agent.finish()
             return
         agent.poll_once()
         if agent.should_checkpoint() and load.mode == "train":
@@ -169,8 +169,10 @@ def run(agent: Agent, clock_file: str, rates: Rates, option: str, poll_s: float)
             for step in load.advance(t):
                 _save(agent, int(step))
         if agent.should_stop():
-            acknowledge(clock_file, job, epoch, gen, None)
-            agent.finish()  # exits the process (status 0): the checkpoint holds all progress
+            # Exits the process (status 0; the checkpoint holds all progress) without an
+            # acknowledgement: the driver waits until the process is gone, so the round that
+            # follows sees the instance ended at this simulated time.
+            agent.finish()
         acknowledge(clock_file, job, epoch, gen, load.next_event())
         time.sleep(poll_s)
 

@@ -17,6 +17,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from spotopt.db.engine import Database
 from spotopt.db.queries import MarketFilter, prices_at
 from spotopt.db.setup import open_history
@@ -41,6 +43,8 @@ from spotopt.whatif.run import (
     window_hours,
 )
 from spotopt.whatif.timeline import Timeline, load_timeline
+
+Array = np.ndarray[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class ReplayResult:
     window_hours: float
     timeline: Timeline
     jobs: SimJobs
+    events: Array
+    """The preemption table every strategy ran with (``spotopt.whatif.preemptions``)."""
     runs: list[StrategyRun]
     rows: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
@@ -148,7 +154,7 @@ def replay(
             f"the window ends {tl.time(tl.n_ticks):%Y-%m-%d} but the last price is from "
             f"{tl.last_observed:%Y-%m-%d}: later prices are held constant"
         )
-    return ReplayResult(request, first, hours, tl, sim, runs, rows, notes)
+    return ReplayResult(request, first, hours, tl, sim, events, runs, rows, notes)
 
 
 def total_runs(request: ReplayRequest) -> int:
