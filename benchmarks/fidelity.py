@@ -4,11 +4,14 @@ For the bundled example jobs on the bundled (synthetic) example market, and opti
 ResNet-50 and A3C on the real AWS spot history in ``benchmarks/data/dime-aws`` (``--dime``), it
 runs ``spotopt.mover.replay.fidelity``: the what-if engine (strategy ``spotopt``) and the real
 daemon (executor, journal, lease, checkpoints, the stand-in workload as ``local`` processes) on
-a simulated clock from the same start, on a throwaway copy of the history, with no preemptions.
+a simulated clock from the same start, on a throwaway copy of the history, with no preemptions
+and with preemptions drawn from the markets' rates (``--preemptions model``, the same table for
+both).
 Per job it prints the predicted and realised cost, finish time, moves and preemptions and their
 relative differences, then the rounds and the real time the replay took.
 
-    python benchmarks/fidelity.py [--start 2020-02-03] [--dime] [--dime-start 2020-01-05] [--json]
+    python benchmarks/fidelity.py [--start 2020-02-03] [--dime] [--dime-start 2020-01-05]
+        [--preemptions none,model] [--seed 0] [--json FILE]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from spotopt.mover.replay import Fidelity, FidelityRequest, fidelity
 from spotopt.settings import Settings
 from spotopt.types import Record
 from spotopt.whatif.example_market import example_jobs
+from spotopt.whatif.preemptions import PreemptionMode
 from spotopt.whatif.replay import example_history
 
 DATA = Path(__file__).resolve().parent / "data" / "dime-aws"
@@ -61,10 +65,14 @@ def dime_history(data: Path) -> Iterator[Database]:
             db.dispose()
 
 
-def measure(db: Database, spec: JobSpec, start: datetime, label: str) -> Fidelity:
+def measure(
+    db: Database, spec: JobSpec, start: datetime, label: str, mode: PreemptionMode, seed: int
+) -> Fidelity:
+    request = FidelityRequest(spec=spec, start=start, preemptions=mode, seed=seed)
     with tempfile.TemporaryDirectory(prefix="spotopt-fidelity-") as tmp:
-        out = fidelity(db, FidelityRequest(spec=spec, start=start), Path(tmp))
-    print(f"\n{label}: from {out.whatif.first_start:%Y-%m-%d %H:%M} UTC, preemptions none")
+        out = fidelity(db, request, Path(tmp))
+    drawn = f" (seed {seed})" if mode is PreemptionMode.MODEL else ""
+    print(f"\n{label}: from {out.whatif.first_start:%Y-%m-%d %H:%M} UTC, preemptions {mode.value}{drawn}")
     print(
         f"{'job':<14}{'pred $':>9}{'egress $':>9}{'real $':>9}{'Δcost':>9}{'Δ ex-egr':>9}"
         f"{'pred h':>9}{'real h':>9}{'Δfinish':>9}{'moves':>8}{'preempt':>9}"
@@ -95,17 +103,28 @@ def main() -> None:
     parser.add_argument("--dime", action="store_true", help="also replay the dime AWS history")
     parser.add_argument("--dime-start", default="2020-01-05")
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument(
+        "--preemptions",
+        default="none,model",
+        help="comma-separated modes to run, each a whole replay (default: none,model)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of --preemptions model")
     parser.add_argument("--json", type=Path, help="also write every row to this JSON file")
     args = parser.parse_args()
+    modes = [PreemptionMode(m) for m in args.preemptions.split(",")]
     results: dict[str, Any] = {}
-    with example_history() as db:
-        start = datetime.fromisoformat(args.start).replace(tzinfo=UTC)
-        results["example"] = measure(db, example_jobs(), start, "example market (SYNTHETIC)").rows
-    if args.dime:
-        with dime_history(args.data) as db:
-            start = datetime.fromisoformat(args.dime_start).replace(tzinfo=UTC)
-            spec = parse_jobs({"jobs": DIME_JOBS})
-            results["dime-aws"] = measure(db, spec, start, "dime AWS spot history").rows
+    for mode in modes:
+        with example_history() as db:
+            start = datetime.fromisoformat(args.start).replace(tzinfo=UTC)
+            label = "example market (SYNTHETIC)"
+            out = measure(db, example_jobs(), start, label, mode, args.seed)
+            results[f"example/{mode.value}"] = out.rows
+        if args.dime:
+            with dime_history(args.data) as db:
+                start = datetime.fromisoformat(args.dime_start).replace(tzinfo=UTC)
+                spec = parse_jobs({"jobs": DIME_JOBS})
+                out = measure(db, spec, start, "dime AWS spot history", mode, args.seed)
+                results[f"dime-aws/{mode.value}"] = out.rows
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
 

@@ -127,6 +127,60 @@ def test_a_recorded_preemption_is_replayed_as_the_whatif_simulates_it(
     assert abs(row["cost_diff"]) < 0.01 and abs(row["finish_diff"]) < 0.01
 
 
+def test_daemon_run_replay_replays_the_submitted_jobs_in_a_database_of_its_own(
+    db: Database, db_url: str, tmp_path: Path
+) -> None:
+    history(db)
+    store = {"uri": str(tmp_path / "store")}
+    managed = {**JOB, "run": "python train.py", "checkpoint": store, "budget_usd": 50}
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump({"jobs": [managed]}), encoding="utf-8")
+    assert cli("--db", db_url, "jobs", "submit", jobs)[0] == 0
+    where = tmp_path / "replayed"
+    args = ("daemon", "run", "--replay", "--start", START.isoformat(), "--state-dir", where)
+    code, out, note = cli("--db", db_url, *args, "--format", "json")
+    assert code == 0, note
+    (row,) = strict_json(out)
+    # The job as `daemon replay` ran it above: done after one move, at the what-if's cost.
+    assert row["job"] == "small" and row["state"] == "done"
+    assert row["moves"] == 1 and row["preemptions"] == 0 and row["failed_moves"] == 0
+    code, out, err = cli(
+        "--db", db_url, "daemon", "replay", jobs, "--start", START.isoformat(), "--format", "json"
+    )
+    assert code == 0, err
+    (predicted,) = strict_json(out)
+    assert row["cost_usd"] == pytest.approx(predicted["realised_cost_usd"], rel=1e-9)
+    assert row["finish_hours"] == pytest.approx(predicted["realised_finish_hours"], rel=1e-9)
+    # Its ledger is read like a real one, from the replay's own database; the real one is untouched.
+    assert f"sqlite:///{where / 'replay.sqlite'}" in note
+    code, out, err = cli(
+        "--db", f"sqlite:///{where / 'replay.sqlite'}", "jobs", "cost", "small", "--format", "json"
+    )
+    assert code == 0, err
+    assert strict_json(out)["total_usd"] == pytest.approx(row["cost_usd"], rel=1e-9)
+    code, out, err = cli("--db", db_url, "jobs", "show", "small", "--format", "json")
+    assert strict_json(out)["state"] == "pending" and strict_json(out)["spent_usd"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--replay", "--once"), "--replay with --once: a replay runs every placement as a local process"),
+        (("--replay", "--provider", "aws"), "--replay with --provider:"),
+        (("--start", "2024-03-01"), "--start/--preemptions/--seed: only with --replay"),
+        (("--replay", "--preemptions", "often"), "--preemptions 'often': must be one of none, model, replay"),
+        (("--replay",), "--replay: no unfinished managed job to replay"),
+    ],
+)
+def test_daemon_run_replay_refuses_bad_options(
+    db: Database, db_url: str, args: tuple[str, ...], message: str
+) -> None:
+    history(db)
+    code, out, err = cli("--db", db_url, "daemon", "run", *args)
+    assert code == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [

@@ -111,11 +111,31 @@ def run(
     max_usd_per_hour: Annotated[
         float | None, typer.Option("--max-usd-per-hour", help="Cap on the whole fleet's spend rate.", min=0.0)
     ] = None,
+    replay: Annotated[
+        bool,
+        typer.Option(
+            "--replay",
+            help="Replay the submitted jobs on a simulated clock from --start over the price history "
+            "(local processes, a database of its own in --state-dir; nothing real is launched).",
+        ),
+    ] = False,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            help="--replay: simulated start (ISO 8601); default one window before the latest price."
+        ),
+    ] = None,
+    preemptions: Annotated[
+        str,
+        typer.Option(help="--replay: preemptions none, model (from the rates, --seed) or replay (recorded)."),
+    ] = "none",
+    seed: Annotated[int, typer.Option(min=0, help="--replay: seed of --preemptions model.")] = 0,
     fmt: FormatOption = Format.TABLE,
 ) -> None:
     """Run the mover. Without --once it runs until SIGTERM: collectors on --collect-cron, polling
     every --poll, reconcile + rebalance every --period. Only the leader acts; another daemon on
-    the same database waits and takes over when the leader dies."""
+    the same database waits and takes over when the leader dies. --replay runs it instead on a
+    simulated clock over the recorded market (see "Fidelity" in the README)."""
     period_h = parse_duration(period, "--period").total_seconds() / 3600.0
     poll_s = parse_duration(poll, "--poll").total_seconds()
     if period_h <= 0 or poll_s <= 0:
@@ -123,6 +143,18 @@ def run(
     if collect_cron is not None:
         _check_cron(collect_cron)
     db = state(ctx).db()
+    if replay:
+        given = {"--once": once, "--dry-run": dry_run, "--collect-cron": collect_cron is not None}
+        given |= {"--provider": provider != "local", "--max-usd-per-hour": max_usd_per_hour is not None}
+        if clash := [name for name, on in given.items() if on]:
+            raise InputError(
+                f"--replay with {', '.join(clash)}: a replay runs every placement as a local process on "
+                "a simulated clock; drop those options"
+            )
+        _replay_run(db, start, preemptions, seed, period_h, state_dir, fmt)
+        return
+    if start is not None or preemptions != "none" or seed != 0:
+        raise InputError("--start/--preemptions/--seed: only with --replay; add --replay or drop them")
     router, clouds = _clouds(db, provider) if provider in PROVIDERS and provider != "local" else (None, None)
     settings = DaemonSettings(
         period_h=period_h,
@@ -159,6 +191,100 @@ def run(
         run_forever(daemon, Schedule(period_h * 3600.0, poll_s, collect_cron), _collector(db))
     finally:
         leadership.release()
+
+
+REPLAY_COLUMNS = ("job", "state", "cost_usd", "finish_hours", "moves", "preemptions", "failed_moves")
+
+
+def _replay_run(
+    db: Database,
+    start: str | None,
+    preemptions: str,
+    seed: int,
+    period_h: float,
+    state_dir: Path | None,
+    fmt: Format,
+) -> None:
+    """``daemon run --replay``: the database's unfinished managed jobs, replayed from ``start``."""
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from spotopt.jobspec import JobSpec
+    from spotopt.mover import jobs as jobstore
+    from spotopt.mover.replay import FidelityRequest, replay_daemon
+
+    mode = _preemption_mode(preemptions)
+    when = parse_time(start, "--start")
+    with db.session() as session:
+        managed = session.scalars(
+            select(ManagedJob)
+            .where(ManagedJob.state.not_in(jobstore.TERMINAL | {"over-budget"}))
+            .order_by(ManagedJob.id)
+        ).all()
+        specs = [jobstore.job_spec(j).model_copy(update={"budget_usd": j.budget_usd}) for j in managed]
+    if not specs:
+        raise InputError(
+            "--replay: no unfinished managed job to replay; submit some with spotopt jobs submit FILE"
+        )
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    where = state_dir or Path(platformdirs.user_data_dir("spotopt")) / "replays" / stamp
+    if where.exists() and any(where.iterdir()):
+        raise InputError(f"--state-dir {where}: not empty; name a new directory for the replay")
+    request = FidelityRequest(JobSpec(jobs=specs), when, mode, seed, period_h)
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]replay[/bold] {task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as progress:
+        task = progress.add_task("starting", total=1.0)
+
+        def on_round(now: datetime, first: datetime, end: datetime) -> None:
+            done = (now - first) / (end - first) if end > first else 1.0
+            progress.update(task, completed=done, description=f"simulated {now:%Y-%m-%d %H:%M} UTC")
+
+        run = replay_daemon(db, request, where, on_round)
+    rows = [
+        {
+            "job": name,
+            "state": got.state,
+            "cost_usd": got.cost_usd,
+            "finish_hours": got.finish_hours,
+            "moves": got.moves,
+            "preemptions": got.preemptions,
+            "failed_moves": got.failed_moves,
+        }
+        for name, got in run.realised.items()
+    ]
+    if fmt is Format.JSON:
+        sys.stdout.write(to_json(rows) + "\n")
+    else:
+        render(
+            rows,
+            fmt,
+            title=f"The daemon replayed from {run.whatif.first_start:%Y-%m-%d %H:%M} to "
+            f"{run.ended:%Y-%m-%d %H:%M} UTC, preemptions {mode.value}",
+            columns=REPLAY_COLUMNS,
+        )
+    say(
+        f"the replay's own database (its ledger): spotopt --db sqlite:///{run.database} jobs cost NAME",
+        label="note:",
+        err=True,
+    )
+
+
+def _preemption_mode(name: str) -> Any:
+    from spotopt.whatif.preemptions import PreemptionMode
+
+    modes = {m.value: m for m in PreemptionMode}
+    if name not in modes:
+        raise InputError(f"--preemptions {name!r}: must be one of {', '.join(modes)}")
+    return modes[name]
 
 
 def _collector(db: Database) -> Any:
@@ -292,16 +418,12 @@ def replay_cmd(
     from spotopt.jobspec import load_jobs
     from spotopt.mover.replay import COLUMNS as FIDELITY_COLUMNS
     from spotopt.mover.replay import FidelityRequest, fidelity
-    from spotopt.whatif.preemptions import PreemptionMode
     from spotopt.whatif.replay import example_history
 
-    modes = {m.value: m for m in PreemptionMode}
-    if preemptions not in modes:
-        raise InputError(f"--preemptions {preemptions!r}: must be one of {', '.join(modes)}")
     request = FidelityRequest(
         spec=load_jobs(jobs_file),
         start=parse_time(start, "--start"),
-        preemptions=modes[preemptions],
+        preemptions=_preemption_mode(preemptions),
         seed=seed,
     )
     if keep is not None and keep.exists():

@@ -126,13 +126,43 @@ class Fidelity:
     real_seconds: float
 
 
+@dataclass
+class ReplayedDaemon:
+    """What ``replay_daemon`` ran: the what-if it was fed from, and per job what the daemon did."""
+
+    whatif: ReplayResult
+    realised: dict[str, Realised]
+    rounds: int
+    real_seconds: float
+    database: Path
+    """The replay's own SQLite database (its ledger: ``spotopt --db sqlite:///… jobs cost``)."""
+    ended: datetime
+    """The simulated time the replay stopped at (every job final, or the window's end)."""
+
+
+RoundHook = Callable[[datetime, datetime, datetime], None]
+"""``on_round(simulated now, start, end)`` after each daemon round (progress displays)."""
+
+
 def fidelity(
     history: Database,
     request: FidelityRequest,
     workdir: Path,
-    on_round: Callable[[datetime], None] | None = None,
+    on_round: RoundHook | None = None,
 ) -> Fidelity:
     """Run the what-if and the replayed daemon (see the module docstring); rows per job."""
+    run = replay_daemon(history, request, workdir, on_round)
+    return Fidelity(run.whatif, compare(run.whatif, run.realised), run.rounds, run.real_seconds)
+
+
+def replay_daemon(
+    history: Database,
+    request: FidelityRequest,
+    workdir: Path,
+    on_round: RoundHook | None = None,
+) -> ReplayedDaemon:
+    """The real daemon on ``history`` replayed from ``request.start`` in ``workdir`` (its own
+    database, checkpoint store and processes' logs), fed the what-if's figures and preemptions."""
     began = time.monotonic()
     result = replay(
         history,
@@ -148,7 +178,8 @@ def fidelity(
     start = result.first_start
     end = start + timedelta(hours=result.window_hours)
     workdir.mkdir(parents=True, exist_ok=True)
-    db = copy_history(history, workdir / "replay.sqlite")
+    path = workdir / "replay.sqlite"
+    db = copy_history(history, path)
     try:
         clock = SimClock(workdir / "clock" / "now.json", start)
         for j, job in enumerate(request.spec.jobs):
@@ -162,16 +193,16 @@ def fidelity(
         daemon = Daemon(db, provider, settings, clock=clock.now, agent_env=env)
         cloud = notices(result.timeline, result.events)
         stepper = LockStep(db, daemon, provider, clock, request.tick_h, cloud)
+        hook = None if on_round is None else (lambda now: on_round(now, start, end))
         try:
-            rounds = stepper.run(end, on_round)
+            rounds = stepper.run(end, hook)
         finally:
             for instance in provider.list_instances():
                 provider.terminate(instance.instance_id)
         realised = realised_by_job(db, start, clock.now())
     finally:
         db.dispose()
-    rows = compare(result, realised)
-    return Fidelity(result, rows, rounds, time.monotonic() - began)
+    return ReplayedDaemon(result, realised, rounds, time.monotonic() - began, path, clock.now())
 
 
 def copy_history(source: Database, path: Path) -> Database:
@@ -350,6 +381,7 @@ class LockStep:
 
 @dataclass(frozen=True)
 class Realised:
+    state: str
     cost_usd: float
     finish_hours: float
     moves: int
@@ -376,6 +408,7 @@ def realised_by_job(db: Database, start: datetime, now: datetime) -> dict[str, R
                 )
             ]
             out[job.name] = Realised(
+                state=job.state,
                 cost_usd=total_usd(rows),
                 finish_hours=math.inf if done is None else _hours(done - start),
                 moves=sum(1 for a, b in itertools.pairwise(ran) if a != b),
