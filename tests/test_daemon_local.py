@@ -17,12 +17,12 @@ import pytest
 from spotopt.cloud_calls import MissingCredentials
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, JournalEntry, Throughput
-from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.errors import CapacityUnavailableError
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon
 from spotopt.mover.eventlog import parse
 from spotopt.mover.ledger import intervals
+from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.providers.base import Instance, LaunchSpec
 from spotopt.providers.local import LocalProvider
 from spotopt.types import MarketKey

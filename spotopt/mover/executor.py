@@ -678,12 +678,9 @@ class Executor:
         if status.state is InstanceState.EXITED and status.exit_code not in (0, None):
             self._end_placement(placement.id, "ended", "exited")
             return Observation(failed=f"the job exited with status {status.exit_code}; see its log")
-        if status.state is InstanceState.PREEMPTED:
-            reason = "preempted"
-        else:
-            # Saved on the notice and ended before the cloud reclaimed it: a preemption, billed
-            # as an instance we ended (``PREEMPTION_ENDS``).
-            reason = "noticed" if noticed else "lost"
+        # Saved on the notice and ended before the cloud reclaimed it ("noticed"): a preemption,
+        # billed as an instance we ended (``PREEMPTION_ENDS``).
+        reason = "preempted" if status.state is InstanceState.PREEMPTED else "noticed" if noticed else "lost"
         self._end_placement(placement.id, "ended", reason)
         log_event("placement-lost", job=job.name, instance=placement.instance_id, state=str(status.state))
         return Observation(lost=True)
