@@ -36,6 +36,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
@@ -130,10 +131,18 @@ def _latest_interruptions(
 
 def snapshot(session: Session, at: datetime, flt: MarketFilter | None = None) -> list[MarketState]:
     """Every market with a price at ``at`` (matching ``flt``), with its preemption rate at ``at``."""
+    states = cloud_snapshot(session, at, flt)
+    spot = [s.quote.market_id for s in states if s.quote.market == "spot"]
+    lives = observed_lifetimes(session, at, spot)
+    return [with_lifetimes(s, lives.get(s.quote.market_id)) for s in states]
+
+
+def cloud_snapshot(session: Session, at: datetime, flt: MarketFilter | None = None) -> list[MarketState]:
+    """``snapshot`` before observed lifetimes refine the rates: the clouds' own rates (or the
+    defaults). The what-if engine refines these itself as its simulated clock advances."""
     flt = flt or MarketFilter()
     quotes = prices_at(session, at, flt)
     rates = _latest_interruptions(session, at, flt.clouds)
-    lives = observed_lifetimes(session, at, [q.market_id for q in quotes if q.market == "spot"])
     states = []
     for q in quotes:
         if q.market != "spot":
@@ -147,7 +156,7 @@ def snapshot(session: Session, at: datetime, flt: MarketFilter | None = None) ->
         else:
             kind, value, observed = hit
             state = MarketState(q, rate_per_hour(kind, value), kind, observed)
-        states.append(with_lifetimes(state, lives.get(q.market_id)))
+        states.append(state)
     return states
 
 
@@ -156,5 +165,11 @@ def with_lifetimes(state: MarketState, observed: tuple[int, float] | None) -> Ma
     if observed is None:
         return state
     events, hours = observed
-    rate = (events + state.preemptions_per_hour * PRIOR_HOURS) / (hours + PRIOR_HOURS)
+    rate = float(refined_rate(state.preemptions_per_hour, events, hours))
     return MarketState(state.quote, rate, f"observed+{state.rate_source}", state.rate_observed_at)
+
+
+def refined_rate(cloud_rate: Any, events: Any, hours: Any) -> Any:
+    """The cloud's rate refined by ``events`` preemptions over ``hours`` of exposure: the Gamma
+    posterior mean of the module docstring. Scalars or numpy arrays alike."""
+    return (events + cloud_rate * PRIOR_HOURS) / (hours + PRIOR_HOURS)

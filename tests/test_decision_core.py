@@ -93,7 +93,7 @@ def test_plan_whatif_and_a_daemon_loop_choose_the_same_options() -> None:
     tl = build_timeline(quotes, AT, 48, 1.0, {m.quote.market_id: m for m in markets})
     sim = build_jobs(spec, tl)
     decider = SpotoptDecider(tl, sim, transfer_matrix(tl.locations, AT), Guardrails())
-    chosen = decider(0, SimState.initial(sim.n_jobs))
+    chosen = decider(0, SimState.initial(sim.n_jobs, tl.n_markets))
     simulated = {j: label(tl.markets[int(sim.market[e])], int(sim.gpus[e])) for j, e in enumerate(chosen)}
 
     assert planned == core == simulated

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from sqlalchemy import select
 
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, Market
 from spotopt.market import DEFAULT_RATE_PER_HOUR, PRIOR_HOURS, snapshot
+from spotopt.whatif.timeline import load_timeline
 from tests.helpers import ingest, price, t
 
 AT = t("2024-03-01 00:00")
@@ -76,3 +78,46 @@ def test_many_lifetimes_converge_to_the_observed_rate(db: Database) -> None:
     add_lives(db, lives)
     rate, _ = spot_rate(db)
     assert rate == pytest.approx(50 / 1000, rel=0.05)
+
+
+@pytest.mark.parametrize("hours", [0.0, 1.5, 5.0, 30.0, 71.0])
+def test_the_whatif_timeline_learns_the_rate_the_daemon_would_see_at_each_hour(
+    db: Database, hours: float
+) -> None:
+    # The what-if engine loads the lives once and refines the rates as its clock advances; at
+    # every hour they must be the daemon's snapshot then (the lives recorded by that time), and
+    # a run's own lives (what a daemon records as it goes) count as if they had been recorded.
+    ingest(db, [price("p3.2xlarge", "2024-01-01 00:00", 0.9)])
+    add_lives(
+        db,
+        [
+            ("2024-02-01 00:00", "2024-02-01 10:00", "preempted"),  # before the window
+            ("2024-02-28 20:00", "2024-03-01 03:00", "preempted"),  # ends in the window
+            ("2024-02-29 00:00", "2024-03-02 00:00", "terminated"),  # censored in the window
+            ("2024-03-01 04:00", None, None),  # starts in it, still running
+            ("2024-03-01 06:00", "2024-03-01 20:00", "preempted"),
+        ],
+    )
+    with db.session() as session:
+        tl = load_timeline(session, AT, 72.0)
+        (m,) = [i for i, s in enumerate(tl.markets) if s.quote.market == "spot"]
+        (daemon,) = [s for s in snapshot(session, AT + timedelta(hours=hours)) if s.quote.market == "spot"]
+    assert tl.rates_at(hours)[m] == pytest.approx(daemon.preemptions_per_hour, rel=1e-12)
+    assert tl.rates_at(0.0)[m] == pytest.approx(tl.rate[m], rel=1e-12)
+    own = (np.eye(tl.n_markets)[m] * 2, np.eye(tl.n_markets)[m] * 7.5)  # two preemptions in 7.5 h
+    with db.session() as session:
+        market_id = session.scalar(select(Market.id).where(Market.kind == "spot"))
+        for k, (start, end) in enumerate([(-7.5, -5.0), (-5.0, 0.0)]):
+            session.add(
+                InstanceLifetime(
+                    market_id=market_id,
+                    instance_ref=f"own-{k}",
+                    started_at=AT + timedelta(hours=hours + start),
+                    ended_at=AT + timedelta(hours=hours + end),
+                    end_reason="preempted",
+                    source="spotopt-mover",
+                )
+            )
+    with db.session() as session:
+        (later,) = [s for s in snapshot(session, AT + timedelta(hours=hours)) if s.quote.market == "spot"]
+    assert tl.rates_at(hours, own)[m] == pytest.approx(later.preemptions_per_hour, rel=1e-12)

@@ -261,8 +261,23 @@ def observed_lifetimes(
     still runs (a censored life); a preemption counts only if it happened by ``at``. Nothing after
     ``at`` is read, so a replay learns only what it pretends to know.
     """
+    out: dict[int, tuple[int, float]] = {}
+    for market_id, started, ended, reason in lifetimes_started_before(session, at, market_ids):
+        end = at if ended is None or ended > at else ended
+        events, hours = out.get(market_id, (0, 0.0))
+        preempted = reason == "preempted" and ended is not None and ended <= at
+        out[market_id] = (events + int(preempted), hours + (end - started).total_seconds() / 3600.0)
+    return out
+
+
+def lifetimes_started_before(
+    session: Session, until: datetime, market_ids: Sequence[int]
+) -> list[tuple[int, datetime, datetime | None, str | None]]:
+    """``(market id, started_at, ended_at, end_reason)`` of the recorded spot instances of
+    ``market_ids`` started before ``until``: what ``observed_lifetimes`` reads at any time up to
+    ``until`` (the what-if engine loads them once for its whole window)."""
     if not market_ids:
-        return {}
+        return []
     stmt = (
         select(
             InstanceLifetime.market_id,
@@ -270,16 +285,10 @@ def observed_lifetimes(
             InstanceLifetime.ended_at,
             InstanceLifetime.end_reason,
         )
-        .where(InstanceLifetime.market_id.in_(list(market_ids)), InstanceLifetime.started_at < at)
+        .where(InstanceLifetime.market_id.in_(list(market_ids)), InstanceLifetime.started_at < until)
         .order_by(InstanceLifetime.market_id)
     )
-    out: dict[int, tuple[int, float]] = {}
-    for market_id, started, ended, reason in session.execute(stmt).all():
-        end = at if ended is None or ended > at else ended
-        events, hours = out.get(int(market_id), (0, 0.0))
-        preempted = reason == "preempted" and ended is not None and ended <= at
-        out[int(market_id)] = (events + int(preempted), hours + (end - started).total_seconds() / 3600.0)
-    return out
+    return [(int(m), started, ended, reason) for m, started, ended, reason in session.execute(stmt).all()]
 
 
 def instance_types(session: Session, cloud: str | None = None) -> list[InstanceType]:

@@ -50,9 +50,15 @@ class SimState:
     cost_usd: Array
     done: Array
     preempted_last: Array
+    own_preemptions: Array
+    """Per market (length ``M``): preemptions of this run's own spot instances so far."""
+    own_hours: Array
+    """Per market: hours this run's own spot instances have run so far. With
+    ``own_preemptions`` it is what a daemon records in ``instance_lifetimes`` and its rate
+    estimate reads (``Timeline.rates_at``)."""
 
     @classmethod
-    def initial(cls, n_jobs: int) -> SimState:
+    def initial(cls, n_jobs: int, n_markets: int) -> SimState:
         return cls(
             option=np.full(n_jobs, -1, dtype=np.int64),
             alive=np.zeros(n_jobs, dtype=bool),
@@ -63,6 +69,8 @@ class SimState:
             cost_usd=np.zeros(n_jobs),
             done=np.zeros(n_jobs, dtype=bool),
             preempted_last=np.zeros(n_jobs, dtype=bool),
+            own_preemptions=np.zeros(n_markets),
+            own_hours=np.zeros(n_markets),
         )
 
 
@@ -178,7 +186,7 @@ def simulate(
 ) -> RunResult:
     """Run ``decide`` from ``start_tick`` until every job finishes or the timeline ends."""
     n = sim.n_jobs
-    st = SimState.initial(n)
+    st = SimState.initial(n, tl.n_markets)
     egress = np.zeros(n)
     finish = np.full(n, np.nan)
     moves = np.zeros(n, dtype=np.int64)
@@ -215,6 +223,9 @@ def simulate(
         st.progress[jobs] += out.gained
         moves[jobs] += switching
         preempts[jobs] += out.preempted
+        spot = ~sim.on_demand[opts]
+        np.add.at(st.own_hours, sim.market[opts][spot], out.used_h[spot])
+        np.add.at(st.own_preemptions, sim.market[opts][spot], out.preempted[spot])
         finished = jobs[out.finished]
         finish[finished] = (t - start_tick) * tl.tick_h + out.used_h[out.finished]
         st.done[finished] = True

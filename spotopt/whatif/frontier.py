@@ -11,7 +11,9 @@ dropped when another option ``e'`` of ``j`` in ``l`` is at least as fast (expect
 priced throughout the window, and its dearest price in the window is strictly below ``e``'s
 lowest *forecast baseline* in it (``spotopt.mover.forecast``; the baseline is never above the
 price, and every forecast cost of ``e`` is at least its baseline); an on-demand option is only
-dropped for another on-demand one (deadline safety looks at on-demand options alone). Options
+dropped for another on-demand one (deadline safety looks at on-demand options alone) and a spot
+option for another spot one (the deadline reserve and the planner's affordability look at the
+job's fastest spot option: a spot option dropped for an on-demand one could be it). Options
 without any price in the window are dropped too.
 Then at every tick of the window ``e'`` is strictly cheaper per hour now and over any forecast
 horizon, per step, to finish and to enter (same region: same egress; the restart is billed at a
@@ -93,9 +95,9 @@ class OptionFrontier:
         slots = sim.slots[self.order]
         lo = lo_m[sim.market[self.order]] / slots
         hi = hi_m[sim.market[self.order]] / slots
-        best_any = self._running_min(hi)
         best_od = self._running_min(np.where(self.on_demand, hi, np.inf))
-        dominated = np.where(self.on_demand, best_od, best_any) < lo
+        best_spot = self._running_min(np.where(self.on_demand, np.inf, hi))
+        dominated = np.where(self.on_demand, best_od, best_spot) < lo
         keep = np.isfinite(lo) & ~dominated
         return np.sort(self.order[keep])
 

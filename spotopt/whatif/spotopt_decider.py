@@ -23,7 +23,7 @@ from spotopt.mover.forecast import forecast
 from spotopt.mover.guardrails import Guardrails
 from spotopt.whatif.engine import SimState
 from spotopt.whatif.frontier import OptionFrontier
-from spotopt.whatif.jobs import SimJobs
+from spotopt.whatif.jobs import SimJobs, checkpoint_terms
 from spotopt.whatif.timeline import Timeline
 
 Array = np.ndarray[Any, Any]
@@ -85,39 +85,57 @@ class SpotoptDecider:
             clock_h=t * self.tl.tick_h,
         )
 
-    def options(self, t: int, sub: Array) -> Options:
-        """Options ``sub`` (sorted ``SimJobs`` indices) priced at tick ``t``."""
+    def options(self, t: int, sub: Array, rates: Array | None = None) -> Options:
+        """Options ``sub`` (sorted ``SimJobs`` indices) priced at tick ``t``, with the markets'
+        preemption ``rates`` then (default: those known at the window's start)."""
         sim, tl = self.sim, self.tl
         market = sim.market[sub]
         slots = sim.slots[sub]
+        start_rates = np.asarray(tl.rate, dtype=float)
+        if rates is None or np.array_equal(rates, start_rates):
+            rates, steps_per_hour = start_rates, self.steps_per_hour[sub]
+        else:
+            job = sim.job[sub]
+            _, eff = checkpoint_terms(
+                sim.save_h * 3600.0, sim.restart_h * 3600.0, job, rates, market, tl.tick_h
+            )
+            steps_per_hour = sim.steps_per_hour[sub] * eff
         return Options(
             key=sub,
             job=sim.job[sub],
             market=market,
             location=sim.location[sub],
-            steps_per_hour=self.steps_per_hour[sub],
+            steps_per_hour=steps_per_hour,
             usd_per_hour=tl.price[market, t] / slots,
             instances_per_hour=1.0 / slots,
             on_demand=sim.on_demand[sub],
             baseline_usd_per_hour=self.baseline[market, t] / slots,
             revert_h=self.revert_h[market, t],
-            preemptions_per_hour=np.asarray(self.tl.rate, dtype=float)[market],
+            preemptions_per_hour=rates[market],
             transfer=self.transfer,
             capacity=self.capacity,
         )
 
-    def _candidates(self, t: int, st: SimState) -> Array:
-        """Sorted indices of the options handed to the core in tick ``t``."""
+    def _candidates(self, t: int, st: SimState, rates: Array) -> Array:
+        """Sorted indices of the options handed to the core in tick ``t``. The frontier compares
+        speeds at the start's rates: every option of a region where a market's rate has moved
+        since is handed over too."""
         if self.frontier is None:
             return np.arange(self.sim.n_options)
         targets = np.fromiter(self.memory.target.values(), dtype=np.int64, count=len(self.memory.target))
-        extra = np.concatenate([st.option[st.started], targets])
+        moved = self.tl.location[rates != np.asarray(self.tl.rate, dtype=float)]
+        relearnt = (
+            np.flatnonzero(np.isin(self.sim.location, moved)) if len(moved) else np.zeros(0, dtype=np.int64)
+        )
+        extra = np.concatenate([st.option[st.started], targets, relearnt])
         return np.union1d(self.frontier.candidates(t), extra)
 
     def __call__(self, t: int, st: SimState) -> Array:
         if self.start is None:
             self.start = t
-        opts = self.options(t, self._candidates(t, st))
+        # The rates a daemon would estimate now: the lives recorded by then and this run's own.
+        rates = self.tl.rates_at(t * self.tl.tick_h, (st.own_preemptions, st.own_hours))
+        opts = self.options(t, self._candidates(t, st, rates), rates)
         current = np.where(st.alive, st.option, -1)
         for mv in decide(self.fleet_state(t, st), opts, self.guard, self.memory, self.policy):
             current[mv.job] = mv.to

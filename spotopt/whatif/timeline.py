@@ -16,18 +16,46 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from spotopt.db.queries import MarketFilter, Quote, price_history
+from spotopt.db.queries import MarketFilter, Quote, lifetimes_started_before, price_history
 from spotopt.errors import InputError
-from spotopt.market import DEFAULT_RATE_PER_HOUR, MarketState, snapshot
+from spotopt.market import DEFAULT_RATE_PER_HOUR, MarketState, cloud_snapshot, refined_rate, snapshot
 from spotopt.mover.forecast import step_prices
 
 Array = np.ndarray[Any, Any]
 SYNTHETIC_SOURCE = "synthetic-example"
 
 
+@dataclass(frozen=True)
+class Lives:
+    """The recorded spot lives (``instance_lifetimes``) of a timeline's markets, as hours from
+    its start: what the daemon's rate estimate reads as its clock advances."""
+
+    market: Array
+    start_h: Array
+    end_h: Array
+    """``inf``: no end recorded (still running, as far as the history knows)."""
+    preempted: Array
+
+    @classmethod
+    def none(cls) -> Lives:
+        return cls(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))
+
+    def observed(self, h: float, n_markets: int) -> tuple[Array, Array]:
+        """Per market ``(preemptions, exposure hours)`` known at hour ``h``: exactly
+        ``spotopt.db.queries.observed_lifetimes`` at that time."""
+        seen = self.start_h < h
+        hours = np.where(seen, np.minimum(self.end_h, h) - self.start_h, 0.0)
+        events = seen & self.preempted & (self.end_h <= h)
+        out_events, out_hours = np.zeros(n_markets), np.zeros(n_markets)
+        np.add.at(out_events, self.market, events)
+        np.add.at(out_hours, self.market, hours)
+        return out_events, out_hours
+
+
 @dataclass
 class Timeline:
-    """Markets × ticks. ``markets[m]`` carries labels and the rate at the window start."""
+    """Markets × ticks. ``markets[m]`` carries labels and the rate at the window start;
+    ``cloud_rate`` is that rate before the recorded ``lives`` refine it (``spotopt.market``)."""
 
     start: datetime
     tick_h: float
@@ -38,6 +66,18 @@ class Timeline:
     locations: list[tuple[str, str]]
     sources: set[str] = field(default_factory=set)
     last_observed: datetime | None = None
+    cloud_rate: Array | None = None
+    lives: Lives = field(default_factory=Lives.none)
+
+    def rates_at(self, h: float, own: tuple[Array, Array] | None = None) -> Array:
+        """Every market's rate as the daemon would estimate it ``h`` hours into the window: the
+        clouds' rates refined by the lives recorded by then and ``own`` (a run's own
+        ``(preemptions, exposure hours)`` per market, which a daemon records as it goes)."""
+        base = self.rate if self.cloud_rate is None else self.cloud_rate
+        events, hours = self.lives.observed(h, self.n_markets)
+        if own is not None:
+            events, hours = events + own[0], hours + own[1]
+        return np.where(self.on_demand, 0.0, refined_rate(base, events, hours))
 
     @property
     def n_ticks(self) -> int:
@@ -136,4 +176,17 @@ def load_timeline(
             "import or collect prices first (spotopt import …), or try `spotopt whatif --example`"
         )
     rates = {s.quote.market_id: s for s in snapshot(session, start, flt)}
-    return build_timeline(quotes, start, hours, tick_h, rates)
+    tl = build_timeline(quotes, start, hours, tick_h, rates)
+    cloud = {s.quote.market_id: s.preemptions_per_hour for s in cloud_snapshot(session, start, flt)}
+    ids = [m.quote.market_id for m in tl.markets]
+    tl.cloud_rate = np.array([cloud.get(i, r) for i, r in zip(ids, tl.rate, strict=True)], dtype=float)
+    index = {market_id: m for m, market_id in enumerate(ids)}
+    spot = [i for i, m in zip(ids, tl.markets, strict=True) if m.quote.market == "spot"]
+    rows = lifetimes_started_before(session, end, spot)
+    tl.lives = Lives(
+        market=np.array([index[r[0]] for r in rows], dtype=np.int64),
+        start_h=np.array([(r[1] - start).total_seconds() / 3600.0 for r in rows]),
+        end_h=np.array([np.inf if r[2] is None else (r[2] - start).total_seconds() / 3600.0 for r in rows]),
+        preempted=np.array([r[3] == "preempted" for r in rows], dtype=bool),
+    )
+    return tl
