@@ -267,3 +267,35 @@ def test_oracle_dominance_pruning_leaves_the_bound_unchanged(seed: int, monkeypa
     monkeypatch.setattr(oracle, "undominated", lambda tl, sim, events, eo, start: eo)
     full = [oracle.solve_job(tl, sim, events, transfer, j, 0).cost_usd for j in range(2)]
     assert pruned == pytest.approx(full, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("market", "checkpoint_s", "kept_h", "billed_h"),
+    [
+        # AWS gives two minutes' notice: a 60 s emergency checkpoint fits, nothing is lost, and
+        # the instance bills until it is written (the agent then ends it).
+        (1, 60, 0.6, 0.6 + 60 / 3600),
+        # Azure gives 30 s: the write does not fit; the work since the last periodic checkpoint
+        # (every tau from the start) is lost and the cloud reclaims the instance 30 s later.
+        (5, 60, None, 0.6 + 30 / 3600),
+    ],
+)
+def test_a_notice_keeps_the_work_when_the_emergency_checkpoint_fits_in_it(
+    market: int, checkpoint_s: int, kept_h: float | None, billed_h: float
+) -> None:
+    from spotopt.whatif.engine import tick_outcome, tick_terms
+
+    tl, sim, _ = setup({market: [(0, 1.0)]}, [job("j", checkpoint_s=checkpoint_s)], hours=2)
+    events = np.full(tl.price.shape, np.nan)
+    events[0, 0] = 0.6  # the notice 36 minutes into the first tick
+    e = np.array([0])
+    terms = tick_terms(tl, sim, events, 0, np.array([0]), e, np.array([True]))
+    out = tick_outcome(terms, sim.work[:1])
+    rate = float(terms.rate[0])
+    tau = float(sim.tau_h[0])
+    kept = kept_h if kept_h is not None else math.floor(0.6 / tau + 1e-9) * tau
+    assert kept_h is not None or kept < 0.6  # the case loses work
+    assert out.gained[0] == pytest.approx(rate * kept)
+    assert out.used_h[0] == pytest.approx(billed_h)
+    assert out.cost_usd[0] == pytest.approx(billed_h * 1.0)
+    assert out.preempted[0]
