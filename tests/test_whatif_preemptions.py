@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from spotopt.db.engine import Database
 from spotopt.db.queries import preemption_ends
@@ -25,6 +26,8 @@ def test_replay_places_each_recorded_preemption_in_its_tick(db: Database) -> Non
         if m.quote.zone == "us-east-1a" and m.quote.instance_type == "tst.v100.1" and m.quote.market == "spot"
     )
     assert markets == 1
-    assert np.flatnonzero(np.isfinite(table[a])).tolist() == [5, 6, 9]
-    assert (table[a, [5, 6, 9]] == 0.0).all()  # each at the very start of its hour
+    # Each end at the very start of its hour: the notice two minutes before (AWS), at the end of
+    # the hour before.
+    assert np.flatnonzero(np.isfinite(table[a])).tolist() == [4, 5, 8]
+    assert table[a, [4, 5, 8]] == pytest.approx(1.0 - 2.0 / 60.0)
     assert np.isfinite(table).sum() == 3
