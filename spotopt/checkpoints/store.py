@@ -54,7 +54,9 @@ def checkpoint_name(step: int, epoch: int) -> str:
     return f"{step:012d}-e{epoch}-{uuid.uuid4().hex[:8]}"
 
 
-def _parse_name(name: str) -> tuple[int, int] | None:
+def parse_checkpoint_name(name: str) -> tuple[int, int] | None:
+    """``(step, epoch)`` of a name ``checkpoint_name`` made (None: not one of ours). The epoch
+    names the placement that wrote it (the ledger bills moving it out of that region)."""
     parts = name.split("-")
     if (
         len(parts) != 3
@@ -121,7 +123,7 @@ def list_checkpoints(loc: Location, job: str) -> list[Listed]:
     """Every checkpoint directory of the job, newest name first, with its parsed manifest if any."""
     found = []
     for name in reversed(loc.names(loc.path(job, CHECKPOINTS))):
-        parsed = _parse_name(name)
+        parsed = parse_checkpoint_name(name)
         if parsed is None:
             continue
         path = loc.path(job, CHECKPOINTS, name, MANIFEST)

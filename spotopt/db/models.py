@@ -384,6 +384,16 @@ class JobMove(Base):
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     checkpoint_name: Mapped[str | None] = mapped_column(Text)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer)
+    # The data egress entering the new placement caused (revision 0006), priced by the one egress
+    # rule when the lease is granted to the new epoch (``spotopt.mover.ledger.record_entry_egress``);
+    # the ledger bills it with the placement the move launched.
+    egress_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    egress_gb: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    """GB that crossed a region or cloud (checkpoint and, where needed, dataset)."""
+    egress_from: Mapped[str | None] = mapped_column(Text)
+    """``cloud/region`` of the checkpoint the new placement restores (None: none)."""
+    egress_to: Mapped[str | None] = mapped_column(Text)
+    """``cloud/region`` entered; None until the egress is recorded (recorded once per move)."""
     outcome: Mapped[str | None] = mapped_column(String(16))
     """None while open; ``done``, ``aborted`` (the job stayed where it was) or ``failed``."""
     detail: Mapped[str | None] = mapped_column(Text)

@@ -61,7 +61,7 @@ from spotopt.jobspec import Job
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.billing import billed_seconds
 from spotopt.mover.eventlog import log_event
-from spotopt.mover.ledger import market_key, spent_usd
+from spotopt.mover.ledger import market_key, record_entry_egress, spent_usd
 from spotopt.mover.observed import PREEMPTION_ENDS, record_lifetime, record_throughput
 from spotopt.providers.base import InstanceState, LaunchSpec, Provider, market_label
 from spotopt.times import parse_duration
@@ -338,6 +338,8 @@ class Executor:
         assert move.epoch is not None
         loc = job_location(job)
         epoch = move.epoch
+        with self.db.session() as session:  # the egress of entering the new placement, billed once
+            record_entry_egress(session, move_id, jobstore.job_spec(job), self.clock())
         self._effect(
             move,
             "grant",

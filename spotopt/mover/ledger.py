@@ -8,8 +8,17 @@ the time it ran, times the instances the job's slot takes; the billed seconds ar
 first hour free, Azure whole minutes). A placement run by the ``local`` provider is priced as the
 market it stands for, so a trial on one machine reports what the cloud would have billed.
 
-This is the one cost function of the mover: the budget checks of the executor, ``jobs show``
-and ``jobs cost`` all read ``intervals``.
+Each row also carries the data egress that entering its placement caused: the checkpoint moved
+from the region of the placement that wrote it and, into a region holding no copy, the dataset
+from its home, priced by the one egress rule the planner, the decision core and the what-if
+engine use (``spotopt.mover.egress.entry_usd`` over ``transfer_matrix`` at the move's time).
+The executor records it on the move once, when the move grants the lease to the new epoch
+(``record_entry_egress``), and it is billed with the placement that move launched, so a start
+whose launch never returned bills none. A row's ``billed_usd`` is its instance time plus its
+egress; the ledger's total, ``spent_usd`` and ``spent_by_job`` sum those.
+
+This is the one cost function of the mover: the budget checks of the executor and the daemon,
+``jobs show`` and ``jobs cost`` all read ``intervals`` (or its batched twin ``spent_by_job``).
 """
 
 from __future__ import annotations
@@ -19,11 +28,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from spotopt.db.models import InstanceType, Market, Placement, PricePoint
+from spotopt.checkpoints.store import parse_checkpoint_name
+from spotopt.db.models import InstanceType, JobMove, ManagedJob, Market, Placement, PricePoint
+from spotopt.jobspec import Job
 from spotopt.mover.billing import billed_seconds
+from spotopt.mover.egress import entry_usd, transfer_matrix
 from spotopt.providers.base import market_label
 from spotopt.types import MarketKey, MarketKind
 
@@ -47,6 +60,33 @@ class Interval:
     """The job slot's price in effect, averaged over the interval."""
     billed_s: float
     cost_usd: float
+    """Instance time: ``usd_per_hour`` x ``billed_s``."""
+    egress_from: str | None
+    """``cloud/region`` of the checkpoint entering this placement moved (None: none moved in)."""
+    egress_to: str | None
+    """``cloud/region`` entered (None: no egress recorded, e.g. a placement from before 0006)."""
+    egress_gb: float
+    """GB that crossed a region or cloud to enter this placement (checkpoint and dataset)."""
+    egress_usd: float
+
+    @property
+    def billed_usd(self) -> float:
+        """What the row adds to the ledger's total: instance time and egress."""
+        return self.cost_usd + self.egress_usd
+
+
+@dataclass(frozen=True, slots=True)
+class Egress:
+    """The data transfer entering one placement caused (recorded on the move that entered it)."""
+
+    usd: float
+    gb: float
+    source: str | None
+    """``cloud/region`` of the checkpoint restored (None: no checkpoint, or none we placed)."""
+    dest: str | None
+
+
+NO_EGRESS = Egress(0.0, 0.0, None, None)
 
 
 def market_key(session: Session, market_id: int) -> MarketKey:
@@ -123,17 +163,19 @@ def intervals(session: Session, job_id: int, now: datetime) -> list[Interval]:
         .where(Placement.job_id == job_id, Placement.started_at.is_not(None))
         .order_by(Placement.started_at, Placement.id)
     ).all()
-    return [interval(session, p, now) for p in placements]
+    egress = _egress_by_placement(session, [p.id for p in placements])
+    return [interval(session, p, now, egress.get(p.id, NO_EGRESS)) for p in placements]
 
 
-def interval(session: Session, p: Placement, now: datetime) -> Interval:
-    """The ledger row of one placement (``now`` ends it while it runs)."""
+def interval(session: Session, p: Placement, now: datetime, egress: Egress = NO_EGRESS) -> Interval:
+    """The ledger row of one placement (``now`` ends it while it runs) with its entry's egress."""
     assert p.started_at is not None
     end = p.ended_at or max(now, p.started_at)
-    return _row(p, market_key(session, p.market_id), slot_usd_per_hour(session, p, p.started_at, end), now)
+    slot_usd = slot_usd_per_hour(session, p, p.started_at, end)
+    return _row(p, market_key(session, p.market_id), slot_usd, now, egress)
 
 
-def _row(p: Placement, market: MarketKey, slot_usd: float, now: datetime) -> Interval:
+def _row(p: Placement, market: MarketKey, slot_usd: float, now: datetime, egress: Egress) -> Interval:
     """The ledger row of placement ``p`` on ``market`` at the slot's mean price ``slot_usd``."""
     assert p.started_at is not None
     end = p.ended_at or max(now, p.started_at)
@@ -154,12 +196,22 @@ def _row(p: Placement, market: MarketKey, slot_usd: float, now: datetime) -> Int
         usd_per_hour=slot_usd,
         billed_s=seconds,
         cost_usd=slot_usd * seconds / 3600.0,
+        egress_from=egress.source,
+        egress_to=egress.dest,
+        egress_gb=egress.gb,
+        egress_usd=egress.usd,
     )
 
 
 def total_usd(rows: Sequence[Interval]) -> float:
-    """The ledger's total: what every interval of the job cost, across moves."""
-    return sum((r.cost_usd for r in rows), 0.0)
+    """The ledger's total: what every interval of the job cost, instance time and egress, across
+    moves."""
+    return sum((r.billed_usd for r in rows), 0.0)
+
+
+def egress_usd(rows: Sequence[Interval]) -> float:
+    """The part of ``total_usd`` that is data egress."""
+    return sum((r.egress_usd for r in rows), 0.0)
 
 
 def spent_usd(session: Session, job_id: int, now: datetime) -> float:
@@ -177,9 +229,10 @@ def spent_by_job(session: Session, job_ids: Sequence[int], now: datetime) -> dic
     The daemon needs every active job's spend each tick; per job that is a query per placement
     and two per price lookup. Here it is a few queries in all: the placements, their markets, and
     the price points of those markets from the earliest placement start on (plus the point in
-    effect then), after which each row is computed exactly as ``interval`` computes it
-    (``mean_price``, the slot's product as in ``slot_usd_per_hour``, ``_row``), in the same
-    order, so the totals are equal to the last bit.
+    effect then), plus the moves' recorded egress, after which each row is computed exactly as
+    ``interval`` computes it (``mean_price``, the slot's product as in ``slot_usd_per_hour``,
+    ``_row``) and summed as ``total_usd`` sums it, in the same order, so the totals are equal to
+    the last bit.
     """
     out = dict.fromkeys(job_ids, 0.0)
     placements: list[Placement] = []
@@ -194,14 +247,102 @@ def spent_by_job(session: Session, job_ids: Sequence[int], now: datetime) -> dic
     market_ids = sorted({p.market_id for p in placements})
     keys = _market_keys(session, market_ids)
     steps = _price_steps(session, market_ids, min(p.started_at for p in placements if p.started_at))
+    egress = _egress_by_placement(session, [p.id for p in placements])
     for p in placements:
         assert p.started_at is not None
         end = p.ended_at or max(now, p.started_at)
         launch_price = p.usd_per_hour / p.instances if p.instances else 0.0
         before, changes = _window(steps.get(p.market_id, ([], [])), p.started_at, end)
         slot_usd = p.instances * mean_price(before, changes, p.started_at, end, launch_price)
-        out[p.job_id] += _row(p, keys[p.market_id], slot_usd, now).cost_usd
+        out[p.job_id] += _row(p, keys[p.market_id], slot_usd, now, egress.get(p.id, NO_EGRESS)).billed_usd
     return out
+
+
+def _egress_by_placement(session: Session, placement_ids: list[int]) -> dict[int, Egress]:
+    """The recorded egress of each placement that a move entered (placements are created by one
+    move each, keyed by it, so a placement has at most one)."""
+    out = {}
+    for chunk in _chunks(placement_ids):
+        rows = session.execute(
+            select(
+                JobMove.to_placement_id,
+                JobMove.egress_usd,
+                JobMove.egress_gb,
+                JobMove.egress_from,
+                JobMove.egress_to,
+            ).where(JobMove.to_placement_id.in_(chunk), JobMove.egress_to.is_not(None))
+        ).all()
+        for pid, usd, gb, source, dest in rows:
+            out[pid] = Egress(float(usd), float(gb), source, dest)
+    return out
+
+
+def record_entry_egress(session: Session, move_id: int, spec: Job, at: datetime) -> Egress:
+    """Price and record on move ``move_id`` the egress of entering its market, once.
+
+    The executor calls this when the move grants the lease to the new epoch, before the grant's
+    side effect: from then on the new placement restores the checkpoint. A move that already
+    has its egress (a step resumed after a crash) keeps it: the checkpoint it restores was
+    decided before the lease moved, and the new placement may have written newer ones since.
+
+    The checkpoint restored is the one the move verified (``checkpoint_name``; a start verifies
+    none and restores the job's newest, ``ManagedJob.checkpoint_name``); its epoch names the
+    placement that wrote it, whose region holds it. No checkpoint (a first start), or one no
+    placement of ours wrote: nothing to move (``here`` -1), but a dataset living elsewhere still
+    is, exactly as ``entry_usd`` rules. Prices are those in effect at ``at``.
+    """
+    move = session.get(JobMove, move_id, with_for_update=True)
+    assert move is not None and move.market_id is not None
+    if move.egress_to is not None:
+        return Egress(move.egress_usd, move.egress_gb, move.egress_from, move.egress_to)
+    job = session.get(ManagedJob, move.job_id)
+    assert job is not None
+    target = market_key(session, move.market_id)
+    dest = (target.cloud, target.region)
+    source = _checkpoint_location(session, job.id, move.checkpoint_name or job.checkpoint_name)
+    data = spec.dataset if spec.dataset is not None and spec.dataset.gb > 0 else None
+    home = (data.cloud, data.region) if data is not None else None
+    locations = list(dict.fromkeys(loc for loc in (source, dest, home) if loc is not None))
+    transfer = transfer_matrix(locations, at)
+    n = len(locations)
+    # 1 between two locations, 0 within one and from "nowhere": the same rule then counts GB.
+    hops = np.vstack([1.0 - np.eye(n), np.zeros((1, n))])
+    args = (
+        np.array(locations.index(source) if source else -1),
+        np.array(locations.index(dest)),
+        np.array(spec.checkpoint_gb),
+        np.array(data.gb if data is not None else 0.0),
+        np.array(locations.index(home) if home else -1),
+    )
+    egress = Egress(
+        usd=float(entry_usd(transfer, *args)),
+        gb=float(entry_usd(hops, *args)),
+        source=_place(source),
+        dest=_place(dest),
+    )
+    move.egress_usd, move.egress_gb = egress.usd, egress.gb
+    move.egress_from, move.egress_to = egress.source, egress.dest
+    return egress
+
+
+def _checkpoint_location(session: Session, job_id: int, checkpoint: str | None) -> tuple[str, str] | None:
+    """``(cloud, region)`` of the placement that wrote ``checkpoint`` (None: none, or not ours)."""
+    parsed = parse_checkpoint_name(checkpoint) if checkpoint else None
+    if parsed is None:
+        return None
+    market_id = session.scalar(
+        select(Placement.market_id).where(
+            Placement.job_id == job_id, Placement.epoch == parsed[1], Placement.started_at.is_not(None)
+        )
+    )
+    if market_id is None:
+        return None
+    key = market_key(session, market_id)
+    return key.cloud, key.region
+
+
+def _place(location: tuple[str, str] | None) -> str | None:
+    return None if location is None else "/".join(location)
 
 
 def _chunks(ids: list[int]) -> list[list[int]]:
