@@ -400,7 +400,7 @@ def _check_money(world: FaultWorld, found: Findings) -> None:
     ids = [r.instance_id for r in rows]
     if sorted(i for i in ids if i) != sorted(launched) or len(set(ids)) != len(ids):
         found.ledger_mismatches.append(f"ledger intervals {ids} != instances launched {sorted(launched)}")
-    if abs(total_usd(rows) - sum(r.cost_usd for r in rows)) > 1e-12:
+    if abs(total_usd(rows) - sum(r.billed_usd for r in rows)) > 1e-12:
         found.ledger_mismatches.append("the ledger total is not the sum of its intervals")
     for row in rows:
         if row.ended_at is None:

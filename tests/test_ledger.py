@@ -127,12 +127,14 @@ def test_cli_jobs_cost(db_url: str, db: Database, tmp_path: Path) -> None:
     assert 3600 <= third["billed_s"] < 3600 + 600  # billed up to the command's now
     assert doc["total_usd"] == pytest.approx(sum(i["cost_usd"] for i in doc["intervals"]))
     documented = "placement_id epoch provider instance_id market started_at ended_at end_reason"
-    assert set(first) == {*documented.split(), "usd_per_hour", "billed_s", "cost_usd"}  # as the README says
+    documented += " usd_per_hour billed_s cost_usd egress_from egress_to egress_gb egress_usd"
+    assert set(first) == set(documented.split())  # as the README says
+    assert set(doc) == {"job", "at", "total_usd", "egress_usd", "budget_usd", "intervals"}
 
     code, out, _ = cli("--db", db_url, "jobs", "cost", "resnet", "--format", "csv")
     header, *lines = out.splitlines()
     assert code == 0 and header.startswith("placement_id,epoch,provider,instance_id,market,started_at")
-    assert len(lines) == 3 and lines[1].endswith(",exited,0.6,3900.0,0.65")
+    assert len(lines) == 3 and lines[1].endswith(",exited,0.6,3900.0,0.65,,,0.0,0.0")  # no move: no egress
 
     code, out, _ = cli("--db", db_url, "jobs", "cost", "resnet")
     assert code == 0

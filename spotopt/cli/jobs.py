@@ -234,6 +234,10 @@ COST_COLUMNS = (
     "usd_per_hour",
     "billed_s",
     "cost_usd",
+    "egress_from",
+    "egress_to",
+    "egress_gb",
+    "egress_usd",
 )
 _COST_TABLE = (
     "#",
@@ -247,6 +251,8 @@ _COST_TABLE = (
     "$/h",
     "billed_s",
     "$",
+    "egress_gb",
+    "egress $",
 )
 
 
@@ -267,6 +273,7 @@ def _interval_cells(row: dict[str, Any]) -> dict[str, Any]:
         "end": row["end_reason"],
         "$/h": row["usd_per_hour"],
         "$": row["cost_usd"],
+        "egress $": row["egress_usd"],
     }
 
 
@@ -279,14 +286,21 @@ def cost(
 ) -> None:
     """The ledger: every instance interval the job used and the total across moves.
 
-    Per interval: its market, the price in effect, the seconds its cloud bills and the cost.
-    Running instances are billed up to now."""
+    Per interval: its market, the price in effect, the seconds its cloud bills and the cost,
+    and the data egress entering it caused (checkpoint and dataset moved between regions or
+    clouds). Running instances are billed up to now."""
     now = datetime.now(UTC)
     job, rows = job_status.ledger(state(ctx).db(), name, now)
-    total = ledger.total_usd(rows)
+    total, egress = ledger.total_usd(rows), ledger.egress_usd(rows)
     listed = [_interval_row(r) for r in rows]
     if fmt is Format.JSON:
-        doc = {"job": job.name, "at": now, "total_usd": total, "budget_usd": job.budget_usd}
+        doc = {
+            "job": job.name,
+            "at": now,
+            "total_usd": total,
+            "egress_usd": egress,
+            "budget_usd": job.budget_usd,
+        }
         doc["intervals"] = listed
         sys.stdout.write(to_json(doc) + "\n")
         return
@@ -294,11 +308,11 @@ def cost(
     render(
         [_interval_cells(r) for r in listed] if table else listed,
         fmt,
-        title=f"Job {job.name}: {_usd(total)} over {len(rows)} instance interval(s)",
+        title=f"Job {job.name}: {_usd(total)} over {len(rows)} instance interval(s) (egress {_usd(egress)})",
         columns=_COST_TABLE if table else COST_COLUMNS,
         caption=f"budget {_usd(job.budget_usd)}; running instances billed up to {now:%Y-%m-%d %H:%M:%S} UTC",
         empty="no instance has run yet (nothing billed)",
-        wide_only=("epoch", "provider", "instance_id"),
+        wide_only=("epoch", "provider", "instance_id", "egress_gb"),
         wide=wide,
     )
 
