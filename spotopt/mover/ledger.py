@@ -273,6 +273,7 @@ def _egress_by_placement(session: Session, placement_ids: list[int]) -> dict[int
             ).where(JobMove.to_placement_id.in_(chunk), JobMove.egress_to.is_not(None))
         ).all()
         for pid, usd, gb, source, dest in rows:
+            assert pid is not None  # matched by the IN list
             out[pid] = Egress(float(usd), float(gb), source, dest)
     return out
 
