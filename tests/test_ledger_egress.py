@@ -116,12 +116,16 @@ def moved(db: Database, tmp_path: Path, to: tuple[str, str], kind: str = "spot")
     """resnet ran on AWS us-east-1a spot (epoch 1, checkpointed at step 150) and moves to ``to``:
     (job, the new placement, the move at its grant step)."""
     job = world(db, tmp_path)
-    east = market(db, *EAST)
-    old = place(db, job, east, T0, AT, "terminated", epoch=1)
+    return (job, *moving(db, job, to, kind))
+
+
+def moving(db: Database, job: int, to: tuple[str, str], kind: str = "spot") -> tuple[int, int]:
+    """Job ``job`` ran in us-east-1 (epoch 1, checkpointed at step 150) and moves to ``to``: the
+    new placement and the move at its grant step."""
+    old = place(db, job, market(db, *EAST), T0, AT, "terminated", epoch=1)
     target = market(db, *to, kind=kind)
     new = place(db, job, target, AT - timedelta(minutes=5), None, epoch=2, usd_per_hour=0.6)
-    move = at_grant(db, job, "move", target, 2, old=old, new=new, checkpoint=checkpoint_name(150, 1))
-    return job, new, move
+    return new, at_grant(db, job, "move", target, 2, old=old, new=new, checkpoint=checkpoint_name(150, 1))
 
 
 @pytest.mark.parametrize(
@@ -308,33 +312,21 @@ def test_spent_by_job_equals_spent_usd_with_egress(db: Database, tmp_path: Path)
     record(db, move)
     jobs = [first]
     for n, to in enumerate([WEST, EAST], start=1):
-        job, _new, move = _another(db, tmp_path, n, to)
-        record(db, move)
+        (tmp_path / f"j{n}").mkdir()
+        job = submit(db, tmp_path / f"j{n}", SPEC.replace("name: resnet", f"name: job{n}"))
+        record(db, moving(db, job, to, kind="on-demand" if to == EAST else "spot")[1])
         jobs.append(job)
     now = AT + timedelta(hours=1, minutes=7)
     with db.session() as session:
         batched = ledger.spent_by_job(session, [*jobs, 10**6], now)
         plain = {j: ledger.spent_usd(session, j, now) for j in jobs}
         egress = {j: ledger.egress_usd(ledger.intervals(session, j, now)) for j in jobs}
+        instance = {j: sum(r.cost_usd for r in ledger.intervals(session, j, now)) for j in jobs}
     assert batched.pop(10**6) == 0.0
+    assert all(plain[j] == pytest.approx(instance[j] + egress[j]) for j in jobs)
     assert batched == plain  # to the last bit
     assert egress[jobs[0]] == expected(EAST, AZURE, EAST) and egress[jobs[2]] == 0.0
     assert egress[jobs[1]] == expected(EAST, WEST, EAST)
-
-
-def _another(db: Database, tmp_path: Path, n: int, to: tuple[str, str]) -> tuple[int, int, int]:
-    """Like ``moved`` for a second job in the same database (markets already there)."""
-    path = tmp_path / f"j{n}"
-    path.mkdir(parents=True)
-    job = submit(db, path, SPEC.replace("name: resnet", f"name: job{n}"))
-    old = place(db, job, market(db, *EAST), T0, AT, "terminated", epoch=1)
-    target = market(db, *to, kind="on-demand" if to == EAST else "spot")
-    new = place(db, job, target, AT - timedelta(minutes=5), None, epoch=2, usd_per_hour=0.6)
-    return (
-        job,
-        new,
-        at_grant(db, job, "move", target, 2, old=old, new=new, checkpoint=checkpoint_name(150, 1)),
-    )
 
 
 def test_cli_jobs_cost_and_show_include_egress(db_url: str, db: Database, tmp_path: Path) -> None:
