@@ -74,15 +74,13 @@ def measure(
     drawn = f" (seed {seed})" if mode is PreemptionMode.MODEL else ""
     print(f"\n{label}: from {out.whatif.first_start:%Y-%m-%d %H:%M} UTC, preemptions {mode.value}{drawn}")
     print(
-        f"{'job':<14}{'pred $':>9}{'egress $':>9}{'real $':>9}{'Δcost':>9}{'Δ ex-egr':>9}"
+        f"{'job':<14}{'pred $':>9}{'egress $':>9}{'real $':>9}{'Δcost':>9}"
         f"{'pred h':>9}{'real h':>9}{'Δfinish':>9}{'moves':>8}{'preempt':>9}"
     )
     for r in out.rows:
-        instance_only = r["predicted_cost_usd"] - r["predicted_egress_usd"]
-        ex_egress = r["realised_cost_usd"] / instance_only - 1.0 if instance_only else None
         print(
             f"{r['job']:<14}{r['predicted_cost_usd']:>9.2f}{r['predicted_egress_usd']:>9.2f}"
-            f"{r['realised_cost_usd']:>9.2f}{_pct(r['cost_diff']):>9}{_pct(ex_egress):>9}"
+            f"{r['realised_cost_usd']:>9.2f}{_pct(r['cost_diff']):>9}"
             f"{r['predicted_finish_hours']:>9.2f}{r['realised_finish_hours']:>9.2f}"
             f"{_pct(r['finish_diff']):>9}{r['predicted_moves']:>4}/{r['realised_moves']:<3}"
             f"{r['predicted_preemptions']:>5}/{r['realised_preemptions']:<3}"

@@ -426,8 +426,8 @@ def realised_by_job(db: Database, start: datetime, now: datetime) -> dict[str, R
 
 def compare(result: ReplayResult, realised: dict[str, Realised]) -> list[dict[str, Any]]:
     """One row per job: predicted (what-if ``spotopt``) and realised, with relative differences.
-    ``predicted_egress_usd`` is the part of the predicted cost that is data transfer, which the
-    daemon's ledger does not bill (it records instance time only)."""
+    ``predicted_egress_usd`` is the part of the predicted cost that is data transfer (the ledger
+    bills it too, by the same rule: the realised cost includes it)."""
     (run,) = [r for r in result.runs if r.strategy == "spotopt"]
     rows = []
     for j, name in enumerate(result.jobs.names):
