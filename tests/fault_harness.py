@@ -39,7 +39,7 @@ from spotopt.db.setup import open_history
 from spotopt.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.ledger import intervals, spent_usd, total_usd
-from spotopt.providers.local import LocalProvider
+from spotopt.providers.local import LocalProvider, group_members
 from tests.mover_world import STEPS, TRAIN, a_day_ago, job_yaml, on_demand, spot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -355,19 +355,6 @@ def check_training(world: FaultWorld, reference: Reference, found: Findings) -> 
         found.lost_progress.append(f"steps never trained: {sorted(set(range(1, STEPS + 1)) - trained)[:10]}")
 
 
-def _live_in_group(pgid: int) -> list[int]:
-    """Pids of non-zombie processes in process group ``pgid`` (read from /proc)."""
-    live = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text(encoding="utf-8").rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            live.append(int(stat.parent.name))
-    return live
-
-
 def check_processes(world: FaultWorld, found: Findings) -> None:
     provider = world.provider
     for instance in provider.list_instances():
@@ -375,7 +362,7 @@ def check_processes(world: FaultWorld, found: Findings) -> None:
             found.orphans.append(f"{instance.instance_id}: the provider reports it live")
         home = world.tmp / "local" / "instances" / instance.instance_id
         record = json.loads((home / "record.json").read_text(encoding="utf-8"))
-        if record.get("pid") is not None and _live_in_group(int(record["pid"])):
+        if record.get("pid") is not None and group_members(int(record["pid"])):
             found.orphans.append(f"{instance.instance_id}: process group {record['pid']} still has processes")
 
 

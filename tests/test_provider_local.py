@@ -14,7 +14,7 @@ import pytest
 from spotopt.errors import ConfigError, ProviderError
 from spotopt.providers import get_provider
 from spotopt.providers.base import InstanceState, LaunchSpec
-from spotopt.providers.local import LocalProvider
+from spotopt.providers.local import LocalProvider, group_members
 from spotopt.types import MarketKey, MarketKind
 from tests.provider_contract import ProviderContract, wait_for
 
@@ -151,6 +151,26 @@ def test_a_job_that_ends_itself_on_the_notice_is_not_reclaimed(provider: LocalPr
     wait_for(provider, instance.instance_id, {InstanceState.EXITED})
     assert provider.reclaim(instance.instance_id).state is InstanceState.EXITED
     assert provider.status(instance.instance_id).exit_code == 0
+
+
+def test_terminate_returns_when_the_jobs_own_children_are_gone_too(provider: LocalProvider) -> None:
+    # A job's children are part of its instance: a terminate that returned while one still ran
+    # would leak it (and a check right after would see it).
+    family = ("sh", "-c", "sleep 60 & sleep 60 & wait")
+    instance = provider.launch(_spec(family), LOCAL_MARKET, "family")
+    pid = json.loads((provider.state_dir / "instances" / instance.instance_id / "record.json").read_text())[
+        "pid"
+    ]
+    wait_for_members(pid, 3)
+    provider.terminate(instance.instance_id, grace_s=0)
+    assert group_members(pid) == []
+
+
+def wait_for_members(pgid: int, n: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(group_members(pgid)) < n:
+        assert time.monotonic() < deadline, f"process group {pgid} never had {n} processes"
+        time.sleep(0.01)
 
 
 def test_an_empty_command_or_a_missing_program_is_a_provider_error(provider: LocalProvider) -> None:

@@ -56,6 +56,20 @@ WAIT_STEP_S = 0.02
 KILL_WAIT_S = 10.0
 
 
+def group_members(pgid: int) -> list[int]:
+    """Pids of the processes of process group ``pgid`` that have not ended (zombies excluded),
+    read from /proc."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            live.append(int(stat.parent.name))
+    return live
+
+
 def _proc_start_ticks(pid: int) -> tuple[str, int] | None:
     """(state letter, start time in ticks since boot) from /proc, or None if there is no such pid."""
     try:
@@ -160,6 +174,7 @@ class LocalProvider:
             if not self._wait_dead(record, self.grace_s if grace_s is None else grace_s):
                 self._signal(record, signal.SIGKILL)
                 self._wait_dead(record, KILL_WAIT_S)
+            self._end_group(int(record["pid"]))
         return self.status(instance_id)
 
     def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]:
@@ -200,6 +215,7 @@ class LocalProvider:
             self._write(record)
             self._signal(record, signal.SIGKILL)
             self._wait_dead(record, KILL_WAIT_S)
+            self._end_group(int(record["pid"]))
         return self.status(instance_id)
 
     def log_path(self, instance_id: str) -> Path:
@@ -253,6 +269,18 @@ class LocalProvider:
             return
         with contextlib.suppress(ProcessLookupError):  # it ended between the check and the signal
             os.killpg(int(record["pid"]), sig)
+
+    @staticmethod
+    def _end_group(pgid: int) -> None:
+        """Kill what is left of an instance's process group once its leader is gone, and wait
+        until nothing runs in it: a job's own children are part of the instance, and a
+        terminate returns only when the instance is gone. Called only right after the leader
+        was alive, so the group id is still ours."""
+        deadline = time.monotonic() + KILL_WAIT_S
+        while group_members(pgid) and time.monotonic() < deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            time.sleep(WAIT_STEP_S)
 
     def _wait_dead(self, record: Mapping[str, Any], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
