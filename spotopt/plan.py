@@ -234,12 +234,16 @@ def enumerate_options(
     *,
     period_h: float | None = 1.0,
     billing: str = "instance",
+    missed_deadlines: bool = False,
 ) -> OptionTable:
     """All options of all jobs on ``markets`` (a snapshot at ``at``).
 
     A market whose GPU count is unknown or smaller than the job's minimum is skipped for it, and
     so is an option whose preemption loss leaves no progress. ``period_h`` is the planning period
-    (checkpoints fall on its boundaries, see ``spotopt.throughput``).
+    (checkpoints fall on its boundaries, see ``spotopt.throughput``). A deadline at or before
+    ``at`` is bad input for a plan or a what-if; the daemon passes ``missed_deadlines`` because a
+    running job can outlive its deadline: it keeps its hours left, <= 0 (the decision core then
+    finishes it as soon as it can, as the what-if engine's jobs past their deadline).
 
     Per job and (GPU model, count) group the allowed markets are an array mask, and the
     preemption terms are computed once per distinct rate (with the scalar functions, so every
@@ -268,7 +272,7 @@ def enumerate_options(
         book = JobThroughput(job, figures)
         work.append(work_steps(job, book))
         due = job.deadline_hours(at)
-        if due is not None and due <= 0:
+        if due is not None and due <= 0 and not missed_deadlines:
             raise InputError(f"job {job.name!r}: deadline {job.deadline} is not after --at {at.isoformat()}")
         deadlines.append(math.inf if due is None else due)
         ok = cols.allowed(job)

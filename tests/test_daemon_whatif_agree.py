@@ -52,3 +52,21 @@ def test_the_daemon_places_each_job_where_the_whatif_engine_does(db: Database, t
             first[p["job"]] = (f"{p['cloud']}/{where}/{p['instance_type']}/{p['market']}", p["gpus"])
     assert set(daemon) == {j["name"] for j in JOBS["jobs"]}
     assert daemon == first
+
+
+def test_a_job_past_its_deadline_is_still_placed_as_soon_as_it_can(db: Database, tmp_path: Path) -> None:
+    # A job can outlive its deadline (a replay of the example jobs did); the round must not stop
+    # on it as `spotopt plan --at` refuses a past deadline: the core finishes it as soon as it
+    # can (on-demand), as the what-if engine does with jobs past their deadline.
+    ingest(db, frozen_history())
+    (job,) = [j for j in JOBS["jobs"] if j.get("deadline")][:1]
+    managed = {**job, "run": "python train.py", "checkpoint": {"uri": "ckpt"}, "budget_usd": 1000}
+    path = tmp_path / "late.yaml"
+    path.write_text(yaml.safe_dump({"jobs": [managed]}), encoding="utf-8")
+    jobstore.submit(db, path, now=AT)
+    late = AT + timedelta(days=19)
+    settings = DaemonSettings(period_h=1.0, guardrails=Guardrails(period_h=1.0), dry_run=True)
+    report = Daemon(db, None, settings, clock=lambda: late).tick()
+    (decision,) = report.decisions
+    assert decision["job"] == job["name"] and decision["kind"] == "start"
+    assert decision["to"].endswith("on-demand")

@@ -60,7 +60,9 @@ def market_view(
 ) -> MarketView:
     """The options of ``spec``'s jobs at ``at``; ``locations`` (the fleet's) gains new regions."""
     markets = snapshot(session, at, flt)
-    table = enumerate_options(spec, markets, at, figures, period_h=period_h, billing=billing)
+    table = enumerate_options(
+        spec, markets, at, figures, period_h=period_h, billing=billing, missed_deadlines=True
+    )
     baseline, revert = market_forecast(session, markets, at, period_h, history_h, flt)
     opts = price_options(table, markets, at, locations, baseline, revert)
     return MarketView(at, markets, table, opts)
