@@ -8,6 +8,7 @@ simulated clock; the what-if engine replays the same history from the same start
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -220,3 +221,30 @@ def test_the_standin_trains_restarts_and_checkpoints_in_simulated_time() -> None
     assert len(written) == 18 and load.mode == "done" and load.step == 1000
     assert load.cursor == pytest.approx(180.0 + 18 * 60.0 + 40.0)
     assert load.next_event() is None
+
+
+def test_the_replay_table_sets_each_prediction_beside_what_happened() -> None:
+    from spotopt.cli.daemon import _side_by_side
+
+    row = {
+        "job": "small",
+        "predicted_cost_usd": 2.124957,
+        "predicted_egress_usd": 0.0,
+        "realised_cost_usd": 2.138333,
+        "cost_diff": 0.0062946,
+        "predicted_finish_hours": 3.44153,
+        "realised_finish_hours": 3.43611,
+        "finish_diff": -0.0015732,
+        "predicted_moves": 1,
+        "realised_moves": 1,
+        "predicted_preemptions": 1,
+        "realised_preemptions": 1,
+        "failed_moves": 0,
+    }
+    shown = _side_by_side(row)
+    assert shown["cost $"] == "2.12 → 2.14" and shown["Δ cost"] == "+0.63 %"
+    assert shown["finish h"] == "3.4 → 3.4" and shown["Δ finish"] == "-0.16 %"
+    assert shown["moves"] == "1/1" and shown["preemptions"] == "1/1"
+    never = {**row, "predicted_cost_usd": math.inf, "predicted_finish_hours": math.inf, "cost_diff": None}
+    assert _side_by_side(never)["cost $"] == "– → 2.14"
+    assert _side_by_side(never)["finish h"] == "never → 3.4" and _side_by_side(never)["Δ cost"] == "–"

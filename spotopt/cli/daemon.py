@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +17,7 @@ import platformdirs
 import typer
 from sqlalchemy import func, select
 
-from spotopt.cli.common import FormatOption, parse_duration, parse_time, state
+from spotopt.cli.common import FormatOption, WideOption, parse_duration, parse_time, state
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, InstanceType, JobMove, ManagedJob, Market
 from spotopt.errors import ConfigError, InputError
@@ -206,11 +210,6 @@ def _replay_run(
     fmt: Format,
 ) -> None:
     """``daemon run --replay``: the database's unfinished managed jobs, replayed from ``start``."""
-    from datetime import UTC, datetime
-
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from spotopt.jobspec import JobSpec
     from spotopt.mover import jobs as jobstore
     from spotopt.mover.replay import FidelityRequest, replay_daemon
@@ -233,21 +232,7 @@ def _replay_run(
     if where.exists() and any(where.iterdir()):
         raise InputError(f"--state-dir {where}: not empty; name a new directory for the replay")
     request = FidelityRequest(JobSpec(jobs=specs), when, mode, seed, period_h)
-    err = Console(stderr=True)
-    with Progress(
-        TextColumn("[bold]replay[/bold] {task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as progress:
-        task = progress.add_task("starting", total=1.0)
-
-        def on_round(now: datetime, first: datetime, end: datetime) -> None:
-            done = (now - first) / (end - first) if end > first else 1.0
-            progress.update(task, completed=done, description=f"simulated {now:%Y-%m-%d %H:%M} UTC")
-
+    with _replay_progress() as on_round:
         run = replay_daemon(db, request, where, on_round)
     rows = [
         {
@@ -408,6 +393,7 @@ def replay_cmd(
             help="Keep the replay's database, store and logs in this new directory (default: thrown away).",
         ),
     ] = None,
+    wide: WideOption = False,
     fmt: FormatOption = Format.TABLE,
 ) -> None:
     """Replay the jobs through the what-if engine and through the real daemon (local processes, a
@@ -432,15 +418,75 @@ def replay_cmd(
     workdir: AbstractContextManager[str] = (
         nullcontext(str(keep)) if keep is not None else tempfile.TemporaryDirectory(prefix="spotopt-replay-")
     )
-    with history as db, workdir as tmp:
-        result = fidelity(db, request, Path(tmp))
+    with history as db, workdir as tmp, _replay_progress() as on_round:
+        result = fidelity(db, request, Path(tmp), on_round)
     if fmt is Format.JSON:
         sys.stdout.write(to_json(result.rows) + "\n")
         return
-    render(
-        result.rows,
-        fmt,
-        title=f"What-if (spotopt) vs the replayed daemon from "
-        f"{result.whatif.first_start:%Y-%m-%d %H:%M} UTC, preemptions {preemptions}",
-        columns=FIDELITY_COLUMNS,
+    title = (
+        f"What-if (spotopt) vs the replayed daemon from {result.whatif.first_start:%Y-%m-%d %H:%M} UTC, "
+        f"preemptions {preemptions}"
     )
+    if fmt is Format.CSV:
+        render(result.rows, fmt, columns=FIDELITY_COLUMNS)
+        return
+    render(
+        [_side_by_side(r) for r in result.rows],
+        fmt,
+        title=title,
+        caption="predicted → realised (Δ relative); moves and preemptions predicted/realised",
+        wide_only=("egress $", "failed moves"),
+        wide=wide,
+    )
+
+
+def _side_by_side(row: dict[str, Any]) -> dict[str, Any]:
+    """One fidelity row for people: each predicted figure beside the realised one."""
+
+    def pair(pred: float, real: float, fmt: str, unfinished: str) -> str:
+        return f"{_num(pred, fmt, unfinished)} → {_num(real, fmt, unfinished)}"
+
+    return {
+        "job": row["job"],
+        "cost $": pair(row["predicted_cost_usd"], row["realised_cost_usd"], ".2f", "–"),
+        "Δ cost": _pct(row["cost_diff"]),
+        "finish h": pair(row["predicted_finish_hours"], row["realised_finish_hours"], ".1f", "never"),
+        "Δ finish": _pct(row["finish_diff"]),
+        "moves": f"{row['predicted_moves']}/{row['realised_moves']}",
+        "preemptions": f"{row['predicted_preemptions']}/{row['realised_preemptions']}",
+        "egress $": _num(row["predicted_egress_usd"], ".2f", "–"),
+        "failed moves": row["failed_moves"],
+    }
+
+
+def _num(x: float, fmt: str, unfinished: str) -> str:
+    """``x`` as ``fmt``; ``unfinished`` for the infinity of a job that did not finish."""
+    return format(x, fmt) if math.isfinite(x) else unfinished
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.2f} %"
+
+
+@contextmanager
+def _replay_progress() -> Iterator[Any]:
+    """A progress bar over simulated time on stderr (a terminal only); yields the round hook."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]replay[/bold] {task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as progress:
+        task = progress.add_task("starting", total=1.0)
+
+        def on_round(now: datetime, first: datetime, end: datetime) -> None:
+            done = (now - first) / (end - first) if end > first else 1.0
+            progress.update(task, completed=done, description=f"simulated {now:%Y-%m-%d %H:%M} UTC")
+
+        yield on_round
