@@ -33,7 +33,7 @@ Capacity (instances one can hold at once) is not in the history; callers pass it
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -85,10 +85,17 @@ def rate_per_hour(kind: str, value: float) -> float:
     raise ValueError(f"no rate conversion for interruption kind {kind!r}")
 
 
-def _latest_interruptions(
+RateKey = tuple[str, str, str, str]
+"""(cloud, instance type, region, zone or "") of an interruption observation."""
+RateRow = tuple[str, float, datetime]
+"""(kind, value, observed_at) of an interruption observation."""
+
+
+def latest_interruptions(
     session: Session, at: datetime, clouds: Sequence[str] | None
-) -> dict[tuple[str, str, str, str], tuple[str, float, datetime]]:
-    """(cloud, instance type, region, zone) → (kind, value, observed_at) of the latest rate row <= at."""
+) -> dict[RateKey, RateRow]:
+    """Per key, the latest rate observation at or before ``at`` (across kinds the latest wins,
+    ties broken by source): what ``snapshot`` prices with."""
     key = (Interruption.instance_type_id, Interruption.region, Interruption.zone, Interruption.kind)
     latest = (
         select(*key, func.max(Interruption.observed_at).label("at"))
@@ -122,42 +129,65 @@ def _latest_interruptions(
     )
     if clouds:
         stmt = stmt.where(InstanceType.cloud.in_(clouds))
-    found: dict[tuple[str, str, str, str], tuple[str, float, datetime]] = {}
+    found: dict[RateKey, RateRow] = {}
     for cloud, name, region, zone, kind, value, observed in session.execute(stmt):
         if value is not None:
             found[(cloud, name, region, zone or "")] = (kind, float(value), observed)
     return found
 
 
-def snapshot(session: Session, at: datetime, flt: MarketFilter | None = None) -> list[MarketState]:
-    """Every market with a price at ``at`` (matching ``flt``), with its preemption rate at ``at``."""
-    states = cloud_snapshot(session, at, flt)
-    spot = [s.quote.market_id for s in states if s.quote.market == "spot"]
-    lives = observed_lifetimes(session, at, spot)
-    return [with_lifetimes(s, lives.get(s.quote.market_id)) for s in states]
-
-
-def cloud_snapshot(session: Session, at: datetime, flt: MarketFilter | None = None) -> list[MarketState]:
-    """``snapshot`` before observed lifetimes refine the rates: the clouds' own rates (or the
-    defaults). The what-if engine refines these itself as its simulated clock advances."""
-    flt = flt or MarketFilter()
-    quotes = prices_at(session, at, flt)
-    rates = _latest_interruptions(session, at, flt.clouds)
-    states = []
-    for q in quotes:
-        if q.market != "spot":
-            states.append(MarketState(q, 0.0, "on-demand", None))
-            continue
-        hit = rates.get((q.cloud, q.instance_type, q.region, q.zone or "")) or rates.get(
-            (q.cloud, q.instance_type, q.region, "")
+def interruptions_between(
+    session: Session, after: datetime, until: datetime, clouds: Sequence[str] | None
+) -> list[tuple[RateKey, RateRow]]:
+    """The rate observations with ``after < observed_at <= until``, in the order that makes each
+    one the latest of its key when applied in turn to ``latest_interruptions(session, after)``
+    (observed time, then source): the what-if engine follows the clouds' rates through a window
+    with one read."""
+    stmt = (
+        select(
+            InstanceType.cloud,
+            InstanceType.name,
+            Interruption.region,
+            Interruption.zone,
+            Interruption.kind,
+            Interruption.value,
+            Interruption.observed_at,
         )
-        if hit is None:
-            state = MarketState(q, DEFAULT_RATE_PER_HOUR[q.cloud], "default", None)
-        else:
-            kind, value, observed = hit
-            state = MarketState(q, rate_per_hour(kind, value), kind, observed)
-        states.append(state)
-    return states
+        .join(InstanceType, InstanceType.id == Interruption.instance_type_id)
+        .where(Interruption.observed_at > after, Interruption.observed_at <= until)
+        .where(Interruption.kind.in_(RATE_KINDS), Interruption.value.is_not(None))
+        .order_by(Interruption.observed_at, Interruption.source)
+    )
+    if clouds:
+        stmt = stmt.where(InstanceType.cloud.in_(clouds))
+    return [
+        ((cloud, name, region, zone or ""), (kind, float(value), observed))
+        for cloud, name, region, zone, kind, value, observed in session.execute(stmt)
+    ]
+
+
+def cloud_state(q: Quote, rates: Mapping[RateKey, RateRow]) -> MarketState:
+    """Market ``q`` at the clouds' rates ``rates``: 0 for on-demand; for spot the zone's own
+    observation, else the region's, else the cloud's default (see the module docstring)."""
+    if q.market != "spot":
+        return MarketState(q, 0.0, "on-demand", None)
+    hit = rates.get((q.cloud, q.instance_type, q.region, q.zone or "")) or rates.get(
+        (q.cloud, q.instance_type, q.region, "")
+    )
+    if hit is None:
+        return MarketState(q, DEFAULT_RATE_PER_HOUR[q.cloud], "default", None)
+    kind, value, observed = hit
+    return MarketState(q, rate_per_hour(kind, value), kind, observed)
+
+
+def snapshot(session: Session, at: datetime, flt: MarketFilter | None = None) -> list[MarketState]:
+    """Every market with a price at ``at`` (matching ``flt``), with its preemption rate at ``at``:
+    the clouds' rate (``cloud_state``) refined by the lives recorded by then (``with_lifetimes``)."""
+    flt = flt or MarketFilter()
+    rates = latest_interruptions(session, at, flt.clouds)
+    states = [cloud_state(q, rates) for q in prices_at(session, at, flt)]
+    lives = observed_lifetimes(session, at, [s.quote.market_id for s in states if s.quote.market == "spot"])
+    return [with_lifetimes(s, lives.get(s.quote.market_id)) for s in states]
 
 
 def with_lifetimes(state: MarketState, observed: tuple[int, float] | None) -> MarketState:

@@ -10,7 +10,9 @@ from sqlalchemy import select
 
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, Market
+from spotopt.ingest import run_ingest
 from spotopt.market import DEFAULT_RATE_PER_HOUR, PRIOR_HOURS, snapshot
+from spotopt.types import InterruptionObservation
 from spotopt.whatif.timeline import load_timeline
 from tests.helpers import ingest, price, t
 
@@ -80,7 +82,13 @@ def test_many_lifetimes_converge_to_the_observed_rate(db: Database) -> None:
     assert rate == pytest.approx(50 / 1000, rel=0.05)
 
 
-@pytest.mark.parametrize("hours", [0.0, 1.5, 5.0, 30.0, 71.0])
+def advisor(zone: str | None, when: str, percent: float) -> InterruptionObservation:
+    return InterruptionObservation(
+        "aws", "us-east-1", zone, "p3.2xlarge", t(when), "advisor-bucket", percent, ""
+    )
+
+
+@pytest.mark.parametrize("hours", [0.0, 1.5, 2.0, 5.0, 20.0, 30.0, 34.0, 71.0])
 def test_the_whatif_timeline_learns_the_rate_the_daemon_would_see_at_each_hour(
     db: Database, hours: float
 ) -> None:
@@ -88,6 +96,19 @@ def test_the_whatif_timeline_learns_the_rate_the_daemon_would_see_at_each_hour(
     # every hour they must be the daemon's snapshot then (the lives recorded by that time), and
     # a run's own lives (what a daemon records as it goes) count as if they had been recorded.
     ingest(db, [price("p3.2xlarge", "2024-01-01 00:00", 0.9)])
+    # The cloud publishes rates before and during the window: the region's, then the zone's
+    # own (which wins), then the region's again (which does not).
+    run_ingest(
+        db,
+        "test",
+        "advisor",
+        [
+            advisor(None, "2024-02-20 00:00", 10.0),
+            advisor(None, "2024-03-01 02:00", 15.0),
+            advisor("us-east-1a", "2024-03-01 20:00", 20.0),
+            advisor(None, "2024-03-02 10:00", 5.0),
+        ],
+    )
     add_lives(
         db,
         [

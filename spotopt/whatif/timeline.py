@@ -8,6 +8,7 @@ at the next tick, which is when the planner would see it anyway.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -18,7 +19,15 @@ from sqlalchemy.orm import Session
 
 from spotopt.db.queries import MarketFilter, Quote, lifetimes_started_before, price_history
 from spotopt.errors import InputError
-from spotopt.market import DEFAULT_RATE_PER_HOUR, MarketState, cloud_snapshot, refined_rate, snapshot
+from spotopt.market import (
+    DEFAULT_RATE_PER_HOUR,
+    MarketState,
+    cloud_state,
+    interruptions_between,
+    latest_interruptions,
+    refined_rate,
+    snapshot,
+)
 from spotopt.mover.forecast import step_prices
 
 Array = np.ndarray[Any, Any]
@@ -52,10 +61,23 @@ class Lives:
         return out_events, out_hours
 
 
+@dataclass(frozen=True)
+class CloudRates:
+    """The clouds' own preemption rates of a timeline's markets as a step function:
+    ``rates[k]`` (per market) from hour ``since_h[k]`` of the window on (``since_h[0]`` is 0)."""
+
+    since_h: Array
+    rates: Array
+
+    def at(self, h: float) -> Array:
+        return np.asarray(self.rates[max(int(np.searchsorted(self.since_h, h, side="right")) - 1, 0)])
+
+
 @dataclass
 class Timeline:
     """Markets × ticks. ``markets[m]`` carries labels and the rate at the window start;
-    ``cloud_rate`` is that rate before the recorded ``lives`` refine it (``spotopt.market``)."""
+    ``cloud_rates`` are the clouds' own rates through the window, before the recorded ``lives``
+    refine them (``spotopt.market``)."""
 
     start: datetime
     tick_h: float
@@ -66,14 +88,15 @@ class Timeline:
     locations: list[tuple[str, str]]
     sources: set[str] = field(default_factory=set)
     last_observed: datetime | None = None
-    cloud_rate: Array | None = None
+    cloud_rates: CloudRates | None = None
     lives: Lives = field(default_factory=Lives.none)
 
     def rates_at(self, h: float, own: tuple[Array, Array] | None = None) -> Array:
         """Every market's rate as the daemon would estimate it ``h`` hours into the window: the
-        clouds' rates refined by the lives recorded by then and ``own`` (a run's own
-        ``(preemptions, exposure hours)`` per market, which a daemon records as it goes)."""
-        base = self.rate if self.cloud_rate is None else self.cloud_rate
+        clouds' rates observed by then, refined by the lives recorded by then and ``own`` (a
+        run's own ``(preemptions, exposure hours)`` per market, which a daemon records as it
+        goes). Without ``cloud_rates`` (a hand-built timeline) the start's ``rate`` holds."""
+        base = self.rate if self.cloud_rates is None else self.cloud_rates.at(h)
         events, hours = self.lives.observed(h, self.n_markets)
         if own is not None:
             events, hours = events + own[0], hours + own[1]
@@ -155,6 +178,25 @@ def build_timeline(
     return Timeline(start, tick_h, price, markets, rate, location, locations, sources, last)
 
 
+def cloud_rates(session: Session, tl: Timeline, end: datetime, flt: MarketFilter) -> CloudRates:
+    """The clouds' rates of ``tl``'s markets from its start to ``end``: the snapshot's rule
+    (``spotopt.market.cloud_state``) over the observations known at the start, then again after
+    each later observation time, in the order the snapshot would see them."""
+    found = latest_interruptions(session, tl.start, flt.clouds)
+
+    def rates() -> Array:
+        return np.array([cloud_state(m.quote, found).preemptions_per_hour for m in tl.markets], dtype=float)
+
+    since, steps = [0.0], [rates()]
+    changes = interruptions_between(session, tl.start, end, flt.clouds)
+    for at, group in itertools.groupby(changes, key=lambda change: change[1][2]):
+        for key, row in group:
+            found[key] = row
+        since.append((at - tl.start).total_seconds() / 3600.0)
+        steps.append(rates())
+    return CloudRates(np.array(since), np.array(steps))
+
+
 def _label(q: Quote) -> tuple[str, str, str, str, str]:
     return (q.cloud, q.region, q.zone or "", q.instance_type, q.market)
 
@@ -177,9 +219,8 @@ def load_timeline(
         )
     rates = {s.quote.market_id: s for s in snapshot(session, start, flt)}
     tl = build_timeline(quotes, start, hours, tick_h, rates)
-    cloud = {s.quote.market_id: s.preemptions_per_hour for s in cloud_snapshot(session, start, flt)}
+    tl.cloud_rates = cloud_rates(session, tl, end, flt)
     ids = [m.quote.market_id for m in tl.markets]
-    tl.cloud_rate = np.array([cloud.get(i, r) for i, r in zip(ids, tl.rate, strict=True)], dtype=float)
     index = {market_id: m for m, market_id in enumerate(ids)}
     spot = [i for i, m in zip(ids, tl.markets, strict=True) if m.quote.market == "spot"]
     rows = lifetimes_started_before(session, end, spot)
