@@ -273,7 +273,10 @@ def enumerate_options(
         work.append(work_steps(job, book))
         due = job.deadline_hours(at)
         if due is not None and due <= 0 and not missed_deadlines:
-            raise InputError(f"job {job.name!r}: deadline {job.deadline} is not after --at {at.isoformat()}")
+            raise InputError(
+                f"job {job.name!r}: deadline {job.deadline} is not after the planning time {at.isoformat()} "
+                "(--at, or a replay's --start); give a later deadline or an earlier time"
+            )
         deadlines.append(math.inf if due is None else due)
         ok = cols.allowed(job)
         legs: list[tuple[int, int, Array]] = []  # (GPUs per job, slots, markets), one figure each

@@ -155,14 +155,15 @@ def test_a_job_that_ends_itself_on_the_notice_is_not_reclaimed(provider: LocalPr
 
 def test_terminate_returns_when_the_jobs_own_children_are_gone_too(provider: LocalProvider) -> None:
     # A job's children are part of its instance: a terminate that returned while one still ran
-    # would leak it (and a check right after would see it).
-    family = ("sh", "-c", "sleep 60 & sleep 60 & wait")
+    # would leak it (and a check right after would see it). Here the job ends on SIGTERM but its
+    # child ignores it.
+    family = ("sh", "-c", "trap 'exit 0' TERM; (trap '' TERM; sleep 60) & sleep 60 & wait")
     instance = provider.launch(_spec(family), LOCAL_MARKET, "family")
     pid = json.loads((provider.state_dir / "instances" / instance.instance_id / "record.json").read_text())[
         "pid"
     ]
     wait_for_members(pid, 3)
-    provider.terminate(instance.instance_id, grace_s=0)
+    provider.terminate(instance.instance_id, grace_s=30)
     assert group_members(pid) == []
 
 

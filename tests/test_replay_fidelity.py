@@ -163,12 +163,38 @@ def test_daemon_run_replay_replays_the_submitted_jobs_in_a_database_of_its_own(
     assert strict_json(out)["state"] == "pending" and strict_json(out)["spent_usd"] == 0
 
 
+def test_a_replay_stopped_before_the_job_is_done_bills_up_to_its_simulated_end(
+    db: Database, db_url: str, tmp_path: Path
+) -> None:
+    history(db)
+    store = {"uri": str(tmp_path / "store")}
+    managed = {**JOB, "run": "python train.py", "checkpoint": store, "budget_usd": 50}
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump({"jobs": [managed]}), encoding="utf-8")
+    assert cli("--db", db_url, "jobs", "submit", jobs)[0] == 0
+    where = tmp_path / "replayed"
+    until = (START + timedelta(hours=1)).isoformat()
+    args = ("daemon", "run", "--replay", "--start", START.isoformat(), "--until", until, "--state-dir", where)
+    code, out, err = cli("--db", db_url, *args, "--format", "json")
+    assert code == 0, err
+    (row,) = strict_json(out)
+    assert row["state"] == "running" and row["finish_hours"] is None
+    assert row["cost_usd"] == pytest.approx(0.90, rel=1e-9)  # one hour on zone a at $0.90/h
+    # Its ledger, read later, stops at the simulated end, not at the real now.
+    code, out, err = cli(
+        "--db", f"sqlite:///{where / 'replay.sqlite'}", "jobs", "cost", "small", "--format", "json"
+    )
+    assert code == 0, err
+    assert strict_json(out)["total_usd"] == pytest.approx(row["cost_usd"], rel=1e-12)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (("--replay", "--once"), "--replay with --once: a replay runs every placement as a local process"),
         (("--replay", "--provider", "aws"), "--replay with --provider:"),
-        (("--start", "2024-03-01"), "--start/--preemptions/--seed: only with --replay"),
+        (("--start", "2024-03-01"), "--start/--until/--preemptions/--seed: only with --replay"),
+        (("--replay", "--poll", "1s"), "--replay with --poll:"),
         (("--replay", "--preemptions", "often"), "--preemptions 'often': must be one of none, model, replay"),
         (("--replay",), "--replay: no unfinished managed job to replay"),
     ],

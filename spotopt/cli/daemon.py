@@ -134,6 +134,9 @@ def run(
         typer.Option(help="--replay: preemptions none, model (from the rates, --seed) or replay (recorded)."),
     ] = "none",
     seed: Annotated[int, typer.Option(min=0, help="--replay: seed of --preemptions model.")] = 0,
+    until: Annotated[
+        str | None, typer.Option(help="--replay: stop at this simulated time (default: every job done).")
+    ] = None,
     fmt: FormatOption = Format.TABLE,
 ) -> None:
     """Run the mover. Without --once it runs until SIGTERM: collectors on --collect-cron, polling
@@ -150,15 +153,18 @@ def run(
     if replay:
         given = {"--once": once, "--dry-run": dry_run, "--collect-cron": collect_cron is not None}
         given |= {"--provider": provider != "local", "--max-usd-per-hour": max_usd_per_hour is not None}
+        given |= {"--poll": poll != "5s"}
         if clash := [name for name, on in given.items() if on]:
             raise InputError(
                 f"--replay with {', '.join(clash)}: a replay runs every placement as a local process on "
                 "a simulated clock; drop those options"
             )
-        _replay_run(db, start, preemptions, seed, period_h, state_dir, fmt)
+        _replay_run(db, start, until, preemptions, seed, period_h, state_dir, fmt)
         return
-    if start is not None or preemptions != "none" or seed != 0:
-        raise InputError("--start/--preemptions/--seed: only with --replay; add --replay or drop them")
+    if start is not None or until is not None or preemptions != "none" or seed != 0:
+        raise InputError(
+            "--start/--until/--preemptions/--seed: only with --replay; add --replay or drop them"
+        )
     router, clouds = _clouds(db, provider) if provider in PROVIDERS and provider != "local" else (None, None)
     settings = DaemonSettings(
         period_h=period_h,
@@ -203,6 +209,7 @@ REPLAY_COLUMNS = ("job", "state", "cost_usd", "finish_hours", "moves", "preempti
 def _replay_run(
     db: Database,
     start: str | None,
+    until: str | None,
     preemptions: str,
     seed: int,
     period_h: float,
@@ -229,9 +236,9 @@ def _replay_run(
         )
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     where = state_dir or Path(platformdirs.user_data_dir("spotopt")) / "replays" / stamp
-    if where.exists() and any(where.iterdir()):
-        raise InputError(f"--state-dir {where}: not empty; name a new directory for the replay")
-    request = FidelityRequest(JobSpec(jobs=specs), when, mode, seed, period_h)
+    if where.exists() and (not where.is_dir() or any(where.iterdir())):
+        raise InputError(f"--state-dir {where}: exists and is not an empty directory; name a new one")
+    request = FidelityRequest(JobSpec(jobs=specs), when, mode, seed, period_h, parse_time(until, "--until"))
     with _replay_progress() as on_round:
         run = replay_daemon(db, request, where, on_round)
     rows = [

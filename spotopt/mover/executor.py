@@ -668,15 +668,14 @@ class Executor:
         if finished is not None and int(str(finished.get("epoch", -1))) == placement.epoch:
             return Observation(finished=True)
         status = self.provider.status(placement.instance_id)
-        # The agent stops by itself only on a cloud's notice (or SIGTERM): a stop the daemon did
-        # not ask for.
-        noticed = (
-            beat is not None
-            and beat.state in (AgentState.STOPPING, AgentState.STOPPED)
-            and not (beat.reason or "").startswith("daemon request")
-        )
+        # A stop the daemon did not ask for: the agent's reason names a cloud's notice
+        # (``spotopt.agent.core``: "<cloud> <kind> notice: …") or SIGTERM; only the first is a
+        # preemption.
+        stopping = beat is not None and beat.state in (AgentState.STOPPING, AgentState.STOPPED)
+        why = (beat.reason or "") if beat is not None else ""
+        noticed = stopping and " notice: " in why
         if status.state.is_live:
-            return Observation(notice=noticed)
+            return Observation(notice=stopping and not why.startswith("daemon request"))
         if status.state is InstanceState.EXITED and status.exit_code not in (0, None):
             self._end_placement(placement.id, "ended", "exited")
             return Observation(failed=f"the job exited with status {status.exit_code}; see its log")

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from spotopt.checkpoints import read_heartbeat, read_lease
 from spotopt.db.engine import Database
 from spotopt.db.models import Base, JobEvent, JobMove, ManagedJob, Placement
 from spotopt.db.setup import open_history
+from spotopt.errors import InputError
 from spotopt.jobspec import JobSpec
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
@@ -96,6 +97,8 @@ class FidelityRequest:
     preemptions: PreemptionMode = PreemptionMode.NONE
     seed: int = 0
     tick_h: float = 1.0
+    until: datetime | None = None
+    """Stop the replayed daemon here (default: the what-if's window, long enough for every job)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,10 @@ def replay_daemon(
     )
     start = result.first_start
     end = start + timedelta(hours=result.window_hours)
+    if request.until is not None:
+        if request.until <= start:
+            raise InputError(f"--until {request.until.isoformat()}: not after the start {start.isoformat()}")
+        end = min(end, request.until)
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "replay.sqlite"
     db = copy_history(history, path)
@@ -199,10 +206,19 @@ def replay_daemon(
         finally:
             for instance in provider.list_instances():
                 provider.terminate(instance.instance_id)
+        _end_open_placements(db, clock.now())
         realised = realised_by_job(db, start, clock.now())
     finally:
         db.dispose()
     return ReplayedDaemon(result, realised, rounds, time.monotonic() - began, path, clock.now())
+
+
+def _end_open_placements(db: Database, at: datetime) -> None:
+    """End what still ran when the replay stopped at simulated time ``at`` (``replay-end``), so
+    the replay's ledger read later (``jobs cost``) bills up to ``at``, not up to the real now."""
+    with db.session() as session:
+        for p in session.scalars(select(Placement).where(Placement.state.in_(("launching", "running")))):
+            p.state, p.end_reason, p.ended_at = "ended", "replay-end", at
 
 
 def copy_history(source: Database, path: Path) -> Database:
@@ -287,6 +303,10 @@ class LockStep:
         notice to every live instance on a preempted market launched before the notice. The
         processes then act on it in the round that follows (the clock's new generation)."""
         acted = False
+        if self.reclaims and self.reclaims[0][0] <= now + EPS_S:
+            # The processes act on this time first: a write that ends exactly at the reclaim is
+            # done, as the engine counts it (``save_h <= notice_h``), whatever the real timing.
+            self._await_processes()
         while self.reclaims and self.reclaims[0][0] <= now + EPS_S:
             _, instance_id = self.reclaims.pop(0)
             self.provider.reclaim(instance_id)
@@ -295,7 +315,7 @@ class LockStep:
             notice = self.notices.pop(0)
             for _job, p in self._live():
                 assert p.instance_id is not None and p.started_at is not None
-                if p.market_id == notice.market_id and _utc(p.started_at).timestamp() < notice.at - EPS_S:
+                if p.market_id == notice.market_id and p.started_at.timestamp() < notice.at - EPS_S:
                     self.provider.notify(p.instance_id, notice.reclaim_at - notice.at)
                     self.reclaims.append((notice.reclaim_at, p.instance_id))
                     acted = True
@@ -463,8 +483,3 @@ def _relative(realised: float, predicted: float) -> float | None:
 
 def _hours(delta: timedelta) -> float:
     return delta.total_seconds() / 3600.0
-
-
-def _utc(at: datetime) -> datetime:
-    """SQLite hands back naive datetimes; the database stores UTC."""
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
