@@ -367,3 +367,26 @@ def test_cli_jobs_cost_and_show_include_egress(db_url: str, db: Database, tmp_pa
     below = doc["total_usd"] - egress.usd / 2
     code, _, err = cli("--db", db_url, "jobs", "budget", "resnet", f"{below:.2f}")
     assert code == 2 and "already spent" in err
+
+
+def test_a_launch_whose_egress_would_pass_the_budget_is_refused(db: Database, tmp_path: Path) -> None:
+    """The launch's budget check counts the egress the move will bill at its grant: starting on
+    Azure moves the 150 GB dataset out of AWS ($13.50), which a $10 budget cannot pay although
+    an hour on Azure ($0.60) fits; the dataset's own region fits."""
+    job = world(db, tmp_path, SPEC.replace("budget_usd: 50", "budget_usd: 10"))
+    executor = Executor(db, StubProvider(), clock=lambda: AT)
+    with db.session() as session:
+        managed = session.get(ManagedJob, job)
+        assert managed is not None
+        spec = jobstore.job_spec(managed)
+        session.expunge(managed)
+    for where, refused in ((AZURE, True), (EAST, False)):
+        move_id = at_grant(db, job, "start", market(db, *where), 1)
+        with db.session() as session:
+            move = session.get(JobMove, move_id)
+            assert move is not None
+            session.expunge(move)
+        why = executor._over_budget_for(move, managed, spec)
+        assert bool(why) is refused, why
+        if refused:
+            assert "egress would exceed budget_usd $10.0000" in why

@@ -61,7 +61,7 @@ from spotopt.jobspec import Job
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.billing import billed_seconds
 from spotopt.mover.eventlog import log_event
-from spotopt.mover.ledger import market_key, record_entry_egress, spent_usd
+from spotopt.mover.ledger import market_key, price_entry_egress, record_entry_egress, spent_usd
 from spotopt.mover.observed import PREEMPTION_ENDS, record_lifetime, record_throughput
 from spotopt.providers.base import InstanceState, LaunchSpec, Provider, market_label
 from spotopt.times import parse_duration
@@ -604,14 +604,15 @@ class Executor:
             spent = spent_usd(session, job.id, now)
             fleet = self.fleet_usd_per_hour(session)
             cloud = market_key(session, move.market_id).cloud
+            egress = price_entry_egress(session, move, spec, now).usd
         # The cloud bills at least its minimum for any start (AWS/GCP 60 s), so that is the least
-        # a launch commits to.
+        # a launch commits to, with the egress of entering the market.
         until = now + timedelta(hours=self.period_h, seconds=spec.restart_s + spec.checkpoint_seconds)
-        ahead = rate * billed_seconds(cloud, now, until) / 3600.0
+        ahead = rate * billed_seconds(cloud, now, until) / 3600.0 + egress
         if spent + ahead > job.budget_usd:
             return (
-                f"budget: ${spent:.4f} spent + ${ahead:.4f} for the next period would exceed "
-                f"budget_usd ${job.budget_usd:.4f}"
+                f"budget: ${spent:.4f} spent + ${ahead:.4f} for the next period and the move's "
+                f"egress would exceed budget_usd ${job.budget_usd:.4f}"
             )
         if self.max_usd_per_hour is not None and fleet + rate > self.max_usd_per_hour:
             return (

@@ -296,6 +296,17 @@ def record_entry_egress(session: Session, move_id: int, spec: Job, at: datetime)
     assert move is not None and move.market_id is not None
     if move.egress_to is not None:
         return Egress(move.egress_usd, move.egress_gb, move.egress_from, move.egress_to)
+    egress = price_entry_egress(session, move, spec, at)
+    move.egress_usd, move.egress_gb = egress.usd, egress.gb
+    move.egress_from, move.egress_to = egress.source, egress.dest
+    return egress
+
+
+def price_entry_egress(session: Session, move: JobMove, spec: Job, at: datetime) -> Egress:
+    """What entering ``move``'s market costs in egress (``record_entry_egress``'s rule, nothing
+    written): also the launch's budget check, before the move has verified its checkpoint (the
+    job's newest then stands for it: the placement being left writes both)."""
+    assert move.market_id is not None
     job = session.get(ManagedJob, move.job_id)
     assert job is not None
     target = market_key(session, move.market_id)
@@ -315,15 +326,12 @@ def record_entry_egress(session: Session, move_id: int, spec: Job, at: datetime)
         np.array(data.gb if data is not None else 0.0),
         np.array(locations.index(home) if home else -1),
     )
-    egress = Egress(
+    return Egress(
         usd=float(entry_usd(transfer, *args)),
         gb=float(entry_usd(hops, *args)),
         source=_place(source),
         dest=_place(dest),
     )
-    move.egress_usd, move.egress_gb = egress.usd, egress.gb
-    move.egress_from, move.egress_to = egress.source, egress.dest
-    return egress
 
 
 def _checkpoint_location(session: Session, job_id: int, checkpoint: str | None) -> tuple[str, str] | None:
