@@ -1,0 +1,94 @@
+"""The daemon's move and preemption scenarios (``tests.test_daemon_local``) on Azure: the real
+``azure`` provider, routed to by the ``clouds`` provider as ``spotopt daemon run --provider
+clouds`` does, against the Resource Manager fake of ``tests.azure_fake`` (only the HTTP is faked).
+
+Every VM the provider creates is a local process running the ``customData`` the provider
+rendered and base64-encoded (``tests.fake_azure_vm``). A preemption is what Azure does: a
+Scheduled Events ``Preempt`` document on the fake metadata service the agent polls
+(``tests.fake_metadata``), the agent checkpoints and its processes end, then the Spot VM is
+evicted (eviction policy Delete), which the provider reads as a preemption.
+
+The scenario bodies are imported from ``tests.test_daemon_local`` and play on Azure's markets
+(``tests.mover_world.AZURE``: the V100 size in eastus, then a cheaper westus2; Azure prices a
+size per region).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import responses
+
+from spotopt.db.engine import Database
+from spotopt.providers.azure import AzureProvider
+from spotopt.providers.clouds import CloudsProvider, split_id
+from spotopt.settings import Settings
+from tests.azure_fake import GROUP, SUBSCRIPTION
+from tests.collect_fakes import azure_clients, no_wait_retry
+from tests.fake_azure_vm import AzureMachines, LocalAzure
+from tests.fake_metadata import FakeMetadata, metadata
+from tests.mover_world import AZURE, World, make_world
+from tests.test_daemon_local import (
+    test_a_cheaper_market_moves_the_job_make_before_break,
+    test_a_preemption_notice_checkpoints_and_relaunches,
+)
+
+__all__ = [
+    "metadata",
+    "test_a_cheaper_market_moves_the_job_make_before_break",
+    "test_a_preemption_notice_checkpoints_and_relaunches",
+]
+
+IN_GROUP = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers"
+
+
+def azure_settings(workdir: Path) -> Settings:
+    return Settings(
+        azure_resource_group=GROUP,
+        azure_subnet_id=f"{IN_GROUP}/Microsoft.Network/virtualNetworks/vnet/subnets/workers",
+        azure_image="Canonical:ubuntu-24_04-lts:server:latest",
+        azure_identity_id=f"{IN_GROUP}/Microsoft.ManagedIdentity/userAssignedIdentities/spotopt-agent",
+        azure_ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests ops@example",
+        bootstrap_venv=sys.prefix,  # this virtualenv: spotopt is already installed in it
+        bootstrap_pip_spec="",
+        bootstrap_workdir=str(workdir),
+        bootstrap_shutdown=False,  # the machines harness plays the power-off when the script ends
+    )
+
+
+@pytest.fixture
+def world(sqlite_db: Database, tmp_path: Path, metadata: FakeMetadata) -> Iterator[World]:
+    fake = LocalAzure()
+    machines = fake.machines = AzureMachines(fake, tmp_path / "machines")
+    azure = AzureProvider(
+        azure_settings(tmp_path / "instance"), clients=azure_clients(), retry=no_wait_retry(), poll_s=0
+    )
+    router = CloudsProvider(regions={"azure": ["eastus", "westus2"]}, build=lambda cloud, s, r: azure)
+    router.runs_on_market = False  # local processes, not the market's V100s (see test_daemon_aws)
+
+    def preempt(instance_id: str) -> None:
+        parts = split_id(instance_id)
+        assert parts is not None and parts[0] == "azure", instance_id
+        machines.interrupt(parts[1], lambda: metadata.notify("azure"))
+        metadata.azure_events = []  # the next VM has no event scheduled
+
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        fake.install(rsps)
+        made = make_world(
+            sqlite_db,
+            tmp_path,
+            provider=router,
+            preempt=preempt,
+            agent_env={"SPOTOPT_AZURE_METADATA_URL": metadata.url},
+            markets=AZURE,
+        )
+        try:
+            yield made
+            assert len(machines.procs) == len(fake.custom_data) > 0, "every VM created booted"
+            assert all(i.instance_id.startswith("azure:spotopt-mlp-") for i in router.list_instances())
+        finally:
+            made.stop_all()
+            machines.close()
