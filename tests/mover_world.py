@@ -51,19 +51,20 @@ def on_demand(usd: float, at: datetime, itype: str = "p3.2xlarge") -> PriceObser
     return PriceObservation(MarketKey("aws", "us-east-1", None, itype, MarketKind.ON_DEMAND), at, usd)
 
 
-GCP_V100 = "n1-standard-8+1xnvidia-tesla-v100"
-"""GCP's V100: an N1 machine with one attached GPU (the catalog's name)."""
-AZURE_V100 = "Standard_NC6s_v3"
+V100_MARKETS = {
+    "gcp": ("us-central1", "n1-standard-8+1xnvidia-tesla-v100"),
+    "azure": ("eastus", "Standard_NC6s_v3"),
+}
+"""Each cloud's V100 type (GCP's an N1 with one attached GPU) in the region its scenarios use."""
 
 
-def gcp_price(zone: str | None, usd: float, at: datetime, kind: MarketKind = MarketKind.SPOT) -> PriceObservation:
-    """A price of GCP's V100 in us-central1 (``zone`` None: the region-wide market)."""
-    return PriceObservation(MarketKey("gcp", "us-central1", zone, GCP_V100, kind), at, usd)
-
-
-def azure_price(region: str, usd: float, at: datetime, kind: MarketKind = MarketKind.SPOT) -> PriceObservation:
-    """A price of Azure's V100 size in ``region`` (Azure prices a size per region, no zone)."""
-    return PriceObservation(MarketKey("azure", region, None, AZURE_V100, kind), at, usd)
+def v100_price(
+    cloud: str, zone: str | None, usd: float, at: datetime, kind: MarketKind = MarketKind.SPOT
+) -> PriceObservation:
+    """A price of ``cloud``'s V100 in its region of ``V100_MARKETS`` (``zone`` None: region-wide;
+    GCP and Azure price per region, their zonal markets stand for where a VM is placed)."""
+    region, instance_type = V100_MARKETS[cloud]
+    return PriceObservation(MarketKey(cloud, region, zone, instance_type, kind), at, usd)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Markets:
         return job_yaml(tmp, clouds=f"[{self.cloud}]", instance_types=f"[{self.instance_type}]")
 
 
+OD = MarketKind.ON_DEMAND
 AWS = Markets(
     "aws",
     "p3.2xlarge",
@@ -95,15 +97,15 @@ AWS = Markets(
 )
 GCP = Markets(
     "gcp",
-    GCP_V100,
-    lambda at: [gcp_price("us-central1-a", 0.9, at), gcp_price(None, 3.06, at, MarketKind.ON_DEMAND)],
-    lambda at: gcp_price("us-central1-b", 0.3, at),
+    V100_MARKETS["gcp"][1],
+    lambda at: [v100_price("gcp", "us-central1-a", 0.9, at), v100_price("gcp", None, 3.06, at, OD)],
+    lambda at: v100_price("gcp", "us-central1-b", 0.3, at),
 )
 AZURE = Markets(
     "azure",
-    AZURE_V100,
-    lambda at: [azure_price("eastus", 0.9, at), azure_price("eastus", 3.06, at, MarketKind.ON_DEMAND)],
-    lambda at: azure_price("westus2", 0.3, at),
+    V100_MARKETS["azure"][1],
+    lambda at: [v100_price("azure", "1", 0.9, at), v100_price("azure", None, 3.06, at, OD)],
+    lambda at: v100_price("azure", "2", 0.3, at),
 )
 
 

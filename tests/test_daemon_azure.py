@@ -9,8 +9,9 @@ Scheduled Events ``Preempt`` document on the fake metadata service the agent pol
 evicted (eviction policy Delete), which the provider reads as a preemption.
 
 The scenario bodies are imported from ``tests.test_daemon_local`` and play on Azure's markets
-(``tests.mover_world.AZURE``: the V100 size in eastus, then a cheaper westus2; Azure prices a
-size per region).
+(``tests.mover_world.AZURE``: the V100 size in eastus zone 1, then a cheaper zone 2). The move
+stays in one region: the VMs' NICs join the one ``azure_subnet_id``, and a subnet's virtual
+network lives in one region, so the provider cannot place a VM in another.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def world(sqlite_db: Database, tmp_path: Path, metadata: FakeMetadata) -> Iterat
     azure = AzureProvider(
         azure_settings(tmp_path / "instance"), clients=azure_clients(), retry=no_wait_retry(), poll_s=0
     )
-    router = CloudsProvider(regions={"azure": ["eastus", "westus2"]}, build=lambda cloud, s, r: azure)
+    router = CloudsProvider(regions={"azure": ["eastus"]}, build=lambda cloud, s, r: azure)
     router.runs_on_market = False  # local processes, not the market's V100s (see test_daemon_aws)
 
     def preempt(instance_id: str) -> None:
