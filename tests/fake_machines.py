@@ -26,10 +26,18 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import responses
+
+from spotopt.db.engine import Database
+from spotopt.providers.base import Provider
+from spotopt.providers.clouds import CloudsProvider, split_id
 from tests.fake_ec2 import boot, stop_group
+from tests.fake_metadata import FakeMetadata
+from tests.mover_world import V100_MARKETS, Markets, World, make_world
 
 T = TypeVar("T")
 
@@ -108,3 +116,44 @@ class LocalMachines:
     def close(self) -> None:
         for proc in self.procs.values():
             stop_group(proc, 0)
+
+
+@contextmanager
+def machine_world(
+    db: Database,
+    tmp: Path,
+    markets: Markets,
+    provider: Provider,
+    fake: Any,
+    machines: LocalMachines,
+    metadata: FakeMetadata,
+    vm_of: Callable[[str], str] = lambda own_id: own_id,
+) -> Iterator[World]:
+    """The daemon's world on ``markets``' cloud: ``provider`` (that cloud's real provider, its
+    HTTP answered by ``fake`` while the world lives) behind the ``clouds`` router, as
+    ``spotopt daemon run --provider clouds`` runs it. ``vm_of`` maps the provider's instance
+    id to the machine's VM id. The world's ``preempt`` is the cloud's notice through
+    ``metadata``, then the reclaim."""
+    cloud = markets.cloud
+    router = CloudsProvider(regions={cloud: [V100_MARKETS[cloud][0]]}, build=lambda c, s, r: provider)
+    # These VMs are processes on this machine, not the market's V100s: their steps/s are no
+    # throughput of that GPU (see tests.test_daemon_aws).
+    router.runs_on_market = False
+
+    def preempt(instance_id: str) -> None:
+        parts = split_id(instance_id)
+        assert parts is not None and parts[0] == cloud, instance_id
+        machines.interrupt(vm_of(parts[1]), lambda: metadata.notify(cloud))
+        metadata.clear()  # the next VM has no notice pending
+
+    env = {f"SPOTOPT_{cloud.upper()}_METADATA_URL": metadata.url}
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        fake.install(rsps)
+        made = make_world(db, tmp, provider=router, preempt=preempt, agent_env=env, markets=markets)
+        try:
+            yield made
+            assert machines.procs, "the scenario booted VMs"
+            assert all(i.instance_id.startswith(f"{cloud}:") for i in router.list_instances())
+        finally:
+            made.stop_all()
+            machines.close()

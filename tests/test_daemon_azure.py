@@ -21,17 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import responses
 
 from spotopt.db.engine import Database
 from spotopt.providers.azure import AzureProvider
-from spotopt.providers.clouds import CloudsProvider, split_id
 from spotopt.settings import Settings
 from tests.azure_fake import GROUP, SUBSCRIPTION
 from tests.collect_fakes import azure_clients, no_wait_retry
 from tests.fake_azure_vm import AzureMachines, LocalAzure
+from tests.fake_machines import machine_world
 from tests.fake_metadata import FakeMetadata, metadata
-from tests.mover_world import AZURE, World, make_world
+from tests.mover_world import AZURE, World
 from tests.test_daemon_local import (
     test_a_cheaper_market_moves_the_job_make_before_break,
     test_a_preemption_notice_checkpoints_and_relaunches,
@@ -67,29 +66,6 @@ def world(sqlite_db: Database, tmp_path: Path, metadata: FakeMetadata) -> Iterat
     azure = AzureProvider(
         azure_settings(tmp_path / "instance"), clients=azure_clients(), retry=no_wait_retry(), poll_s=0
     )
-    router = CloudsProvider(regions={"azure": ["eastus"]}, build=lambda cloud, s, r: azure)
-    router.runs_on_market = False  # local processes, not the market's V100s (see test_daemon_aws)
-
-    def preempt(instance_id: str) -> None:
-        parts = split_id(instance_id)
-        assert parts is not None and parts[0] == "azure", instance_id
-        machines.interrupt(parts[1], lambda: metadata.notify("azure"))
-        metadata.azure_events = []  # the next VM has no event scheduled
-
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
-        fake.install(rsps)
-        made = make_world(
-            sqlite_db,
-            tmp_path,
-            provider=router,
-            preempt=preempt,
-            agent_env={"SPOTOPT_AZURE_METADATA_URL": metadata.url},
-            markets=AZURE,
-        )
-        try:
-            yield made
-            assert len(machines.procs) == len(fake.custom_data) > 0, "every VM created booted"
-            assert all(i.instance_id.startswith("azure:spotopt-mlp-") for i in router.list_instances())
-        finally:
-            made.stop_all()
-            machines.close()
+    with machine_world(sqlite_db, tmp_path, AZURE, azure, fake, machines, metadata) as made:
+        yield made
+    assert len(machines.procs) == len(fake.custom_data), "every VM created booted"

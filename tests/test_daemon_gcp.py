@@ -20,16 +20,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import responses
 
 from spotopt.db.engine import Database
-from spotopt.providers.clouds import CloudsProvider, split_id
 from spotopt.providers.gcp import GcpProvider
 from spotopt.settings import Settings
 from tests.collect_fakes import gcp_clients, no_wait_retry
 from tests.fake_gce import GceMachines, LocalGce
+from tests.fake_machines import machine_world
 from tests.fake_metadata import FakeMetadata, metadata
-from tests.mover_world import GCP, World, make_world
+from tests.mover_world import GCP, World
 from tests.test_daemon_local import (
     test_a_cheaper_market_moves_the_job_make_before_break,
     test_a_preemption_notice_checkpoints_and_relaunches,
@@ -53,6 +52,11 @@ def gcp_settings(workdir: Path) -> Settings:
     )
 
 
+def vm_name(instance_id: str) -> str:
+    """The VM's name in the provider's ``ZONE/NAME`` id."""
+    return instance_id.split("/")[1]
+
+
 @pytest.fixture
 def world(sqlite_db: Database, tmp_path: Path, metadata: FakeMetadata) -> Iterator[World]:
     fake = LocalGce()
@@ -63,29 +67,6 @@ def world(sqlite_db: Database, tmp_path: Path, metadata: FakeMetadata) -> Iterat
         retry=no_wait_retry(),
         sleep=lambda s: None,
     )
-    router = CloudsProvider(regions={"gcp": ["us-central1"]}, build=lambda cloud, s, r: gcp)
-    router.runs_on_market = False  # local processes, not the market's V100s (see test_daemon_aws)
-
-    def preempt(instance_id: str) -> None:
-        parts = split_id(instance_id)
-        assert parts is not None and parts[0] == "gcp", instance_id
-        machines.interrupt(parts[1].split("/")[1], lambda: metadata.notify("gcp"))
-        metadata.gcp_preempted = False  # the next VM is not preempted
-
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
-        fake.install(rsps)
-        made = make_world(
-            sqlite_db,
-            tmp_path,
-            provider=router,
-            preempt=preempt,
-            agent_env={"SPOTOPT_GCP_METADATA_URL": metadata.url},
-            markets=GCP,
-        )
-        try:
-            yield made
-            assert len(machines.procs) == len(fake.inserted) > 0, "every VM inserted booted"
-            assert all(i.instance_id.startswith("gcp:us-central1-") for i in router.list_instances())
-        finally:
-            made.stop_all()
-            machines.close()
+    with machine_world(sqlite_db, tmp_path, GCP, gcp, fake, machines, metadata, vm_name) as made:
+        yield made
+    assert len(machines.procs) == len(fake.inserted), "every VM inserted booted"
