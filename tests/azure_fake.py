@@ -6,7 +6,8 @@ answers 201 with ``provisioningState`` ``Creating`` and an ``Azure-AsyncOperatio
 status is ``InProgress`` on the first poll and ``Succeeded`` (or ``Failed`` with the ARM error)
 on the next; the poller then GETs the resource. DELETE answers 202 with the same protocol, or
 404 ``ResourceNotFound`` for a resource that does not exist. ``customData`` is write-only, as
-in ARM: kept by the fake, never returned.
+in ARM: kept by the fake, never returned. A VM's ``instanceView`` (its power state) is only in
+a GET with ``$expand=instanceView``, as in ARM (a list or plain GET leaves it out).
 
 References: https://learn.microsoft.com/en-us/rest/api/compute/virtual-machines/create-or-update
 (and ``…/get``, ``/delete``, ``/list``), https://learn.microsoft.com/en-us/rest/api/virtualnetwork/network-interfaces/create-or-update,
@@ -36,6 +37,13 @@ PATHS = {"vm": "Microsoft.Compute/virtualMachines", "nic": "Microsoft.Network/ne
 
 def _error(status: int, code: str, message: str) -> Reply:
     return status, {}, json.dumps({"error": {"code": code, "message": message}})
+
+
+def _without_instance_view(resource: dict[str, Any]) -> dict[str, Any]:
+    """A resource as ARM answers a GET or list without ``$expand=instanceView``."""
+    shown = copy.deepcopy(resource)
+    shown["properties"].pop("instanceView", None)
+    return shown
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,7 @@ class AzureArmFake:
                     if self.broken_deletes
                     else self._delete(kind, name)
                 )
-            return self._get(kind, name)
+            return self._get(kind, name, expand="expand=instanceView" in request.url)
 
         return reply
 
@@ -197,8 +205,11 @@ class AzureArmFake:
             json.dumps(answer),
         )
 
-    def _get(self, kind: str, name: str) -> Reply:
+    def _get(self, kind: str, name: str, expand: bool = False) -> Reply:
+        """The resource; a VM's ``instanceView`` (its power state) only with ``$expand=instanceView``."""
         resource = self.resources.get((kind, name))
+        if resource is not None and not expand:
+            resource = _without_instance_view(resource)
         if resource is None:
             return _error(
                 404,
@@ -222,5 +233,5 @@ class AzureArmFake:
         )
 
     def _list(self, request: Any) -> Reply:
-        value = [r for (kind, _), r in sorted(self.resources.items()) if kind == "vm"]
+        value = [_without_instance_view(r) for (kind, _), r in sorted(self.resources.items()) if kind == "vm"]
         return 200, {}, json.dumps({"value": value})

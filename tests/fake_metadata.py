@@ -71,6 +71,12 @@ class FakeMetadata:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
+    def clear(self) -> None:
+        """No notice pending on any cloud (the next instance starts without one)."""
+        self.aws_action = None
+        self.gcp_preempted = False
+        self.azure_events = []
+
     def notify(self, cloud: str) -> None:
         """Serve a preemption notice the way ``cloud`` does."""
         if cloud == "aws":

@@ -51,6 +51,64 @@ def on_demand(usd: float, at: datetime, itype: str = "p3.2xlarge") -> PriceObser
     return PriceObservation(MarketKey("aws", "us-east-1", None, itype, MarketKind.ON_DEMAND), at, usd)
 
 
+V100_MARKETS = {
+    "gcp": ("us-central1", "n1-standard-8+1xnvidia-tesla-v100"),
+    "azure": ("eastus", "Standard_NC6s_v3"),
+}
+"""Each cloud's V100 type (GCP's an N1 with one attached GPU) in the region its scenarios use."""
+
+
+def v100_price(
+    cloud: str, zone: str | None, usd: float, at: datetime, kind: MarketKind = MarketKind.SPOT
+) -> PriceObservation:
+    """A price of ``cloud``'s V100 in its region of ``V100_MARKETS`` (``zone`` None: region-wide;
+    GCP and Azure price per region, their zonal markets stand for where a VM is placed)."""
+    region, instance_type = V100_MARKETS[cloud]
+    return PriceObservation(MarketKey(cloud, region, zone, instance_type, kind), at, usd)
+
+
+@dataclass(frozen=True)
+class Markets:
+    """Where a scenario plays: the job's cloud and type, the history it starts from (a spot
+    market at $0.90/h and an on-demand one at $3.06/h, a day old) and the spot market that
+    becomes cheaper ($0.30/h) and draws the move."""
+
+    cloud: str
+    instance_type: str
+    start: Callable[[datetime], list[PriceObservation]]
+    cheaper: Callable[[datetime], PriceObservation]
+
+    def history(self) -> list[PriceObservation]:
+        return self.start(a_day_ago())
+
+    def drop(self) -> PriceObservation:
+        return self.cheaper(now())
+
+    def job_yaml(self, tmp: Path) -> Path:
+        return job_yaml(tmp, clouds=f"[{self.cloud}]", instance_types=f"[{self.instance_type}]")
+
+
+OD = MarketKind.ON_DEMAND
+AWS = Markets(
+    "aws",
+    "p3.2xlarge",
+    lambda at: [spot("us-east-1a", 0.9, at), on_demand(3.06, at)],
+    lambda at: spot("us-east-1b", 0.3, at),
+)
+GCP = Markets(
+    "gcp",
+    V100_MARKETS["gcp"][1],
+    lambda at: [v100_price("gcp", "us-central1-a", 0.9, at), v100_price("gcp", None, 3.06, at, OD)],
+    lambda at: v100_price("gcp", "us-central1-b", 0.3, at),
+)
+AZURE = Markets(
+    "azure",
+    V100_MARKETS["azure"][1],
+    lambda at: [v100_price("azure", "1", 0.9, at), v100_price("azure", None, 3.06, at, OD)],
+    lambda at: v100_price("azure", "2", 0.3, at),
+)
+
+
 def job_yaml(
     tmp: Path,
     name: str = "mlp",
@@ -96,6 +154,7 @@ class World:
     settings: DaemonSettings = field(default_factory=DaemonSettings)
     preempt: Callable[[str], None] = lambda instance_id: None
     """The market takes ``instance_id`` back, notice first (the provider's own way)."""
+    markets: Markets = AWS
 
     def hold(self, name: str, step: int) -> None:
         (self.tmp / f"{name}.until").write_text(str(step), encoding="utf-8")
@@ -145,9 +204,11 @@ def make_world(
     provider: Provider | None = None,
     preempt: Callable[[str], None] | None = None,
     agent_env: dict[str, str] | None = None,
+    markets: Markets = AWS,
 ) -> World:
     """The world on ``provider`` (default: the local provider, whose ``preempt`` gives the
-    notice and kills 30 s later); ``agent_env`` adds to ``AGENT_ENV``."""
+    notice and kills 30 s later); ``agent_env`` adds to ``AGENT_ENV``; ``markets``: where the
+    shared scenarios play."""
     local = LocalProvider(tmp / "local", grace_s=5.0)
     provider = provider or local
     settings = DaemonSettings(
@@ -156,7 +217,7 @@ def make_world(
         timeouts=Timeouts(launch_s=300.0, stop_s=300.0, unavailable_s=600.0),
     )
     daemon = Daemon(db, provider, settings, agent_env={**AGENT_ENV, **(agent_env or {})})
-    return World(db, tmp, provider, daemon, settings, preempt or (lambda i: local.preempt(i, 30.0)))
+    return World(db, tmp, provider, daemon, settings, preempt or (lambda i: local.preempt(i, 30.0)), markets)
 
 
 def now() -> datetime:

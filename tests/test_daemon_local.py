@@ -56,17 +56,18 @@ def started(world: World, hold_at: int, name: str = "mlp") -> None:
 def test_a_cheaper_market_moves_the_job_make_before_break(
     world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
-    jobstore.submit(world.db, job_yaml(tmp_path))
+    world.prices(*world.markets.history())
+    jobstore.submit(world.db, world.markets.job_yaml(tmp_path))
     caplog.set_level("INFO", logger="spotopt.mover")
     started(world, 150)
     first = world.placements()
     assert [p.state for p in first] == ["running"]
 
-    world.prices(spot("us-east-1b", 0.3, now()))
+    cheaper = world.markets.drop()
+    world.prices(cheaper)
     report = world.daemon.tick()
     assert [d["kind"] for d in report.decisions] == ["move"]
-    assert "us-east-1b" in report.decisions[0]["to"]
+    assert f"/{cheaper.market.zone or cheaper.market.region}/" in report.decisions[0]["to"]
     world.until("the lease to move", lambda: world.moves()[-1].step == "confirm")
     world.hold("mlp", 300)  # the new placement may now progress past the checkpoint
     world.until("the move to finish", lambda: world.moves()[-1].outcome is not None)
@@ -99,8 +100,8 @@ def test_a_cheaper_market_moves_the_job_make_before_break(
 
 
 def test_a_preemption_notice_checkpoints_and_relaunches(world: World, tmp_path: Path) -> None:
-    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
-    jobstore.submit(world.db, job_yaml(tmp_path))
+    world.prices(*world.markets.history())
+    jobstore.submit(world.db, world.markets.job_yaml(tmp_path))
     started(world, 120)
     (first,) = world.placements()
     assert first.instance_id is not None
