@@ -81,6 +81,7 @@ def plain_enumerate_options(
     *,
     period_h: float | None = 1.0,
     billing: str = "instance",
+    missed_deadlines: bool = False,
 ) -> OptionTable:
     """The per-option loop ``enumerate_options`` replaced: one ``allowed`` test and one
     preemption computation per (job, market, GPUs per job)."""
@@ -97,6 +98,7 @@ def plain_enumerate_options(
         book = JobThroughput(job, figures)
         work.append(work_steps(job, book))
         due = job.deadline_hours(at)
+        assert missed_deadlines or due is None or due > 0
         deadlines.append(math.inf if due is None else due)
         for (gpu, count), idx in sorted(by_gpu.items()):
             for d in gpu_choices(job, count):
