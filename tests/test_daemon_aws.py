@@ -121,4 +121,4 @@ def test_a_capped_job_s_spot_instance_carries_its_cap_as_max_price(
     assert (placement.state, placement.instances) == ("running", 1.0)
     (body,) = sent
     assert body["InstanceMarketOptions.MarketType"] == "spot"
-    assert body["InstanceMarketOptions.SpotOptions.MaxPrice"] == "2.500000"
+    assert body["InstanceMarketOptions.SpotOptions.MaxPrice"] == "2.50000"

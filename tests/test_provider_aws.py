@@ -186,12 +186,12 @@ def test_a_capped_spot_launch_carries_max_price_rounded_down(provider: AwsProvid
     sent = _sent(provider, "RunInstances")
     instance = provider.launch(_spec(cap=2 / 3), SPOT, "j1-capped")
     (body,) = sent
-    assert body[MAX_PRICE] == "0.666666"  # never above the cap: 0.6666667 would be
+    assert body[MAX_PRICE] == "0.66666"  # never above the cap: 0.66667 would be
     assert body["InstanceMarketOptions.MarketType"] == "spot"
     assert body["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == "one-time"
     assert _raw(provider, instance.instance_id)["InstanceLifecycle"] == "spot"
     provider.launch(_spec(cap=12.0), SPOT, "j1-capped-12")
-    assert sent[1][MAX_PRICE] == "12.000000"
+    assert sent[1][MAX_PRICE] == "12.00000"
 
 
 def test_no_cap_no_max_price_and_on_demand_never_carries_one(provider: AwsProvider) -> None:
@@ -214,7 +214,7 @@ def test_a_cap_below_the_spot_price_is_capacity_unavailable(provider: AwsProvide
     with pytest.raises(CapacityUnavailableError, match=r"spot: no capacity \(SpotMaxPriceTooLow\)") as caught:
         provider.launch(_spec(cap=0.05), SPOT, "j1-too-low")
     assert "aws/us-east-1: ec2.run_instances failed" in str(caught.value)
-    assert [b[MAX_PRICE] for b in sent] == ["0.050000"]  # refused once, never retried
+    assert [b[MAX_PRICE] for b in sent] == ["0.05000"]  # refused once, never retried
     assert provider.list_instances(job="j1") == []
 
 

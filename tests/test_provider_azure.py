@@ -163,8 +163,8 @@ def test_a_capped_job_s_spot_vm_has_its_cap_as_max_price_and_a_regular_vm_has_no
     regular = MarketKey("azure", "eastus", "2", "Standard_NC4as_T4_v3", MarketKind.ON_DEMAND)
     provider.launch(capped, regular, "capped-regular")
     spot_put, regular_put = fake.calls("PUT", r"/virtualMachines/")
-    # rounded down to a micro-dollar: Azure evicts above it, so it must not exceed the job's cap
-    assert spot_put.body["properties"]["billingProfile"] == {"maxPrice": 0.666666}
+    # five decimals, rounded down: Azure evicts above it, so it must not exceed the job's cap
+    assert spot_put.body["properties"]["billingProfile"] == {"maxPrice": 0.66666}
     assert "billingProfile" not in regular_put.body["properties"]
 
 

@@ -134,8 +134,10 @@ def agent_environment(spec: LaunchSpec, market: MarketKey) -> dict[str, str]:
     return {**env, **spec.env}
 
 
-PRICE_CAP_STEP = Decimal("0.000001")
-"""A cap's precision: EC2 quotes spot prices to six decimals (``"0.526900"``), Azure fewer."""
+PRICE_CAP_STEP = Decimal("0.00001")
+"""A cap's precision: five decimals, as in Azure's documented ``maxPrice`` example (``0.01538``,
+azure-mgmt-compute ``BillingProfile``; Azure's Spot VM guide is recalled, not re-checked, to
+allow no more); EC2's ``MaxPrice`` string takes as many. Rounding down loses < $0.00001/h."""
 
 
 def price_cap(spec: LaunchSpec) -> Decimal | None:
