@@ -23,12 +23,13 @@ import pytest
 
 from spotopt.cloud_calls import Retry
 from spotopt.db.engine import Database
+from spotopt.mover import jobs as jobstore
 from spotopt.providers.aws import AwsProvider
 from spotopt.providers.clouds import CloudsProvider, split_id
 from spotopt.settings import Settings
 from tests.fake_ec2 import LocalEc2, moto_ec2
 from tests.fake_metadata import FakeMetadata, metadata
-from tests.mover_world import World, make_world
+from tests.mover_world import World, a_day_ago, job_yaml, make_world, on_demand, spot
 from tests.stores import moto_s3
 from tests.test_daemon_local import (
     test_a_budget_cap_stops_the_job_over_budget_within_the_cap,
@@ -96,3 +97,28 @@ def world(
     finally:
         made.stop_all()
         machines.close()
+
+
+def test_a_capped_job_s_spot_instance_carries_its_cap_as_max_price(
+    world: World, tmp_path: Path, session: Any
+) -> None:
+    """The daemon launches a job whose ``max_usd_per_hour`` is $2.50 on a whole spot instance:
+    EC2 gets MaxPrice 2.50, so AWS interrupts the instance rather than bill more, even if the
+    price spikes between two polls (the executor's own checks only see prices at each poll)."""
+    sent: list[dict[str, Any]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        sent.append(dict(params["body"]))
+
+    session.events.register("before-call.ec2.RunInstances", record)  # before any client exists
+    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+    path = job_yaml(tmp_path)
+    path.write_text(path.read_text() + "    max_usd_per_hour: 2.5\n", encoding="utf-8")
+    jobstore.submit(world.db, path)
+    world.hold("mlp", 5)
+    world.daemon.tick()
+    (placement,) = world.placements()
+    assert (placement.state, placement.instances) == ("running", 1.0)
+    (body,) = sent
+    assert body["InstanceMarketOptions.MarketType"] == "spot"
+    assert body["InstanceMarketOptions.SpotOptions.MaxPrice"] == "2.50000"

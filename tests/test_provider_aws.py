@@ -95,8 +95,8 @@ class TestAwsProviderContract(ProviderContract):
     pass
 
 
-def _spec(command: tuple[str, ...] = SLEEP, **tags: str) -> LaunchSpec:
-    return LaunchSpec("j1", 7, command, "s3://bucket/ckpt", tags=tags)
+def _spec(command: tuple[str, ...] = SLEEP, cap: float | None = None, **tags: str) -> LaunchSpec:
+    return LaunchSpec("j1", 7, command, "s3://bucket/ckpt", tags=tags, max_usd_per_instance_hour=cap)
 
 
 def _ec2(provider: AwsProvider, region: str = "us-east-1") -> Any:
@@ -124,6 +124,21 @@ def _fail_once(provider: AwsProvider, operation: str, code: str, times: int = 1)
 
     _ec2(provider).meta.events.register(f"before-call.ec2.{operation}", fail)
     return calls
+
+
+def _sent(provider: AwsProvider, operation: str, region: str = "us-east-1") -> list[dict[str, Any]]:
+    """The query parameters of every ``operation`` call, as they go on the wire (EC2 is a query
+    API: ``{"InstanceMarketOptions.SpotOptions.MaxPrice": "2.5", ...}``); moto keeps no MaxPrice."""
+    sent: list[dict[str, Any]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        sent.append(dict(params["body"]))
+
+    _ec2(provider, region).meta.events.register(f"before-call.ec2.{operation}", record)
+    return sent
+
+
+MAX_PRICE = "InstanceMarketOptions.SpotOptions.MaxPrice"
 
 
 def test_launch_sends_spot_options_tags_user_data_and_the_zone(provider: AwsProvider) -> None:
@@ -165,6 +180,42 @@ def test_on_demand_has_no_market_options_and_lands_in_its_region(provider: AwsPr
     assert raw["Placement"]["AvailabilityZone"] == "us-west-2a"
     assert instance.instance_id.endswith("@us-west-2")
     assert provider.list_instances(job="j1") == [instance]  # the launch region is now listed
+
+
+def test_a_capped_spot_launch_carries_max_price_rounded_down(provider: AwsProvider) -> None:
+    sent = _sent(provider, "RunInstances")
+    instance = provider.launch(_spec(cap=2 / 3), SPOT, "j1-capped")
+    (body,) = sent
+    assert body[MAX_PRICE] == "0.66666"  # never above the cap: 0.66667 would be
+    assert body["InstanceMarketOptions.MarketType"] == "spot"
+    assert body["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == "one-time"
+    assert _raw(provider, instance.instance_id)["InstanceLifecycle"] == "spot"
+    provider.launch(_spec(cap=12.0), SPOT, "j1-capped-12")
+    assert sent[1][MAX_PRICE] == "12.00000"
+
+
+def test_no_cap_no_max_price_and_on_demand_never_carries_one(provider: AwsProvider) -> None:
+    sent = _sent(provider, "RunInstances")
+    provider.launch(_spec(), SPOT, "j1-uncapped")
+    (body,) = sent
+    assert body["InstanceMarketOptions.MarketType"] == "spot" and MAX_PRICE not in body
+    on_demand = _sent(provider, "RunInstances", ON_DEMAND.region)
+    instance = provider.launch(_spec(cap=2.5), ON_DEMAND, "j1-od-capped")
+    (body,) = on_demand
+    assert not any(k.startswith("InstanceMarketOptions") for k in body), body
+    assert "InstanceLifecycle" not in _raw(provider, instance.instance_id)
+
+
+def test_a_cap_below_the_spot_price_is_capacity_unavailable(provider: AwsProvider) -> None:
+    """EC2 refuses a ``MaxPrice`` under the current spot price with ``SpotMaxPriceTooLow``: the
+    market is out of reach for this job now, the planner's next market is tried."""
+    sent = _sent(provider, "RunInstances")
+    _fail_once(provider, "RunInstances", "SpotMaxPriceTooLow")
+    with pytest.raises(CapacityUnavailableError, match=r"spot: no capacity \(SpotMaxPriceTooLow\)") as caught:
+        provider.launch(_spec(cap=0.05), SPOT, "j1-too-low")
+    assert "aws/us-east-1: ec2.run_instances failed" in str(caught.value)
+    assert [b[MAX_PRICE] for b in sent] == ["0.05000"]  # refused once, never retried
+    assert provider.list_instances(job="j1") == []
 
 
 def test_one_key_launches_one_instance_and_terminate_twice_is_fine(provider: AwsProvider) -> None:
@@ -210,7 +261,8 @@ def test_throttling_is_retried_and_other_errors_name_the_call(provider: AwsProvi
     instance = provider.launch(_spec(), SPOT, "j1-throttled")
     assert len(calls) == 3 and provider.status(instance.instance_id).state.is_live
     _fail_once(provider, "RunInstances", "InvalidParameterValue")
-    with pytest.raises(ProviderError, match=r"ec2\.run_instances: InvalidParameterValue: simul") as caught:
+    bad = r"^aws/us-east-1: ec2\.run_instances failed: .*\(InvalidParameterValue\).*: simulated Invalid"
+    with pytest.raises(ProviderError, match=bad) as caught:
         provider.launch(_spec(), SPOT, "j1-bad")
     assert not isinstance(caught.value, CapacityUnavailableError)
 

@@ -8,6 +8,7 @@ Succeeded or Failed); credentials are a fake token and no request leaves the pro
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -152,6 +153,19 @@ def test_a_regular_zonal_market_is_a_regular_vm_in_its_zone(
     body = fake.calls("PUT", r"/virtualMachines/")[0].body
     assert body["properties"]["priority"] == "Regular" and "evictionPolicy" not in body["properties"]
     assert body["zones"] == ["2"]
+
+
+def test_a_capped_job_s_spot_vm_has_its_cap_as_max_price_and_a_regular_vm_has_none(
+    provider: AzureProvider, fake: AzureArmFake
+) -> None:
+    capped = dataclasses.replace(_spec(), max_usd_per_instance_hour=2 / 3)
+    provider.launch(capped, SPOT_T4, "capped")
+    regular = MarketKey("azure", "eastus", "2", "Standard_NC4as_T4_v3", MarketKind.ON_DEMAND)
+    provider.launch(capped, regular, "capped-regular")
+    spot_put, regular_put = fake.calls("PUT", r"/virtualMachines/")
+    # five decimals, rounded down: Azure evicts above it, so it must not exceed the job's cap
+    assert spot_put.body["properties"]["billingProfile"] == {"maxPrice": 0.66666}
+    assert "billingProfile" not in regular_put.body["properties"]
 
 
 def test_the_same_key_reads_the_existing_vm_and_puts_nothing(

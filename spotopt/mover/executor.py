@@ -577,7 +577,9 @@ class Executor:
 
     def _launch_spec(self, job: ManagedJob, spec: Job, move: JobMove, market: MarketKey) -> LaunchSpec:
         """What the provider starts; ``SPOTOPT_MARKET``/``SPOTOPT_GPUS`` tell the job where it runs
-        (the replay's stand-in workload progresses at its throughput there)."""
+        (the replay's stand-in workload progresses at its throughput there). The job's
+        ``max_usd_per_hour`` caps its slot, a share (``move.instances``) of an instance: the cap
+        on the whole instance the provider hands the cloud is the job's over that share."""
         assert move.epoch is not None and spec.checkpoint is not None
         every = spec.checkpoint.every
         loc = job_location(job)
@@ -590,6 +592,9 @@ class Executor:
             env={**self.agent_env, "SPOTOPT_MARKET": market_label(market), "SPOTOPT_GPUS": str(move.gpus)},
             workdir=job.workdir,
             tags={"spotopt:job": job.name, "spotopt:epoch": str(move.epoch), "spotopt:move": str(move.id)},
+            max_usd_per_instance_hour=(
+                job.max_usd_per_hour / (move.instances or 1.0) if job.max_usd_per_hour is not None else None
+            ),
         )
 
     def _over_budget_for(self, move: JobMove, job: ManagedJob, spec: Job) -> str:

@@ -4,8 +4,17 @@ What it relies on from the EC2 API reference and the boto3 docs (read through th
 offline behaviour checked against moto 5.2.5, see /work/shared/notes/cloud-apis.md §2.5–2.8):
 
 - ``RunInstances``: ``InstanceMarketOptions={"MarketType": "spot", "SpotOptions":
-  {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}`` (no
-  ``MaxPrice``: AWS advises against it; the price cap is the on-demand price). ``ClientToken``
+  {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}``, plus
+  ``"MaxPrice"`` when the job has a ``max_usd_per_hour`` (``LaunchSpec.max_usd_per_instance_hour``
+  as ``base.price_cap`` rounds it). EC2's ``SpotMarketOptions.MaxPrice`` is a string, "the
+  maximum hourly price that you're willing to pay for a Spot Instance"; without it "you will
+  pay the current Spot price" up to the on-demand price, and with it "your Spot Instances will
+  be interrupted more frequently" (the EC2 API reference as the SDK docs carry it: AWS SDK for
+  Java ``SpotMarketOptions.setMaxPrice(String)``, aws-sdk-ec2 ``SpotMarketOptions::max_price``).
+  That interruption is the point: the instance is taken back once its price passes the cap, so
+  the bill never does, even between two of the daemon's budget checks. A launch while the price
+  is already above it fails with ``SpotMaxPriceTooLow``: capacity unavailable. On-demand
+  launches carry no market options at all. ``ClientToken``
   makes the call idempotent ("Maximum 64 ASCII characters"; a longer key is hashed).
   ``UserData`` is base64-encoded by boto3 itself and limited to 16 KB before encoding.
   ``TagSpecifications`` tag the instance (and its volumes) at creation, so an instance is never
@@ -45,8 +54,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from spotopt.adaptors.aws import AwsClients
-from spotopt.cloud_calls import MissingCredentials, Retry, error_codes, redact
-from spotopt.errors import CapacityUnavailableError, CollectorError, ProviderError
+from spotopt.cloud_calls import Retry, error_codes
+from spotopt.errors import ProviderError
 from spotopt.providers.base import (
     Instance,
     InstanceState,
@@ -54,9 +63,11 @@ from spotopt.providers.base import (
     LaunchSpec,
     market_label,
     matches,
+    price_cap,
     sorted_instances,
 )
 from spotopt.providers.bootstrap import render_script
+from spotopt.providers.calls import none_if_missing, provider_call
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 
@@ -96,6 +107,11 @@ def client_token(key: str) -> str:
     if len(key) <= MAX_CLIENT_TOKEN and key.isascii():
         return key
     return "spotopt-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[: MAX_CLIENT_TOKEN - 8]
+
+
+def _capacity_code(exc: BaseException) -> str | None:
+    """The ``CAPACITY_CODES`` code of an EC2 error, None for any other error."""
+    return next(iter(sorted(error_codes(exc) & CAPACITY_CODES)), None)
 
 
 def state_of(ec2_state: str, reason_code: str) -> InstanceState:
@@ -154,7 +170,8 @@ class AwsProvider:
         tags = self._tags(spec, market, idempotency_key)
         user_data = render_script("aws", spec, market, self.settings)
         self.regions[market.region] = None
-        found = self._describe(market.region, [{"Name": f"tag:{TAG_KEY}", "Values": [idempotency_key]}])
+        by_key = [{"Name": f"tag:{TAG_KEY}", "Values": [idempotency_key]}]
+        found = self._describe(market.region, Filters=by_key)
         if found:
             return self._instance(found[0], market.region)
         request: dict[str, Any] = {
@@ -175,10 +192,11 @@ class AwsProvider:
         if market.zone:
             request["Placement"] = {"AvailabilityZone": market.zone}
         if market.kind is MarketKind.SPOT:
-            request["InstanceMarketOptions"] = {
-                "MarketType": "spot",
-                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
-            }
+            spot = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
+            cap = price_cap(spec)
+            if cap is not None:  # the job's hard cap (module doc)
+                spot["MaxPrice"] = str(cap)
+            request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
         if self.settings.aws_subnet_id:
             request["SubnetId"] = self.settings.aws_subnet_id
         groups = [g.strip() for g in (self.settings.aws_security_group_ids or "").split(",") if g.strip()]
@@ -187,12 +205,15 @@ class AwsProvider:
         if self.settings.aws_key_name:
             request["KeyName"] = self.settings.aws_key_name
         ec2 = self.clients.ec2(market.region)
-        try:
-            reply = self._call("ec2.run_instances", market.region, lambda: ec2.run_instances(**request))
-        except ProviderError as exc:
-            if _codes(exc) & CAPACITY_CODES:
-                raise CapacityUnavailableError(f"aws market {market_label(market)}: {exc}") from exc.__cause__
-            raise
+        reply = provider_call(
+            self.retry,
+            "aws",
+            "ec2.run_instances",
+            lambda: ec2.run_instances(**request),
+            _capacity_code,
+            market_label(market),
+            region=market.region,
+        )
         return self._instance(reply["Instances"][0], market.region)
 
     def status(self, instance_id: str) -> InstanceStatus:
@@ -200,14 +221,10 @@ class AwsProvider:
         if parts is None:
             return InstanceStatus(None, instance_id, InstanceState.GONE, detail="not an aws instance id")
         ec2_id, region = parts
-        try:
-            found = self._describe(region, ids=[ec2_id])
-        except ProviderError as exc:
-            if _codes(exc) & GONE_CODES:
-                detail = "EC2 has no such instance"
-                return InstanceStatus(None, instance_id, InstanceState.GONE, detail=detail)
-            raise
-        if not found or not _is_ours(found[0]):
+        found = self._describe(region, InstanceIds=[ec2_id])
+        if not found:
+            return InstanceStatus(None, instance_id, InstanceState.GONE, detail="EC2 has no such instance")
+        if not _is_ours(found[0]):
             return InstanceStatus(None, instance_id, InstanceState.GONE, detail="not a spotopt instance")
         raw = found[0]
         reason = raw.get("StateReason") or {}
@@ -225,13 +242,11 @@ class AwsProvider:
             return current
         ec2_id, region = split_id(instance_id) or ("", "")
         ec2 = self.clients.ec2(region)
-        try:
-            self._call(
-                "ec2.terminate_instances", region, lambda: ec2.terminate_instances(InstanceIds=[ec2_id])
-            )
-        except ProviderError as exc:
-            if not _codes(exc) & GONE_CODES:
-                raise
+        self._call(
+            "ec2.terminate_instances",
+            region,
+            lambda: none_if_missing(lambda: ec2.terminate_instances(InstanceIds=[ec2_id]), GONE_CODES),
+        )
         return self.status(instance_id)
 
     def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]:
@@ -242,7 +257,7 @@ class AwsProvider:
         filters += [{"Name": f"tag:{k}", "Values": [v]} for k, v in (tags or {}).items()]
         found = []
         for region in self.regions or [self.clients.home_region()]:
-            for raw in self._describe(region, filters):
+            for raw in self._describe(region, Filters=filters):
                 instance = self._instance(raw, region)
                 if matches(instance, job, tags):
                     found.append(instance)
@@ -278,26 +293,12 @@ class AwsProvider:
         return tags
 
     def _call(self, api: str, region: str, fn: Callable[[], T]) -> T:
-        """``fn`` under the collectors' retry rule; failures become ``ProviderError`` naming ``api``."""
-        try:
-            return self.retry.run(fn, "aws", api, region)
-        except MissingCredentials:
-            raise
-        except CollectorError as exc:
-            cause = exc.__cause__
-            response = getattr(cause, "response", None)
-            error = response.get("Error", {}) if isinstance(response, Mapping) else {}
-            if error.get("Code"):
-                message = f"{api}: {error['Code']}: {redact(str(error.get('Message', '')))}"
-            else:
-                message = f"{api}: {redact(str(cause) if cause else str(exc))}"
-            raise ProviderError(f"aws/{region}: {message}") from cause
+        """``provider_call`` for an EC2 call in ``region`` (named in its errors)."""
+        return provider_call(self.retry, "aws", api, fn, region=region)
 
-    def _describe(
-        self, region: str, filters: list[dict[str, Any]] | None = None, ids: list[str] | None = None
-    ) -> list[dict[str, Any]]:
+    def _describe(self, region: str, **args: Any) -> list[dict[str, Any]]:
+        """The instances ``describe_instances(**args)`` finds; none for an id EC2 does not know."""
         ec2 = self.clients.ec2(region)
-        args: dict[str, Any] = {"Filters": filters} if filters else {"InstanceIds": ids}
 
         def pages() -> list[dict[str, Any]]:
             found: list[dict[str, Any]] = []
@@ -305,7 +306,7 @@ class AwsProvider:
                 found += [i for r in page["Reservations"] for i in r["Instances"]]
             return found
 
-        return self._call("ec2.describe_instances", region, pages)
+        return self._call("ec2.describe_instances", region, lambda: none_if_missing(pages, GONE_CODES) or [])
 
     def _instance(self, raw: Mapping[str, Any], region: str) -> Instance:
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
@@ -324,7 +325,3 @@ class AwsProvider:
 
 def _is_ours(raw: Mapping[str, Any]) -> bool:
     return any(t["Key"] == TAG_JOB for t in raw.get("Tags", []))
-
-
-def _codes(exc: ProviderError) -> set[str]:
-    return error_codes(exc.__cause__) if exc.__cause__ is not None else set()

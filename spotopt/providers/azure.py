@@ -8,8 +8,13 @@ first and returns it when it exists, so a retry never re-sends a body to a runni
 
 - Spot markets: ``priority=Spot``, ``evictionPolicy=Delete`` (an evicted VM and its disk are
   deleted: nothing of a dead placement is left to pay for; the next placement resumes from the
-  store), ``billingProfile.maxPrice=-1`` (pay up to the on-demand price: evicted for capacity,
-  never for price). Other markets: ``priority=Regular``.
+  store), ``billingProfile.maxPrice``: the job's cap (``LaunchSpec.max_usd_per_instance_hour``
+  as ``base.price_cap`` rounds it) when it has a ``max_usd_per_hour``, else -1 (pay up to the
+  on-demand price: evicted for capacity, never for price). maxPrice "is in US Dollars", Azure
+  evicts the VM "if the current Azure Spot price goes beyond the maxPrice", and a create while
+  the price is above it fails (azure-mgmt-compute ``BillingProfile.max_price``); that refusal's
+  ARM error code is not documented there, so it is not in ``CAPACITY_CODES`` and fails the
+  launch as a ``ProviderError``. Other markets: ``priority=Regular``, no cap.
 - The NIC reference and the OS disk have ``deleteOption=Delete``, so deleting the VM deletes
   them; ``terminate`` also deletes the NIC explicitly (a NIC left by a failed create, or by an
   API version that ignored the option, must not outlive the placement).
@@ -53,6 +58,7 @@ from spotopt.providers.base import (
     LaunchSpec,
     market_label,
     matches,
+    price_cap,
     sorted_instances,
 )
 from spotopt.providers.bootstrap import render_script
@@ -344,7 +350,9 @@ class AzureProvider:
             },
         }
         if market.kind is MarketKind.SPOT:
-            props |= {"priority": "Spot", "evictionPolicy": "Delete", "billingProfile": {"maxPrice": -1}}
+            cap = price_cap(spec)
+            billing = {"maxPrice": float(cap) if cap is not None else -1}
+            props |= {"priority": "Spot", "evictionPolicy": "Delete", "billingProfile": billing}
         body: dict[str, Any] = {
             "location": market.region,
             "tags": tags,

@@ -22,6 +22,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import ROUND_DOWN, Decimal
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -62,6 +63,11 @@ class LaunchSpec:
     """Extra environment for the job; wins over the agent variables (tests point pollers here)."""
     workdir: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    max_usd_per_instance_hour: float | None = None
+    """The most one instance may cost per hour (the job's ``max_usd_per_hour`` over its
+    placement's instances per slot); None: no cap. A provider whose spot market takes a price
+    cap passes it there, so the cloud stops the instance before the bill passes it (AWS
+    ``MaxPrice``, Azure ``billingProfile.maxPrice``); one that cannot ignores it and says so."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,20 @@ def agent_environment(spec: LaunchSpec, market: MarketKey) -> dict[str, str]:
     if spec.preemptions_per_hour is not None:
         env["SPOTOPT_PREEMPTIONS_PER_HOUR"] = repr(spec.preemptions_per_hour)
     return {**env, **spec.env}
+
+
+PRICE_CAP_STEP = Decimal("0.00001")
+"""A cap's precision: five decimals, as in Azure's documented ``maxPrice`` example (``0.01538``,
+azure-mgmt-compute ``BillingProfile``; Azure's Spot VM guide is recalled, not re-checked, to
+allow no more); EC2's ``MaxPrice`` string takes as many. Rounding down loses < $0.00001/h."""
+
+
+def price_cap(spec: LaunchSpec) -> Decimal | None:
+    """``spec.max_usd_per_instance_hour`` as the cloud gets it: rounded down to ``PRICE_CAP_STEP``,
+    so the cap the cloud enforces is never above the job's; None without a cap."""
+    if spec.max_usd_per_instance_hour is None:
+        return None
+    return Decimal(repr(spec.max_usd_per_instance_hour)).quantize(PRICE_CAP_STEP, rounding=ROUND_DOWN)
 
 
 def matches(instance: Instance, job: str | None, tags: Mapping[str, str] | None) -> bool:

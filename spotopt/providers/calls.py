@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from spotopt.cloud_calls import MissingCredentials, Retry
+from spotopt.cloud_calls import MissingCredentials, Retry, error_codes
 from spotopt.errors import CapacityUnavailableError, CollectorError, ProviderError
 from spotopt.providers.base import InstanceState, InstanceStatus, LaunchSpec
 from spotopt.types import MarketKey
@@ -33,11 +33,14 @@ def provider_call(
     fn: Callable[[], T],
     capacity: Callable[[BaseException], str | None] = lambda exc: None,
     market: str = "",
+    region: str | None = None,
 ) -> T:
     """``fn()`` under ``retry``. ``capacity(exc)`` names the capacity error an SDK exception
-    carries (None if it is not one); ``market`` (``market_label``) goes in that message."""
+    carries (None if it is not one); ``market`` (``market_label``) goes in that message.
+    ``region`` goes in every message (``aws/us-east-1: ec2.run_instances failed: …``) where the
+    API is regional and the call alone does not say where it failed (EC2)."""
     try:
-        return retry.run(fn, cloud, api, None)
+        return retry.run(fn, cloud, api, region)
     except MissingCredentials:
         raise
     except CollectorError as exc:
@@ -48,12 +51,16 @@ def provider_call(
         raise ProviderError(str(exc)) from exc
 
 
-def none_if_missing(fn: Callable[[], T]) -> T | None:
-    """``fn()``, or None when the resource it reads or deletes does not exist (HTTP 404)."""
+def none_if_missing(fn: Callable[[], T], codes: frozenset[str] = frozenset()) -> T | None:
+    """``fn()``, or None when the resource it reads or deletes does not exist (HTTP 404).
+
+    ``codes`` are error codes (``error_codes``) that also mean "no such resource", for an SDK
+    whose not-found is a code on a generic error class (botocore ``ClientError`` with EC2's
+    ``InvalidInstanceID.NotFound``, an HTTP 400)."""
     try:
         return fn()
     except Exception as exc:
-        if {cls.__name__ for cls in type(exc).__mro__} & NOT_FOUND:
+        if {cls.__name__ for cls in type(exc).__mro__} & NOT_FOUND or error_codes(exc) & codes:
             return None
         raise
 

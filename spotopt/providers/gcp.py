@@ -5,7 +5,9 @@ One launch is one ``instances.insert``:
 - Spot markets set ``scheduling.provisioning_model=SPOT`` with
   ``instance_termination_action=DELETE``: a preempted VM is deleted rather than stopped, so no
   boot disk of a dead placement is left to pay for (the next placement starts from the store's
-  checkpoint, never from the old disk). ``on_host_maintenance=TERMINATE`` and
+  checkpoint, never from the old disk). ``LaunchSpec.max_usd_per_instance_hour`` is ignored:
+  ``Scheduling`` has no price cap (GCP Spot prices change at most once per 30 days), so the
+  daemon's budget checks are the cap. ``on_host_maintenance=TERMINATE`` and
   ``automatic_restart=False`` for every market: GPU VMs cannot live-migrate, and a VM that
   restarts by itself would run a second agent for an epoch the daemon may have moved on from.
 - N1 types carry their GPUs as guest accelerators (the catalog names them
