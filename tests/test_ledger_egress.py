@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from spotopt.checkpoints.store import checkpoint_name
 from spotopt.db.engine import Database
-from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market
+from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market, Placement
 from spotopt.mover import jobs as jobstore
 from spotopt.mover import ledger
 from spotopt.mover.egress import entry_usd, transfer_matrix
@@ -332,6 +332,12 @@ def test_spent_by_job_equals_spent_usd_with_egress(db: Database, tmp_path: Path)
 def test_cli_jobs_cost_and_show_include_egress(db_url: str, db: Database, tmp_path: Path) -> None:
     _job, new, move = moved(db, tmp_path, AZURE)
     egress = record(db, move)
+    # Ended, so that each command below bills the same (a running placement bills up to the
+    # real now, a little more at each call).
+    with db.session() as session:
+        placement = session.get(Placement, new)
+        assert placement is not None
+        placement.state, placement.ended_at, placement.end_reason = "ended", AT, "terminated"
     code, out, err = cli("--db", db_url, "jobs", "cost", "resnet", "--format", "json")
     assert code == 0, err
     doc = strict_json(out)
