@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import Select, and_, func, select
 from sqlalchemy.orm import Session
 
 from spotopt.db.models import InstanceType, Interruption
@@ -104,36 +104,17 @@ def latest_interruptions(
         .group_by(*key)
         .subquery()
     )
-    stmt = (
-        select(
-            InstanceType.cloud,
-            InstanceType.name,
-            Interruption.region,
-            Interruption.zone,
-            Interruption.kind,
-            Interruption.value,
-            Interruption.observed_at,
-        )
-        .join(InstanceType, InstanceType.id == Interruption.instance_type_id)
-        .join(
-            latest,
-            and_(
-                latest.c.instance_type_id == Interruption.instance_type_id,
-                latest.c.region == Interruption.region,
-                latest.c.zone == Interruption.zone,
-                latest.c.kind == Interruption.kind,
-                latest.c.at == Interruption.observed_at,
-            ),
-        )
-        .order_by(Interruption.observed_at, Interruption.source)
+    stmt = _rate_rows(clouds).join(
+        latest,
+        and_(
+            latest.c.instance_type_id == Interruption.instance_type_id,
+            latest.c.region == Interruption.region,
+            latest.c.zone == Interruption.zone,
+            latest.c.kind == Interruption.kind,
+            latest.c.at == Interruption.observed_at,
+        ),
     )
-    if clouds:
-        stmt = stmt.where(InstanceType.cloud.in_(clouds))
-    found: dict[RateKey, RateRow] = {}
-    for cloud, name, region, zone, kind, value, observed in session.execute(stmt):
-        if value is not None:
-            found[(cloud, name, region, zone or "")] = (kind, float(value), observed)
-    return found
+    return dict(_keyed(session, stmt))
 
 
 def interruptions_between(
@@ -143,6 +124,13 @@ def interruptions_between(
     one the latest of its key when applied in turn to ``latest_interruptions(session, after)``
     (observed time, then source): the what-if engine follows the clouds' rates through a window
     with one read."""
+    stmt = _rate_rows(clouds).where(Interruption.observed_at > after, Interruption.observed_at <= until)
+    return _keyed(session, stmt)
+
+
+def _rate_rows(clouds: Sequence[str] | None) -> Select[Any]:
+    """Rate observations (``RATE_KINDS`` with a value), oldest first, ties by source: the order
+    in which a later one replaces an earlier one of its key."""
     stmt = (
         select(
             InstanceType.cloud,
@@ -154,12 +142,13 @@ def interruptions_between(
             Interruption.observed_at,
         )
         .join(InstanceType, InstanceType.id == Interruption.instance_type_id)
-        .where(Interruption.observed_at > after, Interruption.observed_at <= until)
         .where(Interruption.kind.in_(RATE_KINDS), Interruption.value.is_not(None))
         .order_by(Interruption.observed_at, Interruption.source)
     )
-    if clouds:
-        stmt = stmt.where(InstanceType.cloud.in_(clouds))
+    return stmt.where(InstanceType.cloud.in_(clouds)) if clouds else stmt
+
+
+def _keyed(session: Session, stmt: Select[Any]) -> list[tuple[RateKey, RateRow]]:
     return [
         ((cloud, name, region, zone or ""), (kind, float(value), observed))
         for cloud, name, region, zone, kind, value, observed in session.execute(stmt)

@@ -128,15 +128,21 @@ def test_a_recorded_preemption_is_replayed_as_the_whatif_simulates_it(
     assert abs(row["cost_diff"]) < 0.01 and abs(row["finish_diff"]) < 0.01
 
 
-def test_daemon_run_replay_replays_the_submitted_jobs_in_a_database_of_its_own(
-    db: Database, db_url: str, tmp_path: Path
-) -> None:
+def submitted(db: Database, db_url: str, tmp_path: Path) -> Path:
+    """The history, and the small job submitted as a managed job (``spotopt jobs submit``)."""
     history(db)
     store = {"uri": str(tmp_path / "store")}
     managed = {**JOB, "run": "python train.py", "checkpoint": store, "budget_usd": 50}
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(yaml.safe_dump({"jobs": [managed]}), encoding="utf-8")
     assert cli("--db", db_url, "jobs", "submit", jobs)[0] == 0
+    return jobs
+
+
+def test_daemon_run_replay_replays_the_submitted_jobs_in_a_database_of_its_own(
+    db: Database, db_url: str, tmp_path: Path
+) -> None:
+    jobs = submitted(db, db_url, tmp_path)
     where = tmp_path / "replayed"
     args = ("daemon", "run", "--replay", "--start", START.isoformat(), "--state-dir", where)
     code, out, note = cli("--db", db_url, *args, "--format", "json")
@@ -166,12 +172,7 @@ def test_daemon_run_replay_replays_the_submitted_jobs_in_a_database_of_its_own(
 def test_a_replay_stopped_before_the_job_is_done_bills_up_to_its_simulated_end(
     db: Database, db_url: str, tmp_path: Path
 ) -> None:
-    history(db)
-    store = {"uri": str(tmp_path / "store")}
-    managed = {**JOB, "run": "python train.py", "checkpoint": store, "budget_usd": 50}
-    jobs = tmp_path / "jobs.yaml"
-    jobs.write_text(yaml.safe_dump({"jobs": [managed]}), encoding="utf-8")
-    assert cli("--db", db_url, "jobs", "submit", jobs)[0] == 0
+    submitted(db, db_url, tmp_path)
     where = tmp_path / "replayed"
     until = (START + timedelta(hours=1)).isoformat()
     args = ("daemon", "run", "--replay", "--start", START.isoformat(), "--until", until, "--state-dir", where)
