@@ -128,7 +128,7 @@ def interruptions_between(
     return _keyed(session, stmt)
 
 
-def _rate_rows(clouds: Sequence[str] | None) -> Select[Any]:
+def _rate_rows(clouds: Sequence[str] | None) -> Select[str, str, str, str, str, float | None, datetime]:
     """Rate observations (``RATE_KINDS`` with a value), oldest first, ties by source: the order
     in which a later one replaces an earlier one of its key."""
     stmt = (
@@ -148,10 +148,13 @@ def _rate_rows(clouds: Sequence[str] | None) -> Select[Any]:
     return stmt.where(InstanceType.cloud.in_(clouds)) if clouds else stmt
 
 
-def _keyed(session: Session, stmt: Select[Any]) -> list[tuple[RateKey, RateRow]]:
+def _keyed(
+    session: Session, stmt: Select[str, str, str, str, str, float | None, datetime]
+) -> list[tuple[RateKey, RateRow]]:
     return [
         ((cloud, name, region, zone or ""), (kind, float(value), observed))
         for cloud, name, region, zone, kind, value, observed in session.execute(stmt)
+        if value is not None  # the query asks for values; the column allows none
     ]
 
 
