@@ -17,7 +17,7 @@ import pytest
 from spotopt.cloud_calls import MissingCredentials
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, JournalEntry, Throughput
-from spotopt.errors import CapacityUnavailableError
+from spotopt.errors import CapacityUnavailableError, ProviderError
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon
 from spotopt.mover.eventlog import parse
@@ -269,6 +269,42 @@ def _measured(db: Database) -> Throughput | None:
         if row is not None:
             session.expunge(row)
         return row
+
+
+class RefusedIn(LocalProvider):
+    """The local provider, except that one zone refuses every launch with a provider error (an
+    Azure NIC whose subnet is in another region, a quota, an image the region lacks)."""
+
+    def __init__(self, state_dir: Path, zone: str) -> None:
+        super().__init__(state_dir, grace_s=5.0)
+        self.zone = zone
+
+    def launch(self, spec: LaunchSpec, market: MarketKey, idempotency_key: str) -> Instance:
+        if market.zone == self.zone:
+            raise ProviderError(f"SubnetNotInSameRegion in {self.zone}")
+        return super().launch(spec, market, idempotency_key)
+
+
+def test_a_market_that_refuses_launches_sits_out_and_the_job_starts_elsewhere(
+    db: Database, tmp_path: Path
+) -> None:
+    world = make_world(db, tmp_path)
+    provider = RefusedIn(tmp_path / "local", "us-east-1a")
+    world.provider = provider
+    world.daemon = Daemon(db, provider, world.settings, agent_env=AGENT_ENV)
+    try:
+        world.prices(spot("us-east-1a", 0.3, a_day_ago()), spot("us-east-1b", 0.9, a_day_ago()))
+        jobstore.submit(db, job_yaml(tmp_path))
+        world.hold("mlp", 30)
+        world.daemon.tick()  # the cheapest market refuses: the start fails
+        (failed,) = world.moves()
+        assert failed.outcome == "failed" and "SubnetNotInSameRegion" in (failed.detail or "")
+        world.daemon.tick()  # that market sits out: the next round starts the job on the other
+        world.until("the job to start elsewhere", lambda: world.job().state == "running")
+        assert world.placements()[-1].state == "running"
+        assert "us-east-1b" in world.moves()[-1].reason
+    finally:
+        world.stop_all()
 
 
 class CredentialsGone(LocalProvider):

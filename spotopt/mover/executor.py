@@ -413,7 +413,11 @@ class Executor:
         except LostLeadership:
             raise
         except SpotoptError as exc:  # a provider error, or credentials/settings gone since start-up
+            # Such a refusal (a quota, an image or a subnet the region lacks, credentials gone)
+            # would come again at the next round: the market sits out like a capacity refusal,
+            # so the job is placed elsewhere meanwhile rather than failing round after round.
             self._end_placement(placement_id, "failed", "error")
+            self._mark_unavailable(move.market_id)
             self._finish(move_id, "aborted" if move.kind == "move" else "failed", f"launch failed: {exc}")
             return False
         with self.db.session() as session:
