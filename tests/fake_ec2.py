@@ -13,6 +13,8 @@ reads the processes back the way EC2 reports its instances:
   shutdown sends), then SIGKILL after ``grace_s``;
 - ``preempt(ec2_id)`` → ``terminated`` with ``Server.SpotInstanceTermination``, process killed.
 
+The syncing itself is ``tests.fake_machines.LocalMachines``, shared with the GCP and Azure fakes.
+
 moto runs in this process, so the harness reads and changes its EC2 backend directly; there is
 no API to make an instance end "by itself". Every process is owned by the harness and stopped in
 ``close()``.
@@ -20,17 +22,14 @@ no API to make an instance end "by itself". Every process is owned by the harnes
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
-import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from tests.fake_machines import LocalMachines
 
 ACCOUNT = "123456789012"
 """moto's default account, used for any access key it does not know."""
@@ -56,16 +55,8 @@ def reset_ec2() -> None:
     ec2_backends[ACCOUNT].reset()
 
 
-class LocalEc2:
+class LocalEc2(LocalMachines):
     """Runs the user data of moto's instances as local processes (see the module docstring)."""
-
-    def __init__(self, home: Path, grace_s: float = 10.0) -> None:
-        self.home = home
-        self.grace_s = grace_s
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._lock = threading.RLock()
-        """Syncs (the provider's calls, from any thread) and interruptions take turns."""
-        home.mkdir(parents=True, exist_ok=True)
 
     def attach(self, session: Any) -> None:
         """Sync before every EC2 read and after every launch or termination made through ``session``."""
@@ -83,58 +74,24 @@ class LocalEc2:
         backends = ec2_backends[ACCOUNT]
         return [i for region in list(backends.keys()) for i in backends[region].all_instances()]
 
-    def sync(self) -> None:
-        with self._lock:
-            self._sync()
-
-    def _sync(self) -> None:
-        from moto.ec2.models.instances import StateReason
-
+    def vms(self) -> Iterator[tuple[str, bool, str]]:
         for inst in self._instances():
-            live = inst._state.name in ("pending", "running")
-            proc = self.procs.get(inst.id)
-            if live and proc is None and inst.user_data is not None:
-                self._start(inst.id, inst.user_data.decode())
-            elif live and proc is not None and proc.poll() is not None:
-                inst.ec2_backend.terminate_instances([inst.id])
-                inst.state_reason = StateReason(
-                    "Client.InstanceInitiatedShutdown: Instance initiated shutdown",
-                    "Client.InstanceInitiatedShutdown",
-                )
-            elif not live and proc is not None and proc.poll() is None:
-                stop_group(proc, self.grace_s)
+            if inst.user_data is not None:
+                yield inst.id, inst._state.name in ("pending", "running"), inst.user_data.decode()
 
-    def preempt(self, ec2_id: str) -> None:
-        """The spot market takes the instance back: terminated by the cloud, its process killed."""
+    def powered_off(self, vm: str) -> None:
+        """``InstanceInitiatedShutdownBehavior=terminate``: the guest's power-off terminates it."""
+        self._terminate(vm, "Client.InstanceInitiatedShutdown", "Instance initiated shutdown")
+
+    def reclaim(self, vm: str) -> None:
+        self._terminate(vm, "Server.SpotInstanceTermination", "Spot instance termination")
+
+    def _terminate(self, ec2_id: str, code: str, message: str) -> None:
         from moto.ec2.models.instances import StateReason
 
         inst = next(i for i in self._instances() if i.id == ec2_id)
         inst.ec2_backend.terminate_instances([ec2_id])
-        inst.state_reason = StateReason(
-            "Server.SpotInstanceTermination: Spot instance termination", "Server.SpotInstanceTermination"
-        )
-        if ec2_id in self.procs:
-            stop_group(self.procs[ec2_id], 0)
-
-    def interrupt(self, ec2_id: str, notify: Callable[[], None], timeout_s: float = 120.0) -> None:
-        """A spot interruption as AWS runs it: the notice (``notify``: the fake IMDS serves it),
-        the agent checkpoints and the instance's processes end, then the market terminates it.
-        Syncs wait meanwhile, so the script's end is not taken for a shutdown of its own."""
-        with self._lock:
-            notify()
-            proc = self.procs[ec2_id]
-            deadline = time.monotonic() + timeout_s
-            while proc.poll() is None:
-                assert time.monotonic() < deadline, self.log(ec2_id)
-                time.sleep(0.05)
-            self.preempt(ec2_id)
-
-    def log(self, ec2_id: str) -> str:
-        path = self.home / f"{ec2_id}.log"
-        return path.read_text(encoding="utf-8") if path.exists() else ""
-
-    def _start(self, ec2_id: str, script: str) -> None:
-        self.procs[ec2_id] = boot(script, self.home / f"{ec2_id}.sh", self.home / f"{ec2_id}.log")
+        inst.state_reason = StateReason(f"{code}: {message}", code)
 
     def wait_started(self, ec2_id: str, timeout_s: float = 30.0) -> subprocess.Popen[bytes]:
         deadline = time.monotonic() + timeout_s
@@ -143,49 +100,3 @@ class LocalEc2:
             self.sync()
             time.sleep(0.02)
         return self.procs[ec2_id]
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            stop_group(proc, 0)
-
-
-def boot(
-    script: str, path: Path, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.Popen[bytes]:
-    """Write ``script`` to ``path`` and run it with bash in a new session (its own process group,
-    as an instance's processes are its own), output appended to ``log``."""
-    path.write_text(script, encoding="utf-8")
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            ["bash", str(path)],
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM the process group ``proc`` leads, SIGKILL it after ``grace_s``; return once the
-    whole group is gone (the job outlives bash, which dies first, while it checkpoints)."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
-        if _group_gone(proc):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        deadline = time.monotonic() + wait_s
-        while not _group_gone(proc) and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-
-def _group_gone(proc: subprocess.Popen[bytes]) -> bool:
-    """No process of the group ``proc`` leads is left (its leader reaped first, so the group id
-    cannot have been reused while we look)."""
-    proc.poll()
-    try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return True
-    return False

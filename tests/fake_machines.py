@@ -21,7 +21,10 @@ owned by the harness and stopped in ``close()``.
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -35,14 +38,13 @@ import responses
 from spotopt.db.engine import Database
 from spotopt.providers.base import Provider
 from spotopt.providers.clouds import CloudsProvider, split_id
-from tests.fake_ec2 import boot, stop_group
 from tests.fake_metadata import FakeMetadata
 from tests.mover_world import V100_MARKETS, Markets, World, make_world
 
 T = TypeVar("T")
 
 
-class LocalMachines:
+class LocalMachines(abc.ABC):
     """Runs the start-up scripts of a fake's VMs; subclasses say how that cloud's records read."""
 
     def __init__(self, home: Path, grace_s: float = 5.0) -> None:
@@ -55,17 +57,17 @@ class LocalMachines:
 
     # -- what each cloud's records say -----------------------------------------------------------
 
+    @abc.abstractmethod
     def vms(self) -> Iterator[tuple[str, bool, str]]:
         """(VM id, whether it is up, its start-up script) for every VM the fake holds."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def powered_off(self, vm: str) -> None:
         """The guest shut the VM down after its script ended: record it as the cloud would."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def reclaim(self, vm: str) -> None:
         """The market takes the VM back (its preemption record, the VM deleted)."""
-        raise NotImplementedError
 
     # -- the harness ---------------------------------------------------------------------------
 
@@ -76,6 +78,10 @@ class LocalMachines:
             reply = answer()
             self._sync()
             return reply
+
+    def sync(self) -> None:
+        with self._lock:
+            self._sync()
 
     def _sync(self) -> None:
         seen = set()
@@ -95,6 +101,13 @@ class LocalMachines:
     def _start(self, vm: str, script: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
         self.procs[vm] = boot(script, self.home / f"{vm}.sh", self.home / f"{vm}.log", env, self.home)
+
+    def preempt(self, vm: str) -> None:
+        """The market takes the VM back at once, its processes killed."""
+        with self._lock:
+            if vm in self.procs:
+                stop_group(self.procs[vm], 0)
+            self.reclaim(vm)
 
     def interrupt(self, vm: str, notify: Callable[[], None], timeout_s: float = 120.0) -> None:
         """A preemption: ``notify`` serves the notice, the agent checkpoints and its processes
@@ -157,3 +170,45 @@ def machine_world(
         finally:
             made.stop_all()
             machines.close()
+
+
+def boot(
+    script: str, path: Path, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Write ``script`` to ``path`` and run it with bash in a new session (its own process group,
+    as an instance's processes are its own), output appended to ``log``."""
+    path.write_text(script, encoding="utf-8")
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            ["bash", str(path)],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the process group ``proc`` leads, SIGKILL it after ``grace_s``; return once the
+    whole group is gone (the job outlives bash, which dies first, while it checkpoints)."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+        if _group_gone(proc):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + wait_s
+        while not _group_gone(proc) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def _group_gone(proc: subprocess.Popen[bytes]) -> bool:
+    """No process of the group ``proc`` leads is left (its leader reaped first, so the group id
+    cannot have been reused while we look)."""
+    proc.poll()
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

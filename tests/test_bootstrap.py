@@ -29,7 +29,7 @@ from spotopt.providers.base import LaunchSpec
 from spotopt.providers.bootstrap import CLOUD_SCRIPTS, pip_requirement, render_script
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
-from tests.fake_ec2 import boot, stop_group
+from tests.fake_machines import boot, stop_group
 from tests.fake_metadata import FakeMetadata, metadata
 
 __all__ = ["metadata"]  # the fixture, imported for pytest
