@@ -174,22 +174,25 @@ def test_a_cancelled_job_is_checkpointed_and_stopped(world: World, tmp_path: Pat
     assert not world.provider.status(placement.instance_id or "").state.is_live
 
 
-class NoCapacityIn(LocalProvider):
-    """The local provider, except that one zone has no capacity (as a cloud's error says)."""
+class RefusedIn(LocalProvider):
+    """The local provider, except that one zone refuses every launch with ``error`` (no
+    capacity, as a cloud's error says, or any other provider error: an Azure NIC whose subnet
+    is in another region, a quota, an image the region lacks)."""
 
-    def __init__(self, state_dir: Path, zone: str) -> None:
+    def __init__(self, state_dir: Path, zone: str, error: Exception) -> None:
         super().__init__(state_dir, grace_s=5.0)
-        self.zone = zone
+        self.zone, self.error = zone, error
 
     def launch(self, spec: LaunchSpec, market: MarketKey, idempotency_key: str) -> Instance:
         if market.zone == self.zone:
-            raise CapacityUnavailableError(f"InsufficientInstanceCapacity in {self.zone}")
+            raise self.error
         return super().launch(spec, market, idempotency_key)
 
 
 def test_no_capacity_aborts_the_move_and_the_job_keeps_running(db: Database, tmp_path: Path) -> None:
     world = make_world(db, tmp_path)
-    provider = NoCapacityIn(tmp_path / "local", "us-east-1b")
+    no_capacity = CapacityUnavailableError("InsufficientInstanceCapacity in us-east-1b")
+    provider = RefusedIn(tmp_path / "local", "us-east-1b", no_capacity)
     world.provider = provider
     world.daemon = Daemon(db, provider, world.settings, agent_env=AGENT_ENV)
     try:
@@ -271,25 +274,13 @@ def _measured(db: Database) -> Throughput | None:
         return row
 
 
-class RefusedIn(LocalProvider):
-    """The local provider, except that one zone refuses every launch with a provider error (an
-    Azure NIC whose subnet is in another region, a quota, an image the region lacks)."""
-
-    def __init__(self, state_dir: Path, zone: str) -> None:
-        super().__init__(state_dir, grace_s=5.0)
-        self.zone = zone
-
-    def launch(self, spec: LaunchSpec, market: MarketKey, idempotency_key: str) -> Instance:
-        if market.zone == self.zone:
-            raise ProviderError(f"SubnetNotInSameRegion in {self.zone}")
-        return super().launch(spec, market, idempotency_key)
-
-
 def test_a_market_that_refuses_launches_sits_out_and_the_job_starts_elsewhere(
     db: Database, tmp_path: Path
 ) -> None:
     world = make_world(db, tmp_path)
-    provider = RefusedIn(tmp_path / "local", "us-east-1a")
+    provider = RefusedIn(
+        tmp_path / "local", "us-east-1a", ProviderError("SubnetNotInSameRegion in us-east-1a")
+    )
     world.provider = provider
     world.daemon = Daemon(db, provider, world.settings, agent_env=AGENT_ENV)
     try:
