@@ -92,14 +92,16 @@ class SpotoptDecider:
         market = sim.market[sub]
         slots = sim.slots[sub]
         start_rates = np.asarray(tl.rate, dtype=float)
-        if rates is None or np.array_equal(rates, start_rates):
-            rates, steps_per_hour = start_rates, self.steps_per_hour[sub]
-        else:
-            job = sim.job[sub]
+        rates = start_rates if rates is None else rates
+        steps_per_hour = self.steps_per_hour[sub].copy()
+        # Only the options of markets whose rate moved need their expected speed again.
+        moved = np.flatnonzero(rates[market] != start_rates[market])
+        if len(moved):
+            e = sub[moved]
             _, eff = checkpoint_terms(
-                sim.save_h * 3600.0, sim.restart_h * 3600.0, job, rates, market, tl.tick_h
+                sim.save_h * 3600.0, sim.restart_h * 3600.0, sim.job[e], rates, sim.market[e], tl.tick_h
             )
-            steps_per_hour = sim.steps_per_hour[sub] * eff
+            steps_per_hour[moved] = sim.steps_per_hour[e] * eff
         return Options(
             key=sub,
             job=sim.job[sub],
