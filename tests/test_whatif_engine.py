@@ -289,7 +289,7 @@ def test_a_notice_keeps_the_work_when_the_emergency_checkpoint_fits_in_it(
     events = np.full(tl.price.shape, np.nan)
     events[0, 0] = 0.6  # the notice 36 minutes into the first tick
     e = np.array([0])
-    terms = tick_terms(tl, sim, events, 0, np.array([0]), e, np.array([True]))
+    terms = tick_terms(tl, sim, events, 0, np.array([0]), e, sim.restart_h[:1])
     out = tick_outcome(terms, sim.work[:1])
     rate = float(terms.rate[0])
     tau = float(sim.tau_h[0])

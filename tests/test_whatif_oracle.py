@@ -13,9 +13,9 @@ from spotopt.mover.egress import entry_usd, transfer_matrix
 from spotopt.whatif.engine import simulate, tick_outcome, tick_terms
 from spotopt.whatif.jobs import SimJobs, build_jobs
 from spotopt.whatif.oracle import solve_job, step_price_floor
-from spotopt.whatif.preemptions import model_preemptions
+from spotopt.whatif.preemptions import model_preemptions, with_capacity
 from spotopt.whatif.strategies import ScheduleDecider
-from spotopt.whatif.timeline import Timeline, build_timeline
+from spotopt.whatif.timeline import Capacity, Timeline, build_timeline
 from tests.test_whatif_engine import T0, job, quotes
 
 Array = np.ndarray[Any, Any]
@@ -27,18 +27,20 @@ def exhaustive(tl: Timeline, sim: SimJobs, events: Array, transfer: Array, j: in
 
     Every prefix is one row, advanced a tick at a time by the engine's own rule exactly as
     ``simulate`` applies it (``tick_terms``, ``tick_outcome``, ``entry_usd``). A job without a
-    deadline may idle only while none of its options has a price; one with a deadline may idle
-    and must finish by it. Only finished schedules count.
+    deadline may idle only while none of its options can launch; one with a deadline may idle
+    and must finish by it. Only finished schedules count. A restart longer than a tick carries
+    over while the job stays on its option.
     """
     lo, hi = sim.bounds()[j : j + 2]
     work, deadline = float(sim.work[j]), float(sim.deadline_h[j])
     cost, prog = np.zeros(1), np.zeros(1)
     option, location = np.full(1, -1), np.full(1, -1)
     alive, started = np.zeros(1, dtype=bool), np.zeros(1, dtype=bool)
+    restart_left = np.zeros(1)
     plans = np.zeros((1, 0), dtype=np.int64)
     best, best_plan = math.inf, np.zeros(0, dtype=np.int64)
     for t in range(tl.n_ticks):
-        priced = np.flatnonzero(np.isfinite(tl.price[sim.market[lo:hi], t])) + lo
+        priced = np.flatnonzero(tl.launchable(t)[sim.market[lo:hi]]) + lo
         choices = np.concatenate([priced, [-1] if math.isfinite(deadline) or len(priced) == 0 else []])
         row = np.repeat(np.arange(len(cost)), len(choices))
         opt = np.tile(choices.astype(np.int64), len(cost))
@@ -46,7 +48,12 @@ def exhaustive(tl: Timeline, sim: SimJobs, events: Array, transfer: Array, j: in
         safe = np.where(run, opt, lo)
         entering = ~alive[row] | (started[row] & (safe != option[row]))
         jobs = np.full(len(row), j)
-        out = tick_outcome(tick_terms(tl, sim, events, t, jobs, safe, entering), work - prog[row])
+        out = tick_outcome(
+            terms := tick_terms(
+                tl, sim, events, t, jobs, safe, np.where(entering, sim.restart_h[jobs], restart_left[row])
+            ),
+            work - prog[row],
+        )
         egress = entry_usd(
             transfer,
             location[row],
@@ -68,14 +75,19 @@ def exhaustive(tl: Timeline, sim: SimJobs, events: Array, transfer: Array, j: in
         location = np.where(run, sim.location[safe], location[row])
         started = started[row] | run
         alive = on & ~out.preempted
+        restart_left = np.where(alive, terms.carry_h, 0.0)
         keep = on | ~run
         cost, prog, option, location = cost[keep], prog[keep], option[keep], location[keep]
-        alive, started, plans = alive[keep], started[keep], plans[keep]
+        alive, started, plans, restart_left = alive[keep], started[keep], plans[keep], restart_left[keep]
     return best, best_plan
 
 
-def tiny(seed: int, deadline: str | None) -> tuple[Timeline, SimJobs, Array, Array]:
-    """Seven hourly ticks of random prices on five markets in two clouds, preempted often."""
+def tiny(
+    seed: int, deadline: str | None, capacity: bool = False, tick_h: float = 1.0
+) -> tuple[Timeline, SimJobs, Array, Array]:
+    """Seven hours of random prices on five markets in two clouds, preempted often; with
+    ``capacity`` the spot markets' capacity comes and goes (random observations) and restarts
+    run up to two and a half ticks."""
     rng = np.random.default_rng(seed)
     prices = {
         mid: [(h, float(base * rng.uniform(0.3, 1.0))) for h in range(int(rng.integers(0, 3)), HOURS)]
@@ -86,21 +98,35 @@ def tiny(seed: int, deadline: str | None) -> tuple[Timeline, SimJobs, Array, Arr
         "j",
         throughput={"K80": 1.0, "V100": float(rng.uniform(1.5, 4.0))},
         work={"steps": int(rng.integers(9_000, 16_000))},
-        restart_s=int(rng.integers(0, 900)),
+        restart_s=int(rng.integers(0, 9000 * tick_h)) if capacity else int(rng.integers(0, 900)),
         checkpoint_s=int(rng.integers(10, 200)),
         checkpoint_gb=float(rng.uniform(0.5, 20.0)),
         deadline=deadline,
     )
-    tl = build_timeline(quotes(prices), T0, HOURS, 1.0)
+    tl = build_timeline(quotes(prices), T0, HOURS, tick_h)
     tl.rate[~tl.on_demand] = rng.uniform(0.1, 0.5, int((~tl.on_demand).sum()))
+    events = model_preemptions(tl, seed)
+    if capacity:
+        spot = np.flatnonzero(~tl.on_demand)
+        market = np.repeat(spot, 6)
+        at_h = rng.uniform(-1.0, HOURS, len(market))
+        tl.capacity = Capacity.from_observations(
+            tl.n_markets, tl.n_ticks, tick_h, market, at_h, rng.random(len(market)) < 0.6
+        )
+        events = with_capacity(tl, events)
     sim = build_jobs(parse_jobs({"jobs": [spec]}), tl)
-    return tl, sim, model_preemptions(tl, seed), transfer_matrix(tl.locations, T0)
+    return tl, sim, events, transfer_matrix(tl.locations, T0)
 
 
+@pytest.mark.parametrize("capacity", [False, True])
 @pytest.mark.parametrize("deadline", [None, "6h"])
 @pytest.mark.parametrize("seed", range(6))
-def test_the_bound_is_below_every_schedule_and_the_path_is_one(seed: int, deadline: str | None) -> None:
-    tl, sim, events, transfer = tiny(seed, deadline)
+def test_the_bound_is_below_every_schedule_and_the_path_is_one(
+    seed: int, deadline: str | None, capacity: bool
+) -> None:
+    """With capacity replayed too: launches only where available, preemptions when a market
+    turns unavailable, restarts carried over several ticks."""
+    tl, sim, events, transfer = tiny(seed, deadline, capacity)
     best, plan = exhaustive(tl, sim, events, transfer, 0)
     assert math.isfinite(best)
     replayed = simulate(tl, sim, events, transfer, ScheduleDecider(plan[None, :], 0))

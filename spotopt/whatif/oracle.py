@@ -187,40 +187,68 @@ def solve_job(
     if math.isfinite(deadline):
         end = min(end, start_tick + math.ceil(deadline / tl.tick_h - 1e-9))
     n_ticks = max(end - start_tick, 0)
-    n_states = n_opt + n_loc + 1
+    # A restart longer than a tick carries over: per option, one state per tick still restarting
+    # (``carry[k]`` hours left), between the running states and the idle ones.
+    restart = float(sim.restart_h[j])
+    carry = [restart - k * tl.tick_h for k in range(1, math.ceil(restart / tl.tick_h - 1e-9))]
+    n_run = n_opt * (1 + len(carry))
+    n_states = n_run + n_loc + 1
     k_grid = grid if bound else int(max(50, min(grid, MAX_CELLS // max(1, n_ticks * n_states))))
     q = work / k_grid
     floor = step_price_floor(tl, sim, eo, start_tick, max(end, start_tick))
     fastest = float(np.max(sim.steps_per_hour[eo] * sim.checkpoint_eff[eo], initial=0.0))
     lam = _exchange_rates(floor, work, k_grid, fastest * tl.tick_h)
     loc_e = sim.location[eo]
-    state_loc = np.concatenate([loc_e, np.arange(n_loc + 1)])
+    state_loc = np.concatenate([np.tile(loc_e, 1 + len(carry)), np.arange(n_loc + 1)])
     dests = np.unique(loc_e)
     dest_of = np.searchsorted(dests, loc_e)
     by_loc = [np.flatnonzero(state_loc == loc) for loc in range(n_loc + 1)]
     egress = _egress_matrix(sim, j, transfer, dests)  # (L+1, Ld)
     jobs = np.full(n_opt, j)
     lab = _Labels(np.full((n_states, k_grid), np.inf), np.zeros((n_states, k_grid)))
-    lab.cost[n_opt + n_loc, 0] = 0.0
+    lab.cost[n_run + n_loc, 0] = 0.0
     best, best_cell, best_tick, best_opt = math.inf, -1, -1, -1
     prev_cells: list[Array] = []
     actions: list[Array] = []
+    # Per kind of transition into an option: stay (restart 0), enter (the restart), go on
+    # restarting (``carry``); and the state each leads to when the tick ends without a finish.
+    restarts = [0.0, restart, *carry]
+    opt_ids = np.arange(n_opt)
+    after = [
+        opt_ids,
+        *(opt_ids + n_opt * (1 + c) if c < len(carry) else opt_ids for c in range(len(carry) + 1)),
+    ]
     for t in range(start_tick, end):
         elapsed = (t - start_tick) * tl.tick_h
-        avail = np.isfinite(tl.price[sim.market[eo], t])
+        avail = tl.launchable(t)[sim.market[eo]]
         if not np.isfinite(lab.cost).any():
             break
-        now, after = lam[t - start_tick], lam[t + 1 - start_tick]  # per bucket
+        now, later = lam[t - start_tick], lam[t + 1 - start_tick]  # per bucket
         sources = _sources(lab, by_loc, k_grid, bound, now)
         ent_c, ent_p, ent_cell = _entries(sources, egress, bound, now)
-        src_c = np.stack([lab.cost[:n_opt], ent_c[dest_of]])  # (2, E, K): stay, enter
-        src_p = np.stack([lab.prog[:n_opt], ent_p[dest_of]])
-        own = np.arange(n_opt)[:, None] * k_grid + np.arange(k_grid)[None, :]
-        src_cell = np.stack([own, ent_cell[dest_of]])
-        terms = [tick_terms(tl, sim, events, t, jobs, eo, np.full(n_opt, bool(k))) for k in (0, 1)]
+        own = [
+            (opt_ids + n_opt * (1 + c))[:, None] * k_grid + np.arange(k_grid)[None, :]
+            for c in range(len(carry))
+        ]
+        src_c = np.stack(
+            [
+                lab.cost[:n_opt],
+                ent_c[dest_of],
+                *(lab.cost[n_opt * (1 + c) : n_opt * (2 + c)] for c in range(len(carry))),
+            ]
+        )
+        src_p = np.stack(
+            [
+                lab.prog[:n_opt],
+                ent_p[dest_of],
+                *(lab.prog[n_opt * (1 + c) : n_opt * (2 + c)] for c in range(len(carry))),
+            ]
+        )
+        src_cell = np.stack([opt_ids[:, None] * k_grid + np.arange(k_grid)[None, :], ent_cell[dest_of], *own])
+        terms = [tick_terms(tl, sim, events, t, jobs, eo, np.full(n_opt, r)) for r in restarts]
         cap = np.stack([x.capacity for x in terms])[:, :, None]
         rate = np.stack([x.rate for x in terms])[:, :, None]
-        restart = np.stack([x.restart_h for x in terms])[:, :, None]
+        restart_k = np.stack([x.restart_h for x in terms])[:, :, None]
         price = np.stack([x.price for x in terms])[:, :, None]
         saved = np.stack([x.saved for x in terms])[:, :, None]
         run_cost = np.stack([x.price * x.run_h for x in terms])[:, :, None]
@@ -229,7 +257,7 @@ def solve_job(
         fin = usable & (rest <= cap + 1e-9 * max(work, 1.0)) & (rate > 0)
         if fin.any():
             with np.errstate(divide="ignore", invalid="ignore"):
-                used = restart + rest / rate
+                used = restart_k + rest / rate
             val = np.where(fin, src_c + price * used, np.inf)
             if math.isfinite(deadline):
                 val = np.where(elapsed + used <= deadline + 1e-9, val, np.inf)
@@ -244,7 +272,7 @@ def solve_job(
                 )
         go = usable & ~fin
         pre = terms[0].preempted
-        dest_state = np.where(pre, n_opt + loc_e, np.arange(n_opt))[None, :, None]
+        dest_state = np.stack([np.where(pre, n_run + loc_e, a) for a in after])[:, :, None]
         new_p = src_p + saved
         bucket = np.minimum((np.where(go, new_p, 0.0) / q).astype(np.int64), k_grid - 1)
         act = np.broadcast_to(np.arange(n_opt)[None, :, None], go.shape)
@@ -262,10 +290,10 @@ def solve_job(
             # covers, far fewer candidates); the path idles every label.
             idle_cost, idle_prog = (sources[0], sources[1]) if bound else (lab.cost, lab.prog)
             live = np.flatnonzero(np.isfinite(idle_cost.ravel()))
-            to = n_opt + (live // k_grid if bound else state_loc[live // k_grid])
+            to = n_run + (live // k_grid if bound else state_loc[live // k_grid])
             idle = [to * k_grid + live % k_grid, idle_cost.ravel()[live], idle_prog.ravel()[live]]
             parts.append(idle if bound else [*idle, live, np.full(len(live), -1)])
-        lab, prev, chosen = _reduce(parts, n_states, k_grid, bound, after)
+        lab, prev, chosen = _reduce(parts, n_states, k_grid, bound, later)
         left_h = min((end - t - 1) * tl.tick_h, deadline - elapsed - tl.tick_h)
         _prune(lab, work, floor[t + 1 - start_tick], best, fastest * max(left_h, 0.0))
         if not bound:

@@ -13,7 +13,9 @@ difference is the strategy's, not the dice's. On-demand markets are never preemp
   in the tick; numpy's PCG64 seeded with ``seed``, so equal seeds give equal tables.
 - ``replay``: the recorded ends of preempted instances (``instance_lifetimes`` with
   ``end_reason = 'preempted'``) of each market: the notice ``NOTICE_S`` before each end, placed
-  at its tick and position.
+  at its tick and position. A market whose capacity is replayed (``Timeline.capacity``, from
+  capacity observations) is preempted exactly when it turns unavailable instead
+  (``with_capacity``), and cannot be launched again until it is available.
 """
 
 from __future__ import annotations
@@ -77,6 +79,26 @@ def replayed_preemptions(session: Session, tl: Timeline) -> tuple[Array, int]:
             out[m, t] = tick - t
             seen.add(m)
     return out, len(seen)
+
+
+def with_capacity(tl: Timeline, table: Array) -> Array:
+    """``table`` with every market whose capacity is replayed preempted when, and only when, it
+    turns unavailable (``Capacity.down_at``): the notice ``NOTICE_S`` before the reclaim, in the
+    tick it falls in. The first notice of a tick stands."""
+    if tl.capacity is None:
+        return table
+    cap = tl.capacity
+    out = table.copy()
+    out[cap.observed] = np.nan
+    for m in np.flatnonzero(cap.observed & ~tl.on_demand).tolist():
+        ticks = np.flatnonzero(np.isfinite(cap.down_at[m]))
+        notice = ticks + cap.down_at[m, ticks] - NOTICE_S[tl.markets[m].quote.cloud] / 3600.0 / tl.tick_h
+        notice = notice[notice >= 0]
+        at = np.floor(notice).astype(np.int64)
+        first = np.ones(len(at), dtype=bool)
+        first[1:] = at[1:] != at[:-1]
+        out[m, at[first]] = notice[first] - at[first]
+    return out
 
 
 def _tick_of(tl: Timeline, at: datetime) -> float:
