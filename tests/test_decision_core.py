@@ -146,7 +146,7 @@ def test_no_options_means_no_moves() -> None:
     state, opts = initial_state(spec, table, markets, AT)
     empty = Options(
         **{
-            f: getattr(opts, f)[:0] if f not in ("transfer", "capacity") else getattr(opts, f)
+            f: getattr(opts, f)[:0] if f not in ("transfer", "capacity", "availability") else getattr(opts, f)
             for f in opts.__dataclass_fields__
         }
     )

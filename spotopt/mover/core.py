@@ -18,7 +18,9 @@
    places each job, so one bad job never stops the others.
 4. **Targets**: per job, among the options the policy gives time, the one it runs on, else the
    cheapest per step (``targets``).
-5. **The move test** (``spotopt.mover.planner.plan_moves``).
+5. **The rules, in order**: the capacity rule (``spotopt.mover.capacity_rule``) decides the
+   jobs whose spot markets have learnt capacity (wait for spot, take it, or pay for
+   on-demand); the move test (``spotopt.mover.planner.plan_moves``) decides the others.
 
 ``Memory`` is plain data (``to_dict``/``from_dict``), so a daemon restarted from its journal
 decides exactly as before. Nothing here reads a clock, a database or the future: the caller
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from spotopt.errors import InfeasibleError
+from spotopt.mover.capacity_rule import capacity_moves
 from spotopt.mover.fleet import FleetState, Move, Options
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.planner import deadline_reserve_h, forecast_usd, move_cost_usd, plan_moves
@@ -220,7 +223,10 @@ def decide(
     reserve_h = deadline_reserve_h(state, opts, guard)
     _refresh_targets(state, opts, guard, memory, policy, cur, move_usd, reserve_h)
     keys = np.array([memory.target.get(name, -1) for name in state.names], dtype=np.int64)
-    return plan_moves(state, opts, cur, opts.position(keys), guard, move_usd=move_usd, reserve_h=reserve_h)
+    moves, decided = capacity_moves(state, opts, guard)
+    return moves + plan_moves(
+        state, opts, cur, opts.position(keys), guard, move_usd=move_usd, reserve_h=reserve_h, skip=decided
+    )
 
 
 def _fingerprint(state: FleetState) -> str:

@@ -102,6 +102,23 @@ class FleetState:
 
 
 @dataclass(frozen=True)
+class Availability:
+    """What a decider knows of spot capacity now, per market (length ``M``).
+
+    - ``observed``: the market's capacity is learnt from observations (probe traces, the
+      daemon's own launches); a market without is taken as always available.
+    - ``history``: ``(M, H)``, the state seen at each of the last ``H`` steps of ``step_h``
+      hours, oldest first, the last one now: 1 available, 0 not, NaN nothing seen.
+    - ``refused``: a launch there was refused for capacity just now.
+    """
+
+    observed: Array
+    history: Array
+    step_h: float
+    refused: Array
+
+
+@dataclass(frozen=True)
 class Options:
     """Every (job, market, GPUs per job) a job may use now; arrays of length ``E``, ``key`` sorted.
 
@@ -119,6 +136,9 @@ class Options:
     - ``preemptions_per_hour``: the market's expected preemption rate (0 for on-demand).
     - ``transfer``: USD per GB between locations, ``(L + 1, L)``, last row "nowhere"
       (``spotopt.mover.egress.transfer_matrix``).
+    - ``availability``: the markets' spot capacity as known now (``None``: nothing known, every
+      priced market is taken as available); it decides when a job waits for spot
+      (``spotopt.mover.capacity_rule``).
     """
 
     key: Array
@@ -134,6 +154,7 @@ class Options:
     preemptions_per_hour: Array
     transfer: Array
     capacity: Array
+    availability: Availability | None = None
 
     @property
     def n_options(self) -> int:

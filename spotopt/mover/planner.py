@@ -140,8 +140,10 @@ def plan_moves(
     *,
     move_usd: Array | None = None,
     reserve_h: Array | None = None,
+    skip: Array | None = None,
 ) -> list[Move]:
-    """Moves to make now. ``cur[j]`` and ``target[j]`` are positions in ``opts`` (-1: none) of job
+    """Moves to make now (``skip``: jobs an earlier rule decided). ``cur[j]`` and ``target[j]``
+    are positions in ``opts`` (-1: none) of job
     ``j``'s current option and the policy's choice; moves name options by ``opts.key``.
     ``move_usd``/``reserve_h``: ``move_cost_usd(state, opts, cur)`` and
     ``deadline_reserve_h(state, opts, guard)`` when the caller has them already."""
@@ -215,7 +217,7 @@ def plan_moves(
     key = opts.key
     moves: list[Move] = []
     voluntary: list[Move] = []
-    for j in np.flatnonzero(active).tolist():
+    for j in np.flatnonzero(active if skip is None else active & ~skip).tolist():
         mine = by_job[bounds[j] : bounds[j + 1]]
         c = int(cur[j])
         from_key = int(state.option[j])

@@ -253,7 +253,8 @@ def simulate(
         restart = np.where(entering, sim.restart_h[jobs], st.restart_left_h[jobs])
         if free is not None:
             restart = np.where(free, 0.0, restart)
-        terms = tick_terms(tl, sim, events, t, jobs, opts, restart, start_h[jobs])
+        # Launch attempts delay only a job entering an instance; one staying keeps running.
+        terms = tick_terms(tl, sim, events, t, jobs, opts, restart, np.where(entering, start_h[jobs], 0.0))
         out = tick_outcome(terms, sim.work[jobs] - st.progress[jobs])
         egress_usd = entry_usd(
             transfer,

@@ -25,10 +25,11 @@ from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.oracle import solve_job
 from spotopt.whatif.spotopt_decider import SpotoptDecider
 from spotopt.whatif.strategies import (
+    DEADLINE_RULES,
     FIXED,
     PERIODIC,
+    DeadlineRuleDecider,
     ScheduleDecider,
-    UniformProgressDecider,
     rule_decider,
 )
 from spotopt.whatif.timeline import Timeline
@@ -124,9 +125,15 @@ for _name in (*FIXED, *PERIODIC):
     STRATEGIES.add(_name, _rule(_name))
 
 
-@STRATEGIES.register("uniform-progress")
-def _uniform_progress(r: RunInputs, start: int) -> StrategyRun:
-    return StrategyRun("uniform-progress", r.simulate(UniformProgressDecider(r.tl, r.sim), start))
+def _deadline_rule(name: str) -> Runner:
+    def run(r: RunInputs, start: int) -> StrategyRun:
+        return StrategyRun(name, r.simulate(DeadlineRuleDecider(r.tl, r.sim, name), start))
+
+    return run
+
+
+for _name in DEADLINE_RULES:
+    STRATEGIES.add(_name, _deadline_rule(_name))
 
 
 @STRATEGIES.register("spotopt")

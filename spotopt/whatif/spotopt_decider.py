@@ -13,12 +13,13 @@ get the same decisions.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from spotopt.mover.core import Memory, decide
-from spotopt.mover.fleet import FleetState, Options
+from spotopt.mover.fleet import Availability, FleetState, Options
 from spotopt.mover.forecast import forecast
 from spotopt.mover.guardrails import Guardrails
 from spotopt.whatif.engine import SimState
@@ -48,6 +49,9 @@ class SpotoptDecider:
         self.start: int | None = None
         self.steps_per_hour = sim.expected_steps_per_hour
         self.baseline, self.revert_h = forecast(tl.price, tl.tick_h)
+        # The frontier keeps one of two twins (two zones at one price): with capacity replayed the
+        # other is where a job fails over to, so every option is handed over.
+        narrow = narrow and tl.capacity is None
         self.frontier = OptionFrontier(tl, sim, self.steps_per_hour, self.baseline) if narrow else None
         self.capacity = np.full(tl.n_markets, np.inf)
 
@@ -84,6 +88,19 @@ class SpotoptDecider:
             dataset_location=sim.dataset_location,
             clock_h=t * self.tl.tick_h,
         )
+
+    def availability(self, t: int, st: SimState) -> Availability | None:
+        """Capacity as the strategy knows it at tick ``t``: what a collector recorded before now
+        (``Capacity.seen``), corrected by this run's own launches (refused just now: out; an
+        instance running: available)."""
+        cap = self.tl.capacity
+        if cap is None:
+            return None
+        seen = cap.seen[:, : t + 1].copy()
+        seen[st.refused, -1] = 0.0
+        running = self.sim.market[st.option[st.alive & (st.option >= 0)]]
+        seen[running, -1] = 1.0
+        return Availability(cap.observed, seen, self.tl.tick_h, st.refused.copy())
 
     def options(self, t: int, sub: Array, rates: Array | None = None) -> Options:
         """Options ``sub`` (sorted ``SimJobs`` indices) priced at tick ``t``, with the markets'
@@ -138,6 +155,8 @@ class SpotoptDecider:
         # The rates a daemon would estimate now: the lives recorded by then and this run's own.
         rates = self.tl.rates_at(t * self.tl.tick_h, (st.own_preemptions, st.own_hours))
         opts = self.options(t, self._candidates(t, st, rates), rates)
+        if self.tl.capacity is not None:
+            opts = dataclasses.replace(opts, availability=self.availability(t, st))
         current = np.where(st.alive, st.option, -1)
         for mv in decide(self.fleet_state(t, st), opts, self.guard, self.memory, self.policy):
             current[mv.job] = mv.to

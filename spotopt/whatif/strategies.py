@@ -17,8 +17,8 @@ The first six follow the seeds (thesis §6.3.2, Fig. 6.5/6.6), ranked by expecte
   move overhead; restarts after preemptions still cost).
 - ``dynamic-paid``: the same rule paying for its moves what every other strategy pays (restart,
   checkpoint, egress): what the thesis' rule would really cost.
-- ``uniform-progress``: Can't-Be-Late's Uniform Progress policy (Wu et al., NSDI '24), the
-  published anchor for deadlines on spot: see ``UniformProgressDecider``.
+- ``uniform-progress``, ``up-failover`` and ``greedy``: Can't Be Late's rules for deadlines on
+  spot (Wu et al., NSDI '24), the published anchors: see ``DeadlineRuleDecider``.
 
 A fixed choice is kept through preemptions (the job restarts on the same market) and remade by
 the same rule only when its market has no price. When none of the strategy's markets has a price,
@@ -164,27 +164,40 @@ class ScheduleDecider:
         return np.where(state.done, -1, np.where(keep, state.option, want))
 
 
-class UniformProgressDecider:
-    """Can't-Be-Late's Uniform Progress (Wu et al., NSDI '24) for jobs with a deadline.
+DEADLINE_RULES = ("uniform-progress", "up-failover", "greedy")
 
-    With ``d`` the restart overhead, ``ep(t)`` the uniform line from no progress at the start to
-    the whole job at the deadline and ``cp(t)`` the progress so far:
 
-    - running on spot: stay until preempted;
-    - running on on-demand: stay until ``cp(t) >= ep(t + 2d)``, then behave as idle;
-    - idle and behind the line (``cp(t) < ep(t)``): go on-demand and catch up;
-    - idle otherwise: take the spot option cheapest per step now, if any has a price;
-    - safety net: idle with the time left under the on-demand time for the work left plus
-      ``2d``: on-demand to the end.
+class DeadlineRuleDecider:
+    """Can't Be Late's rules for jobs with a deadline (Wu et al., NSDI '24, and its simulator).
 
-    On-demand is the job's fastest on-demand option (ties: the cheapest). Spot is, as in the
-    paper, the same speed: the spot options at least as fast as that on-demand one (any spot
-    option for a job with none). A job without a deadline takes spot like ``multi-cloud`` (any
-    priced option when no spot one is).
+    With ``g`` the tick, ``d`` the job's restart, ``D`` its deadline, ``t`` the time since the
+    start, ``C0`` the whole job and ``c`` the progress so far (both in hours on its on-demand
+    option), ``ep(x) = C0·x/D`` the uniform line, and ``has_spot`` whether a spot instance can
+    be had now (known while one runs; else learnt by launching, ``SimState.refused``):
+
+    1. default: spot if ``has_spot``, else no instance (the job waits, even when ahead);
+    2. ``uniform-progress`` and ``up-failover`` only: behind the line (``c < ep(t)``): spot if
+       ``has_spot``, else on-demand; on on-demand, stay while there is no spot or
+       ``c <= ep(t + 2d)`` (hysteresis);
+    3. safety net: with the time left rounded down to whole ticks, ``RT = ⌊(D − t)/g⌋·g``: if
+       ``⌈(C0 − c + 2d)/g⌉·g >= RT``, a job without an instance or on on-demand takes on-demand;
+       if ``⌈(C0 − c + d)/g⌉·g >= RT``, a job on spot that has finished restarting rides it, any
+       other takes on-demand.
+
+    ``uniform-progress`` and ``greedy`` use one spot market, as in the paper: the job's spot
+    option cheapest per step at its start among those as fast as its on-demand one (any spot
+    option for a job with none), re-chosen only when it loses its price. ``up-failover`` is the
+    same rules over every such spot option: a job that needs a spot instance tries them
+    cheapest per step first and takes the first that launches (what a SkyPilot managed job does
+    after a preemption). On-demand is the job's fastest on-demand option, cheapest of those. A
+    job without a deadline takes spot like ``multi-cloud`` (the cheapest priced option when no
+    spot one is).
     """
 
-    def __init__(self, tl: Timeline, sim: SimJobs) -> None:
-        self.tl, self.sim = tl, sim
+    def __init__(self, tl: Timeline, sim: SimJobs, rule: str) -> None:
+        if rule not in DEADLINE_RULES:
+            raise ValueError(f"no deadline rule {rule!r}")
+        self.tl, self.sim, self.rule = tl, sim, rule
         self.od = sim.on_demand & (sim.gpus == sim.gpus_min[sim.job])
         od_speed = np.zeros(sim.n_jobs)
         np.maximum.at(od_speed, sim.job[self.od], sim.steps_per_hour[self.od])
@@ -192,18 +205,15 @@ class UniformProgressDecider:
         fast = spot & (sim.steps_per_hour >= od_speed[sim.job] * (1 - 1e-9))
         has_fast = np.zeros(sim.n_jobs, dtype=bool)
         has_fast[sim.job[fast]] = True
-        self.spot_idx = np.flatnonzero(np.where(has_fast[sim.job], fast, spot))
-        self.od_idx = np.flatnonzero(self.od)
-        self.to_end = np.zeros(sim.n_jobs, dtype=bool)
+        self.spot_mask = np.where(has_fast[sim.job], fast, spot)
+        self.market_of = np.full(sim.n_jobs, -1, dtype=np.int64)
+        """The one spot option of ``uniform-progress`` and ``greedy`` per job (-1: not chosen yet)."""
         self.start: int | None = None
 
-    def _per_step(self, idx: Array, t: int) -> Array:
-        sim = self.sim
-        return np.asarray(self.tl.price[sim.market[idx], t] / sim.slots[idx] / sim.steps_per_hour[idx])
-
     def _fastest_od(self, t: int) -> Array:
-        sim, idx = self.sim, self.od_idx
-        per_step = self._per_step(idx, t)
+        sim = self.sim
+        idx = np.flatnonzero(self.od)
+        per_step = usd_per_step(self.tl, sim, t)[idx]
         priced = np.isfinite(per_step)
         speed = np.where(priced, (sim.steps_per_hour * sim.checkpoint_eff)[idx], np.nan)
         top = np.full(sim.n_jobs, -np.inf)
@@ -211,38 +221,55 @@ class UniformProgressDecider:
         fastest = priced & (speed >= top[sim.job[idx]])
         return best_among(idx, np.where(fastest, per_step, np.nan), sim)
 
+    def _spot_order(self, t: int, st: SimState) -> list[list[int]]:
+        """Per job, the spot options to try now, in order (refused markets left out)."""
+        sim = self.sim
+        score = np.where(self.spot_mask, usd_per_step(self.tl, sim, t), np.nan)
+        if self.rule != "up-failover":
+            lost = (self.market_of < 0) | ~np.isfinite(score[np.maximum(self.market_of, 0)])
+            if lost.any():
+                self.market_of = np.where(lost, best_per_job(score, sim), self.market_of)
+            keep = np.zeros(sim.n_options, dtype=bool)
+            keep[self.market_of[self.market_of >= 0]] = True
+            score = np.where(keep, score, np.nan)
+        score = np.where(st.refused[sim.market], np.nan, score)
+        order = np.lexsort((np.arange(sim.n_options), score, sim.job))
+        out: list[list[int]] = [[] for _ in range(sim.n_jobs)]
+        for e in order[np.isfinite(score[order])].tolist():
+            out[int(sim.job[e])].append(e)
+        return out
+
     def __call__(self, t: int, state: SimState) -> Array:
         if self.start is None:
             self.start = t
         tl, sim = self.tl, self.sim
-        elapsed = (t - self.start) * tl.tick_h
-        deadline = sim.deadline_h
+        g = tl.tick_h
+        elapsed = (t - self.start) * g
         od = self._fastest_od(t)
-        od_speed = np.where(od >= 0, (sim.steps_per_hour * sim.checkpoint_eff)[np.maximum(od, 0)], np.nan)
-        d = sim.restart_h
-
-        def line(at_h: float | Array) -> Array:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return np.asarray(sim.work * np.clip(at_h / deadline, 0.0, 1.0))
-
-        with np.errstate(invalid="ignore", divide="ignore"):
-            left_h = (sim.work - state.progress) / od_speed
-        spot_now = best_among(self.spot_idx, self._per_step(self.spot_idx, t), sim)
-        cur = state.option
-        alive = state.alive
-        on_od = alive & (cur >= 0) & sim.on_demand[np.maximum(cur, 0)]
-        has_deadline = np.isfinite(deadline)
-        self.to_end |= has_deadline & ~alive & (deadline - elapsed < left_h + 2 * d)
-        leave_od = on_od & ~self.to_end & (state.progress >= line(elapsed + 2 * d))
-        idle = ~alive | leave_od
-        behind = has_deadline & (state.progress < line(elapsed))
-        out = np.where(alive, cur, -1)
-        go_od = idle & has_deadline & (self.to_end | behind | (spot_now < 0))
-        out = np.where(go_od & (od >= 0), od, out)
-        take_spot = idle & ~go_od & (spot_now >= 0)
-        out = np.where(take_spot, spot_now, out)
-        out = np.where(self.to_end & (od >= 0) & ~on_od, od, out)
-        no_deadline_fallback = ~has_deadline & (out < 0)
-        if no_deadline_fallback.any():
-            out = np.where(no_deadline_fallback, best_per_job(usd_per_step(tl, sim, t), sim), out)
-        return np.where(state.done, -1, out)
+        spots = self._spot_order(t, state)
+        out = np.full(sim.n_jobs, -1, dtype=np.int64)
+        for j in np.flatnonzero(~state.done).tolist():
+            cur = int(state.option[j]) if state.alive[j] else -1
+            on_spot = cur >= 0 and not sim.on_demand[cur]
+            on_od = cur >= 0 and bool(sim.on_demand[cur])
+            spot = cur if on_spot else (spots[j][0] if spots[j] else -1)
+            deadline = float(sim.deadline_h[j])
+            if not np.isfinite(deadline) or od[j] < 0:
+                out[j] = spot if spot >= 0 else best_per_job(usd_per_step(tl, sim, t), sim)[j]
+                continue
+            speed = float(sim.steps_per_hour[od[j]] * sim.checkpoint_eff[od[j]])
+            whole, done = float(sim.work[j]) / speed, float(state.progress[j]) / speed
+            d = float(sim.restart_h[j])
+            want = "spot" if spot >= 0 else "none"
+            if self.rule != "greedy":
+                if done < whole * elapsed / deadline:
+                    want = "spot" if spot >= 0 else "od"
+                if on_od and (spot < 0 or done <= whole * (elapsed + 2 * d) / deadline):
+                    want = "od"
+            time_left = np.floor((deadline - elapsed) / g + 1e-9) * g
+            if np.ceil((whole - done + 2 * d) / g - 1e-9) * g >= time_left and not on_spot:
+                want = "od"
+            if np.ceil((whole - done + d) / g - 1e-9) * g >= time_left:
+                want = "spot" if on_spot and state.restart_left_h[j] < 1e-3 else "od"
+            out[j] = {"spot": spot, "none": -1, "od": cur if on_od else int(od[j])}[want]
+        return out

@@ -1,0 +1,185 @@
+"""Can't Be Late's setting on real spot availability traces: every strategy against the oracle.
+
+    python benchmarks/availability.py --traces ../shared/data/spot-traces-dev [--starts 45]
+
+PATH is a directory laid out like the public skypilot-org/spot-traces repository: the 1-node
+availability traces ``availability/1-node/<folder>/<zone>_<gpu>_<n>.json``, each
+``{"metadata": {"gap_seconds": G}, "data": [n, ...]}`` (1: a spot instance could be launched).
+Nothing of it is bundled (it has no license): the benchmark reads the path it is given.
+
+The setting (Wu et al., NSDI '24, §6.1): one job of 48 h of work, its deadline 60 h after its
+start, a changeover (restart) of 0.2 h, on-demand $3.06/h and spot $0.9731/h (p3.2xlarge), the
+tick the trace's gap; ``--starts`` starts every ``--every`` hours from ``--offset`` hours into
+the trace. Per trace (one zone) and for every pair of zones of one GPU at once (the job may
+fail over between them), each strategy's mean cost as a fraction of on-demand's, its mean
+on-demand and spot hours, and the share of deadlines met. ``--format json`` for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spotopt.db.queries import Quote
+from spotopt.jobspec import parse_jobs
+from spotopt.mover.egress import transfer_matrix
+from spotopt.mover.guardrails import Guardrails
+from spotopt.whatif.jobs import build_jobs
+from spotopt.whatif.preemptions import no_preemptions, with_capacity
+from spotopt.whatif.run import run_strategy
+from spotopt.whatif.timeline import Capacity, build_timeline
+
+STRATEGIES = ("on-demand", "spot", "greedy", "uniform-progress", "up-failover", "spotopt", "oracle")
+ON_DEMAND_USD, SPOT_USD = 3.06, 0.9731
+WORK_H, DEADLINE_H, RESTART_S = 48.0, 60.0, 720
+T0 = datetime(2022, 1, 1, tzinfo=UTC)
+"""Nominal start of every trace: only times relative to it matter (prices are constant)."""
+TYPES = {("v100", 1): ("p3.2xlarge", "V100-16GB"), ("v100", 8): ("p3.16xlarge", "V100-16GB")}
+TYPES |= {("k80", 1): ("p2.xlarge", "K80"), ("k80", 8): ("p2.8xlarge", "K80")}
+
+
+@dataclass(frozen=True)
+class Trace:
+    path: Path
+    zone: str
+    gpu: str
+    gpus: int
+    gap_s: float
+    up: np.ndarray[Any, Any]
+
+    @property
+    def region(self) -> str:
+        return self.zone.rstrip("abcdefghijklmnopqrstuvwxyz")
+
+    @property
+    def name(self) -> str:
+        return f"{self.zone} {self.gpu.upper()}×{self.gpus}"
+
+
+def read_traces(root: Path) -> list[Trace]:
+    out = []
+    for path in sorted(root.glob("availability/1-node/*/*.json")):
+        zone, gpu, n = path.stem.rsplit("_", 2)
+        body = json.loads(path.read_text())
+        up = np.asarray(body["data"], dtype=float) > 0
+        out.append(Trace(path, zone, gpu, int(n), float(body["metadata"]["gap_seconds"]), up))
+    return out
+
+
+def _quotes(traces: list[Trace]) -> list[Quote]:
+    quotes, seen = [], set()
+    for i, tr in enumerate(traces):
+        itype, gpu = TYPES[(tr.gpu, tr.gpus)]
+        quotes.append(Quote(1 + i, "aws", tr.region, tr.zone, itype, "spot", gpu, tr.gpus, SPOT_USD, T0, "t"))
+        if (tr.region, itype) not in seen:
+            seen.add((tr.region, itype))
+            quotes.append(Quote(100 + i, "aws", tr.region, None, itype, "on-demand", gpu, tr.gpus, ON_DEMAND_USD, T0, "t"))
+    return quotes
+
+
+def replay(traces: list[Trace], starts: list[float], strategies: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Mean cost / on-demand cost, on-demand and spot hours, deadlines met, per strategy."""
+    gap_h = traces[0].gap_s / 3600.0
+    n_ticks = min(len(tr.up) for tr in traces)
+    tl = build_timeline(_quotes(traces), T0, n_ticks * gap_h, gap_h)
+    index = {(m.quote.zone, m.quote.market): k for k, m in enumerate(tl.markets)}
+    market = np.concatenate([np.full(n_ticks, index[(tr.zone, "spot")]) for tr in traces])
+    at_h = np.tile(np.arange(n_ticks) * gap_h, len(traces))
+    available = np.concatenate([tr.up[:n_ticks] for tr in traces])
+    tl.capacity = Capacity.from_observations(tl.n_markets, tl.n_ticks, gap_h, market, at_h, available)
+    events = with_capacity(tl, no_preemptions(tl))
+    itype, gpu = TYPES[(traces[0].gpu, traces[0].gpus)]
+    family = gpu.split("-")[0]
+    spec = {
+        "name": "cbl",
+        "throughput": {family: {traces[0].gpus: 1.0}},
+        "gpus": traces[0].gpus,
+        "work": {"steps": int(WORK_H * 3600)},
+        "deadline": f"{int(DEADLINE_H)}h",
+        "restart_s": RESTART_S,
+        "checkpoint_s": 1,
+        "allow": {"instance_types": [itype]},
+    }
+    sim = build_jobs(parse_jobs({"jobs": [spec]}), tl)
+    transfer = transfer_matrix(tl.locations, T0)
+    sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for offset in starts:
+        t0 = int(round(offset / gap_h))
+        if t0 + math.ceil(DEADLINE_H / gap_h) > n_ticks:
+            continue
+        od_cost = None
+        for name in strategies:
+            res = run_strategy(name, tl, sim, events, transfer, t0, Guardrails(period_h=gap_h)).result
+            if name == "on-demand":
+                od_cost = float(res.cost_usd[0])
+            row = sums[name]
+            row["cost"].append(float(res.cost_usd[0]))
+            row["od_h"].append(float(res.on_demand_h[0]))
+            row["spot_h"].append(float(res.spot_h[0]))
+            row["met"].append(float(np.isfinite(res.finish_h[0]) and res.finish_h[0] <= DEADLINE_H + 1e-6))
+        assert od_cost is not None
+        for name in strategies:
+            sums[name]["ratio"].append(sums[name]["cost"][-1] / od_cost)
+    return {
+        name: {k: float(np.mean(v)) for k, v in row.items()} | {"starts": len(row["cost"])}
+        for name, row in sums.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--traces", type=Path, required=True)
+    ap.add_argument("--starts", type=int, default=45)
+    ap.add_argument("--every", type=float, default=13.0, help="hours between starts")
+    ap.add_argument("--offset", type=float, default=2.0, help="hours into the trace of the first start")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--only", default="", help="substring of the trace names to run (e.g. us-west-2a_v100_1)")
+    ap.add_argument("--no-pairs", action="store_true", help="skip the two-zone runs")
+    ap.add_argument("--format", choices=("table", "json"), default="table")
+    args = ap.parse_args(argv)
+    traces = [t for t in read_traces(args.traces) if args.only in t.path.stem]
+    if not traces:
+        print(f"error: no availability/1-node/*/*.json under {args.traces}", file=sys.stderr)
+        return 2
+    strategies = tuple(s for s in args.strategies.split(",") if s)
+    if "on-demand" not in strategies:
+        strategies = ("on-demand", *strategies)
+    starts = [args.offset + k * args.every for k in range(args.starts)]
+    cases = [[t] for t in traces]
+    if not args.no_pairs:
+        by_kind = defaultdict(list)
+        for t in traces:
+            by_kind[(t.path.parent, t.gpu, t.gpus)].append(t)
+        cases += [group for group in by_kind.values() if len(group) > 1]
+    results = []
+    for case in cases:
+        name = " + ".join(t.name for t in case)
+        results.append({"trace": name, "available": float(np.mean([t.up.mean() for t in case])),
+                        "strategies": replay(case, starts, strategies)})
+        if args.format == "table":
+            _print(results[-1], strategies)
+    if args.format == "json":
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+def _print(result: dict[str, Any], strategies: tuple[str, ...]) -> None:
+    print(f"\n{result['trace']} (available {result['available']:.2f})")
+    print(f"  {'strategy':18} {'cost/OD':>8} {'OD h':>6} {'spot h':>6} {'met':>5}")
+    for name in strategies:
+        r = result["strategies"][name]
+        print(f"  {name:18} {r['ratio']:8.3f} {r['od_h']:6.1f} {r['spot_h']:6.1f} {r['met']:5.2f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
