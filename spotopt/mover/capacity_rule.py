@@ -78,11 +78,13 @@ def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple
             av.history[market] if av.observed[market] else np.zeros(0),
             av.step_h,
         )
+        # Prices per instance-hour: the tables price the pool's preemptions themselves (the
+        # options' expected speeds carry them too, and move with every learnt rate).
         job = waiting.Job(
             guard.period_h,
             float(state.restart_h[j]),
-            float(per_step[pool].min() * od_speed),
-            float(opts.usd_per_hour[od_pick]),
+            float(f"{opts.usd_per_hour[pool].min():.3g}"),
+            float(f"{opts.usd_per_hour[od_pick]:.3g}"),
         )
         ticks = int(np.floor(state.deadline_h[j] / guard.period_h + 1e-9))
         slack_h = ticks * guard.period_h - float(state.remaining_steps[j]) / od_speed

@@ -40,6 +40,8 @@ PRIOR_WEIGHT = 1.0
 """A market that has shown nothing yet is taken as available for a day at a time and out for
 an hour, with the weight of one observed run of each (the observations soon dominate)."""
 
+GRID_PER_DECADE = 10
+
 IDLE, SPOT, ON_DEMAND = 0, 1, 2
 
 
@@ -52,8 +54,15 @@ class Chain:
     p_switch: float
 
     def rounded(self) -> Chain:
-        """Two significant digits: a cache key that changes only when the estimate really moves."""
-        return Chain(*(float(f"{p:.2g}") for p in (self.p_lose, self.p_back, self.p_switch)))
+        """On a grid of ``GRID_PER_DECADE`` steps per decade: a cache key that changes only when
+        the estimate moves by more than its own noise (a tenth of a decade is 26 %)."""
+
+        def snap(p: float) -> float:
+            if p <= 1e-6:
+                return 0.0
+            return float(min(10 ** (round(math.log10(p) * GRID_PER_DECADE) / GRID_PER_DECADE), 1.0))
+
+        return Chain(snap(self.p_lose), snap(self.p_back), snap(self.p_switch))
 
 
 def chain_from_history(pool: Array, market: Array, tick_h: float) -> Chain:
@@ -113,7 +122,7 @@ def _tables(job: Job, chain: Chain, ticks: int, slack: int) -> Array:
     return _solve(job, chain, t_cap, s_cap)
 
 
-LATE_FACTOR = 100.0
+LATE_FACTOR = 1e4
 """A unit of work past the deadline weighs this many units of on-demand: the tables meet every
 deadline they can, and finish as soon as they can where none can be met."""
 

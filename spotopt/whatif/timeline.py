@@ -111,15 +111,15 @@ class Capacity:
         cls, n_markets: int, n_ticks: int, tick_h: float, market: Array, at_h: Array, available: Array
     ) -> Capacity:
         """From observations ``(market index, hours from the window start, available)``; rows
-        before the start (the one in effect there) count from hour 0. Several observations at
-        one time (two sources) agree on "unavailable" if any says so."""
+        before the start (the one in effect there) count from hour 0. Of several observations
+        of a market at one time the first stands (the history's rule:
+        ``spotopt.db.queries.capacity_history`` orders them by source)."""
         out = cls.unobserved(n_markets, n_ticks)
         edges = np.arange(n_ticks + 1) * tick_h
         for m in np.unique(market).tolist():
             rows = market == m
-            times, idx = np.unique(np.maximum(at_h[rows], 0.0), return_inverse=True)
-            state = np.ones(len(times), dtype=bool)
-            np.logical_and.at(state, idx.reshape(-1), available[rows].astype(bool))
+            times, first = np.unique(np.maximum(at_h[rows], 0.0), return_index=True)
+            state = available[rows].astype(bool)[first]
             out.observed[m] = True
             # State at each tick start: the last observation at or before it (none yet: unknown,
             # taken as available, as for a market without observations).
