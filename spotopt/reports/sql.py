@@ -30,14 +30,14 @@ def raw(column: ColumnElement[Any] | QueryableAttribute[Any]) -> ColumnElement[A
     return type_coerce(column, NullType())
 
 
-def filter_markets(stmt: AnySelect, args: Mapping[str, Any]) -> AnySelect:
+def filter_markets(stmt: AnySelect, args: Mapping[str, Any], *, unknown_gpu: bool = False) -> AnySelect:
     """Apply the shared market parameters (gpu, cloud, region, market) to a statement that joins
-    ``markets`` and ``instance_types``. Markets of unknown GPU never appear in reports: they have
-    no $/GPU-hour."""
+    ``markets`` and ``instance_types``. Markets of unknown GPU appear in price reports only with
+    ``unknown_gpu`` (they have no $/GPU-hour), and never when a ``gpu`` is asked for."""
     gpu = args.get("gpu")
     if gpu:
         stmt = stmt.where((InstanceType.gpu_model == gpu) | InstanceType.gpu_model.like(f"{gpu}-%"))
-    else:
+    elif not unknown_gpu:
         stmt = stmt.where(InstanceType.gpu_model.is_not(None))
     if args.get("cloud"):
         stmt = stmt.where(InstanceType.cloud == args["cloud"])
