@@ -43,9 +43,9 @@ def write_csv(path: Path, header: str, rows: Sequence[str]) -> Path:
     return path
 
 
-def stored_capacity(db_url: str) -> list[tuple[str, datetime, str, bool, int | None, int | None]]:
+def stored_capacity(history: str | Database) -> list[tuple[str, datetime, str, bool, int | None, int | None]]:
     """(zone, time, source, available, launched, requested) of every capacity observation."""
-    db = Database(make_engine(db_url))
+    db = history if isinstance(history, Database) else Database(make_engine(history))
     try:
         with db.session() as session:
             rows = session.execute(
@@ -62,7 +62,8 @@ def stored_capacity(db_url: str) -> list[tuple[str, datetime, str, bool, int | N
             )
             return [(z, t, s, bool(a), launched, requested) for z, t, s, a, launched, requested in rows]
     finally:
-        db.dispose()
+        if db is not history:
+            db.dispose()
 
 
 def stored_lifetimes(db_url: str) -> list[tuple[str, str, datetime, datetime | None, str | None]]:
