@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Select, and_, func, select, union_all
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import QueryableAttribute, Session
 
 from spotopt.catalog import CATALOG_SOURCE
 from spotopt.db.models import CapacityObservation, InstanceLifetime, InstanceType, Market, PricePoint
@@ -340,7 +340,7 @@ def capacity_history(
 
 
 def capacity_window(
-    columns: Sequence[ColumnElement[Any]],
+    columns: Sequence[ColumnElement[Any] | QueryableAttribute[Any]],
     since: datetime,
     until: datetime,
     restrict: Callable[[AnySelect], AnySelect],
