@@ -113,16 +113,7 @@ def test_a_changed_reobservation_is_counted_and_the_first_kept(db_url: str, tmp_
 def test_an_unknown_instance_type_is_imported_and_listed(db_url: str, tmp_path: Path) -> None:
     """The upstream trace names K80 types p2.2xlarge, which AWS never sold: kept, GPU unknown."""
     trace = spot_trace(tmp_path / "us-west-2a_k80_1.json", 600, [1])
-    market = (
-        "--cloud",
-        "aws",
-        "--region",
-        "us-west-2",
-        "--zone",
-        "us-west-2a",
-        "--instance-type",
-        "p2.2xlarge",
-    )
+    market = (*TRACE_MARKET[:-1], "p2.2xlarge")
     summary = import_json(db_url, "availability", trace, "--start", "2022-10-26T22:05:04Z", *market)
     assert summary["inserted"] == 1 and summary["unknown_instance_types"] == ["aws:p2.2xlarge"]
 

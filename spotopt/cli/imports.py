@@ -104,17 +104,12 @@ def availability(
     spot-traces JSON file ({"metadata": {"gap_seconds": G}, "data": [n, ...]}) with --start,
     --cloud, --region, --zone, --instance-type and --requested.
     """
-    total = sum(file_size(path) for path in files)
     if requested is not None and requested < 1:
         raise InputError(f"--requested {requested}: a probe asks for at least 1 instance")
-    options = _trace_options(files, start, cloud, region, zone, instance_type, requested)
-
-    def read(path: Path, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
-        if options is not None and is_json(path):
-            return read_availability_trace(path, options, on_bytes)
-        return read_availability_csv(path, on_bytes)
-
-    _import(ctx, AVAILABILITY_SOURCE, files, read, fmt, total)
+    given = (start, cloud, region, zone, instance_type, requested)
+    _import_csv_or_trace(
+        ctx, AVAILABILITY_SOURCE, files, fmt, given, read_availability_csv, read_availability_trace
+    )
 
 
 @app.command("lifetimes")
@@ -132,15 +127,35 @@ def lifetimes(
     cloud,region,zone,instance_type,instance_id,launched_at,ended_at,end_reason, or one 1-node
     spot-traces preemption JSON file with --start, --cloud, --region, --zone, --instance-type.
     """
+    given = (start, cloud, region, zone, instance_type, None)
+    _import_csv_or_trace(ctx, LIFETIMES_SOURCE, files, fmt, given, read_lifetimes_csv, read_preemption_trace)
+
+
+TraceArgs = tuple[str | None, str | None, str | None, str | None, str | None, int | None]
+"""--start, --cloud, --region, --zone, --instance-type, --requested as given (None: not given)."""
+ProgressCallback = Callable[[int], None] | None
+
+
+def _import_csv_or_trace(
+    ctx: typer.Context,
+    source: str,
+    files: list[Path],
+    fmt: Format,
+    given: TraceArgs,
+    read_csv: Callable[[Path, ProgressCallback], Iterator[Record]],
+    read_trace: Callable[[Path, TraceOptions, ProgressCallback], Iterator[Record]],
+) -> None:
+    """Import CSV files and at most one spot-traces JSON file (told apart by content), the
+    trace's times and market taken from the options."""
     total = sum(file_size(path) for path in files)
-    options = _trace_options(files, start, cloud, region, zone, instance_type, None)
+    options = _trace_options(files, *given)
 
-    def read(path: Path, on_bytes: Callable[[int], None] | None) -> Iterator[Record]:
+    def read(path: Path, on_bytes: ProgressCallback) -> Iterator[Record]:
         if options is not None and is_json(path):
-            return read_preemption_trace(path, options, on_bytes)
-        return read_lifetimes_csv(path, on_bytes)
+            return read_trace(path, options, on_bytes)
+        return read_csv(path, on_bytes)
 
-    _import(ctx, LIFETIMES_SOURCE, files, read, fmt, total)
+    _import(ctx, source, files, read, fmt, total)
 
 
 def _trace_options(

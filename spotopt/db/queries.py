@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, Select, and_, func, select, union_all
+from sqlalchemy import ColumnElement, ScalarSelect, Select, and_, func, select, union_all
 from sqlalchemy.orm import QueryableAttribute, Session
 
 from spotopt.catalog import CATALOG_SOURCE
@@ -136,6 +136,22 @@ def _iter_quotes(session: Session, stmt: AnySelect) -> Iterator[Quote]:
         )
 
 
+def newest_at_or_before(
+    market_id: QueryableAttribute[int], observed_at: QueryableAttribute[datetime], at: datetime
+) -> ScalarSelect[datetime]:
+    """The time of the newest observation at or before ``at`` of the market of the enclosing
+    query's ``markets`` row (a correlated scalar subquery): the row in effect at ``at`` by the
+    step rule. One index seek per market on a (market_id, observed_at) key."""
+    return (
+        select(observed_at)
+        .where(market_id == Market.id, observed_at <= at)
+        .order_by(observed_at.desc())
+        .limit(1)
+        .correlate(Market)
+        .scalar_subquery()
+    )
+
+
 def prices_at(
     session: Session, at: datetime, flt: MarketFilter = MarketFilter(), max_age: timedelta | None = None
 ) -> list[Quote]:
@@ -145,14 +161,7 @@ def prices_at(
     with the number of markets, not with the length of the history. ``max_age`` drops markets
     whose last point is older than that (e.g. a retired market that stopped reporting).
     """
-    latest = (
-        select(PricePoint.observed_at)
-        .where(PricePoint.market_id == Market.id, PricePoint.observed_at <= at)
-        .order_by(PricePoint.observed_at.desc())
-        .limit(1)
-        .correlate(Market)
-        .scalar_subquery()
-    )
+    latest = newest_at_or_before(PricePoint.market_id, PricePoint.observed_at, at)
     stmt: AnySelect = (
         select(*_QUOTE_COLUMNS)
         .join(InstanceType, InstanceType.id == Market.instance_type_id)
@@ -352,14 +361,7 @@ def capacity_window(
     (the ``availability`` report passes its filters; ``capacity_history`` its ids). Written once
     here for both, so the report and the engine see the same observations.
     """
-    opening_time = (
-        select(CapacityObservation.observed_at)
-        .where(CapacityObservation.market_id == Market.id, CapacityObservation.observed_at <= since)
-        .order_by(CapacityObservation.observed_at.desc())
-        .limit(1)
-        .correlate(Market)
-        .scalar_subquery()
-    )
+    opening_time = newest_at_or_before(CapacityObservation.market_id, CapacityObservation.observed_at, since)
     opening = restrict(
         select(*columns)
         .select_from(Market)

@@ -16,6 +16,7 @@ from sqlalchemy.orm import QueryableAttribute
 from sqlalchemy.sql.sqltypes import NullType
 
 from spotopt.db.models import InstanceType, Market, PricePoint
+from spotopt.db.queries import newest_at_or_before
 from spotopt.reports.base import AnySelect
 
 MARKET_COLUMNS = ("cloud", "region", "zone", "instance_type", "market", "gpu_model", "gpu_count")
@@ -103,14 +104,7 @@ def points_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> Any
     if since is None:
         return inside
     inside = inside.where(PricePoint.observed_at > since)
-    opening_time = (
-        select(PricePoint.observed_at)
-        .where(PricePoint.market_id == Market.id, PricePoint.observed_at <= since)
-        .order_by(PricePoint.observed_at.desc())
-        .limit(1)
-        .correlate(Market)
-        .scalar_subquery()
-    )
+    opening_time = newest_at_or_before(PricePoint.market_id, PricePoint.observed_at, since)
     opening = filter_markets(
         select(*columns)
         .select_from(Market)
