@@ -4,21 +4,28 @@ on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import inspect, select
 
+from spotopt.collectors.availability_files import read_availability_trace
+from spotopt.collectors.spot_traces import TraceOptions, read_trace
 from spotopt.db.engine import Database
 from spotopt.db.models import Market
 from spotopt.db.queries import CapacityRow, capacity_history
+from spotopt.errors import InputError
 from spotopt.ingest import run_ingest
 from spotopt.reports.registry import REPORTS
 from spotopt.types import AvailabilityObservation, MarketKey, MarketKind
 from tests.helpers import cli, strict_json
+from tests.traces import spot_trace
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 IMPORT, DAEMON = "import-availability", "daemon"
@@ -164,3 +171,51 @@ def test_report_lists_itself_with_a_plot() -> None:
     _code, out, _err = cli("report", "list", "-f", "json")
     (row,) = [r for r in json.loads(out) if r["report"] == "availability"]
     assert row["plot"] == "yes"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    values=st.lists(st.integers(0, 1), min_size=1, max_size=60),
+    gap_s=st.integers(1, 7200),
+    noise=st.binary(max_size=30),
+)
+def test_a_trace_read_and_reported_gives_its_own_counts(
+    tmp_path: Path, values: list[int], gap_s: int, noise: bytes
+) -> None:
+    """Any 0/1 trace, read as the importer reads it and reported over exactly its span: the share
+    is the mean of the probes, the outages are its runs of zeros, the longest the longest run.
+    Garbage (``noise``) instead of a trace is an ``InputError`` naming the file, never a crash."""
+    path = spot_trace(tmp_path / "t.json", gap_s, values)
+    options = TraceOptions(T0, A, None)
+    records = list(read_availability_trace(path, options))
+    assert [(r.observed_at, r.available) for r in records] == [
+        (T0 + i * timedelta(seconds=gap_s), bool(v)) for i, v in enumerate(values)
+    ]
+    until = T0 + len(values) * timedelta(seconds=gap_s)
+    frame = pd.DataFrame(
+        {
+            "market_id": 1,
+            "cloud": "aws",
+            "region": "us-east-1",
+            "zone": "us-east-1a",
+            "instance_type": "p3.2xlarge",
+            "market": "spot",
+            "gpu_model": "V100-16GB",
+            "gpu_count": 1.0,
+            "observed_at": [r.observed_at.isoformat() for r in records],
+            "available": [r.available for r in records],
+            "source": IMPORT,
+        }
+    )
+    report = REPORTS.lookup("availability")
+    args = report.parse({"since": T0.isoformat(), "until": until.isoformat()}, now=until)
+    (row,) = report.compute({"observations": frame}, args).sections["markets"].itertuples()
+    zero_runs = [len(list(run)) for up, run in itertools.groupby(values) if not up]
+    assert row.available_share == pytest.approx(sum(values) / len(values))
+    assert row.outages == len(zero_runs)
+    if zero_runs:
+        assert row.max_outage_hours == pytest.approx(max(zero_runs) * gap_s / 3600)
+    garbage = tmp_path / "g.json"
+    garbage.write_bytes(b"{" + noise)
+    with pytest.raises(InputError, match=r"g\.json: "):
+        read_trace(garbage)
