@@ -54,10 +54,11 @@ class Trace:
 
 
 def is_json(path: Path) -> bool:
-    """Whether ``path`` (plain or gzip) holds JSON rather than CSV: its first non-blank byte is ``{``."""
+    """Whether ``path`` (plain or gzip) holds JSON rather than CSV: its first non-blank byte opens
+    an object or an array (no CSV header starts so; an array is then refused as no trace)."""
     with open_binary(path) as stream:
         head = stream.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head.startswith(b"{")
+    return head[:1] in (b"{", b"[")
 
 
 def read_trace(path: Path, on_bytes: Callable[[int], None] | None = None) -> Trace:

@@ -99,10 +99,12 @@ def availability(
     ] = None,
     fmt: FormatOption = Format.TABLE,
 ) -> None:
-    """Spot capacity observations: a CSV with the header
-    timestamp,cloud,region,zone,instance_type,available (optional launched,requested), or one
-    spot-traces JSON file ({"metadata": {"gap_seconds": G}, "data": [n, ...]}) with --start,
-    --cloud, --region, --zone, --instance-type and --requested.
+    """Spot capacity observations, from CSV files or one spot-traces JSON file.
+
+    CSV header: timestamp,cloud,region,zone,instance_type,available (optional columns
+    launched,requested). A spot-traces JSON file (metadata.gap_seconds and a data array of
+    instance counts) needs --start, --cloud, --region, --zone, --instance-type and, for
+    multi-node traces, --requested.
     """
     if requested is not None and requested < 1:
         raise InputError(f"--requested {requested}: a probe asks for at least 1 instance")
@@ -123,9 +125,11 @@ def lifetimes(
     instance_type: InstanceTypeOption = None,
     fmt: FormatOption = Format.TABLE,
 ) -> None:
-    """Spot instance lifetimes: a CSV with the header
-    cloud,region,zone,instance_type,instance_id,launched_at,ended_at,end_reason, or one 1-node
-    spot-traces preemption JSON file with --start, --cloud, --region, --zone, --instance-type.
+    """Spot instance lifetimes, from CSV files or one spot-traces preemption JSON file.
+
+    CSV header: cloud,region,zone,instance_type,instance_id,launched_at,ended_at,end_reason
+    (end_reason preempted, terminated, or empty with ended_at while it runs). A 1-node
+    spot-traces preemption file needs --start, --cloud, --region, --zone, --instance-type.
     """
     given = (start, cloud, region, zone, instance_type, None)
     _import_csv_or_trace(ctx, LIFETIMES_SOURCE, files, fmt, given, read_lifetimes_csv, read_preemption_trace)
