@@ -18,7 +18,7 @@ from pathlib import Path
 
 from spotopt.collectors import fields
 from spotopt.collectors.aws_spot_history import region_of_zone
-from spotopt.collectors.dump_files import iter_csv_rows
+from spotopt.collectors.dump_files import complete_row, iter_csv_rows
 from spotopt.errors import InputError
 from spotopt.types import CLOUDS, MarketKey, MarketKind, PriceObservation, Rejection
 
@@ -27,18 +27,25 @@ _KINDS = {kind.value: kind for kind in MarketKind}
 _AZURE_ZONES = frozenset({"1", "2", "3"})
 
 
-class _Markets:
-    """Validates each distinct (cloud, region, zone, type, market) once: a file repeats a few markets."""
+class Markets:
+    """Validates each distinct (cloud, region, zone, type, market) once: a file repeats a few
+    markets. Errors name ``where`` and the field (``p.csv: line 4: zone: …``)."""
 
     def __init__(self) -> None:
         self._known: dict[tuple[str, str, str, str, str], MarketKey] = {}
 
-    def get(self, row: dict[str, str], where: str) -> MarketKey:
-        key = (row["cloud"], row["region"], row["zone"], row["instance_type"], row["market"])
+    def get(
+        self, cloud: str, region: str, zone: str, instance_type: str, market: str, where: str
+    ) -> MarketKey:
+        key = (cloud, region, zone, instance_type, market)
         found = self._known.get(key)
         if found is None:
             found = self._known[key] = _market(key, where)
         return found
+
+    def of_row(self, row: dict[str, str], where: str, market: str) -> MarketKey:
+        """The market of a CSV row with the columns cloud, region, zone, instance_type."""
+        return self.get(row["cloud"], row["region"], row["zone"], row["instance_type"], market, where)
 
 
 def _market(key: tuple[str, str, str, str, str], where: str) -> MarketKey:
@@ -90,16 +97,12 @@ def read_price_csv(
     path: Path, on_bytes: Callable[[int], None] | None = None
 ) -> Iterator[PriceObservation | Rejection]:
     """Stream the prices of a CSV file (plain or ``.gz``); errors name the file, line and column."""
-    markets = _Markets()
+    markets = Markets()
     name = path.name
     for line, row in iter_csv_rows(path, COLUMNS, on_bytes):
         where = f"{name}: line {line}"
-        if None in row.values():  # a short row
-            missing = [c for c in COLUMNS if row.get(c) is None]
-            if missing:
-                raise InputError(f"{where}: too few fields (no {', '.join(missing)})")
-        values: dict[str, str] = row  # type: ignore[assignment]  # no None left in COLUMNS
-        market = markets.get(values, where)
+        values = complete_row(row, COLUMNS, where)
+        market = markets.of_row(values, where, values["market"])
         observed_at = fields.timestamp(values["timestamp"], where, "timestamp")
         usd_per_hour = fields.price(values["usd_per_hour"].strip(), where, "usd_per_hour")
         if usd_per_hour == 0:

@@ -421,3 +421,13 @@ def iter_csv_rows(
             raise InputError(f"{name}: line {reader.line_num}: not valid CSV ({exc})") from None
         except _READ_ERRORS as exc:
             raise InputError(f"{name}: cannot read it: {exc} (a damaged file, or not UTF-8 text?)") from None
+
+
+def complete_row(row: dict[str, str | None], columns: tuple[str, ...], where: str) -> dict[str, str]:
+    """``row`` (from ``iter_csv_rows``) once it has every one of ``columns``; a short row is an
+    ``InputError`` naming the columns it lacks."""
+    if None in row.values():  # a short row (rare: the test is what every row pays)
+        missing = [c for c in columns if row.get(c) is None]
+        if missing:
+            raise InputError(f"{where}: too few fields (no {', '.join(missing)})")
+    return row  # type: ignore[return-value]  # no None left in ``columns``

@@ -1,7 +1,8 @@
 """Write typed records into the SQL history: idempotent, batched, inside the caller's transaction.
 
-``Ingestor`` resolves instance types and markets through in-memory caches, buffers price and
-interruption rows and inserts them with "ignore on conflict" on their natural keys, so running
+``Ingestor`` resolves instance types and markets through in-memory caches, buffers price,
+interruption, capacity and lifetime rows and inserts them with "ignore on conflict" on their
+natural keys, so running
 the same import twice inserts nothing the second time. Counting is exact on both databases:
 SQLite sums ``executemany`` row counts; PostgreSQL copies the batch into a temporary table and
 inserts from it with ``ON CONFLICT DO NOTHING`` (one statement, one exact row count).
@@ -29,11 +30,25 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from spotopt.db.engine import Database
-from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run, UTCDateTime
+from spotopt.db.models import (
+    Base,
+    CapacityObservation,
+    InstanceLifetime,
+    InstanceType,
+    Interruption,
+    Market,
+    PricePoint,
+    Run,
+    UTCDateTime,
+)
+from spotopt.errors import InputError
 from spotopt.types import (
+    AvailabilityObservation,
     InstanceTypeSpec,
     InterruptionObservation,
+    LifetimeObservation,
     MarketKey,
+    MarketKind,
     PriceObservation,
     Record,
     Rejection,
@@ -52,6 +67,15 @@ INTERRUPTION_COLUMNS = (
     "source",
     "run_id",
 )
+CAPACITY_COLUMNS = ("market_id", "observed_at", "source", "available", "launched", "requested", "run_id")
+LIFETIME_COLUMNS = ("market_id", "instance_ref", "started_at", "ended_at", "end_reason", "source")
+# What each buffered table is written with (the order its rows are buffered in).
+_COLUMNS: dict[str, tuple[str, ...]] = {
+    PricePoint.__tablename__: PRICE_COLUMNS,
+    Interruption.__tablename__: INTERRUPTION_COLUMNS,
+    CapacityObservation.__tablename__: CAPACITY_COLUMNS,
+    InstanceLifetime.__tablename__: LIFETIME_COLUMNS,
+}
 MAX_REJECTION_EXAMPLES = 20
 
 
@@ -93,11 +117,10 @@ class IngestStats:
         }
 
 
-def _insert_missing(
-    session: Session, model: type[InstanceType] | type[Market], values: dict[str, Any]
-) -> None:
-    """Insert a catalog row unless its natural key exists: safe when an import and a collector
-    running at the same time create the same new instance type or market (no IntegrityError)."""
+def insert_missing(session: Session, model: type[Base], values: dict[str, Any]) -> None:
+    """Insert a row unless its natural key exists: safe when an import and a collector running
+    at the same time create the same new instance type or market (no IntegrityError), and for
+    an observation whose key is already stored (the first one is kept)."""
     insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
     session.execute(insert(model).values(**values).on_conflict_do_nothing())
 
@@ -108,7 +131,7 @@ def upsert_instance_type(session: Session, spec: InstanceTypeSpec, origin: str) 
     The bundled catalog owns the specs of the types it lists: a collector may fill in a type the
     catalog lacks, or refresh one it created itself, but never overwrite catalog facts.
     """
-    _insert_missing(
+    insert_missing(
         session, InstanceType, {"cloud": spec.cloud, "name": spec.name, "origin": origin, "retired": False}
     )
     row = session.scalars(
@@ -147,26 +170,20 @@ class Ingestor:
             )
         }
         self._market_by_key: dict[MarketKey, int] = {}
-        self._prices: list[tuple[Any, ...]] = []
-        self._interruptions: list[tuple[Any, ...]] = []
+        self._rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _COLUMNS}
         self._dialect = session.get_bind().dialect.name
 
     def add(self, record: Record) -> None:
         if isinstance(record, PriceObservation):
-            if record.observed_at.tzinfo is None:  # PostgreSQL would read it as server-local time
-                raise ValueError(f"naive datetime in {record!r}; records carry UTC times")
-            market_id = self._market_by_key.get(record.market)
-            if market_id is None:
-                market_id = self._market_by_key[record.market] = self.market_id(record.market)
-            self._prices.append(
-                (market_id, record.observed_at, self.source, record.usd_per_hour, self.run_id)
+            _check_utc(record, record.observed_at)
+            market_id = self._cached_market_id(record.market)
+            self._buffer(
+                PricePoint, (market_id, record.observed_at, self.source, record.usd_per_hour, self.run_id)
             )
-            if len(self._prices) >= BATCH_ROWS:
-                self._flush_prices()
         elif isinstance(record, InterruptionObservation):
-            if record.observed_at.tzinfo is None:
-                raise ValueError(f"naive datetime in {record!r}; records carry UTC times")
-            self._interruptions.append(
+            _check_utc(record, record.observed_at)
+            self._buffer(
+                Interruption,
                 (
                     self.instance_type_id(record.cloud, record.instance_type),
                     record.region,
@@ -177,10 +194,39 @@ class Ingestor:
                     record.raw,
                     self.source,
                     self.run_id,
-                )
+                ),
             )
-            if len(self._interruptions) >= BATCH_ROWS:
-                self._flush_interruptions()
+        elif isinstance(record, AvailabilityObservation):
+            _check_utc(record, record.observed_at)
+            market_id = self._spot_market_id(record.market, "capacity observations")
+            self._buffer(
+                CapacityObservation,
+                (
+                    market_id,
+                    record.observed_at,
+                    self.source,
+                    record.available,
+                    record.launched,
+                    record.requested,
+                    self.run_id,
+                ),
+            )
+        elif isinstance(record, LifetimeObservation):
+            _check_utc(record, record.started_at)
+            if record.ended_at is not None:
+                _check_utc(record, record.ended_at)
+            market_id = self._spot_market_id(record.market, "instance lifetimes")
+            self._buffer(
+                InstanceLifetime,
+                (
+                    market_id,
+                    record.instance_ref,
+                    record.started_at,
+                    record.ended_at,
+                    record.end_reason,
+                    self.source,
+                ),
+            )
         elif isinstance(record, InstanceTypeSpec):
             row = upsert_instance_type(self.session, record, self.source)
             if (record.cloud, record.name) not in self._types:
@@ -216,25 +262,44 @@ class Ingestor:
         if found is not None:
             return found
         values = {"instance_type_id": type_id, "region": key[1], "zone": key[2], "kind": key[3]}
-        _insert_missing(self.session, Market, values)
+        insert_missing(self.session, Market, values)
         market_id = self.session.scalars(
             select(Market.id).where(*(getattr(Market, column) == value for column, value in values.items()))
         ).one()
         self._markets[key] = market_id
         return market_id
 
+    def _cached_market_id(self, market: MarketKey) -> int:
+        market_id = self._market_by_key.get(market)
+        if market_id is None:
+            market_id = self._market_by_key[market] = self.market_id(market)
+        return market_id
+
+    def _spot_market_id(self, market: MarketKey, what: str) -> int:
+        """The id of a spot market; an on-demand one is refused: ``what`` is recorded for spot
+        markets only (a reader lets none through, so this is a caller's mistake)."""
+        if market.kind is not MarketKind.SPOT:
+            raise InputError(
+                f"{market.cloud} {market.region} {market.zone or '(region)'} {market.instance_type}: "
+                f"{what} are recorded for spot markets only, not {market.kind.value}"
+            )
+        return self._cached_market_id(market)
+
+    def _buffer(self, model: type[Base], row: tuple[Any, ...]) -> None:
+        rows = self._rows[model.__tablename__]
+        rows.append(row)
+        if len(rows) >= BATCH_ROWS:
+            self._flush(model.__tablename__)
+
     def flush(self) -> IngestStats:
-        self._flush_prices()
-        self._flush_interruptions()
+        for name in self._rows:
+            self._flush(name)
         return self.stats
 
-    def _flush_prices(self) -> None:
-        self._insert_ignore(PricePoint.__table__, PRICE_COLUMNS, self._prices)  # type: ignore[arg-type]
-        self._prices = []
-
-    def _flush_interruptions(self) -> None:
-        self._insert_ignore(Interruption.__table__, INTERRUPTION_COLUMNS, self._interruptions)  # type: ignore[arg-type]
-        self._interruptions = []
+    def _flush(self, name: str) -> None:
+        table = Base.metadata.tables[name]
+        self._insert_ignore(table, _COLUMNS[name], self._rows[name])
+        self._rows[name] = []
 
     def _insert_ignore(self, table: Table, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
         if not rows:
@@ -272,7 +337,9 @@ def _sqlite_insert_ignore(
         rows = sorted(rows, key=itemgetter(*key))
     for i, column in enumerate(columns):
         if isinstance(table.c[column].type, UTCDateTime):
-            rows = [(*row[:i], sqlite_utc_text(row[i]), *row[i + 1 :]) for row in rows]
+            rows = [
+                (*row[:i], None if row[i] is None else sqlite_utc_text(row[i]), *row[i + 1 :]) for row in rows
+            ]
     staging = _staging_name(table)
     cols = ", ".join(columns)
     raw = session.connection().connection.dbapi_connection
@@ -317,35 +384,42 @@ def _pg_copy_insert(
     return result.rowcount
 
 
+def _check_utc(record: Record, value: datetime) -> None:
+    if value.tzinfo is None:  # PostgreSQL would read it as server-local time
+        raise ValueError(f"naive datetime in {record!r}; records carry UTC times")
+
+
 def _staging_name(table: Table) -> str:
     return f"_stage_{table.name}"
 
 
-# The column that must agree when a key is observed again (the rest of the row is provenance).
-_OBSERVED_VALUE = {"price_points": "usd_per_hour", "interruptions": "value"}
+# The columns that must agree when a key is observed again (the rest of the row is provenance).
+_OBSERVED_VALUES = {
+    "price_points": ("usd_per_hour",),
+    "interruptions": ("value",),
+    "capacity_observations": ("available", "launched", "requested"),
+    "instance_lifetimes": ("started_at", "ended_at", "end_reason"),
+}
 
 
 def _count_conflicts(session: Session, table: Table, columns: tuple[str, ...]) -> int:
     """Rows of the staged batch whose key is stored with another value (first one kept).
 
-    Only run when a batch had duplicates, so first imports pay nothing for it.
+    The key is the table's unique constraint, or its primary key where that is the natural key
+    (price points, capacity observations). Only run when a batch had duplicates, so first
+    imports pay nothing for it.
     """
-    unique = (
-        table.primary_key.columns
-        if table.name == "price_points"
-        else next(c.columns for c in table.constraints if isinstance(c, UniqueConstraint))
+    unique = next(
+        (c.columns for c in table.constraints if isinstance(c, UniqueConstraint)), table.primary_key.columns
     )
     key = [c.name for c in unique if c.name in columns]
-    value = _OBSERVED_VALUE[table.name]
     postgresql = session.get_bind().dialect.name == "postgresql"
     differs = "IS DISTINCT FROM" if postgresql else "IS NOT"
     if postgresql:  # without statistics on the fresh staging rows the planner scans the history
         session.connection().exec_driver_sql(f"ANALYZE {_staging_name(table)}")
     join = " AND ".join(f"s.{c} = t.{c}" for c in key)
-    sql = (
-        f"SELECT count(*) FROM {_staging_name(table)} s JOIN {table.name} t ON {join} "
-        f"WHERE s.{value} {differs} t.{value}"
-    )
+    changed = " OR ".join(f"s.{v} {differs} t.{v}" for v in _OBSERVED_VALUES[table.name])
+    sql = f"SELECT count(*) FROM {_staging_name(table)} s JOIN {table.name} t ON {join} WHERE {changed}"
     return int(session.connection().exec_driver_sql(sql).scalar_one())
 
 

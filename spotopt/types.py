@@ -82,6 +82,38 @@ class InterruptionObservation:
 
 
 @dataclass(frozen=True, slots=True)
+class AvailabilityObservation:
+    """Whether a spot market had capacity at ``observed_at``; holds until its next observation.
+
+    ``available``: one more instance of the market could be launched. ``launched`` of
+    ``requested``: how many instances a request got, where the source knows (None: unknown).
+    """
+
+    market: MarketKey
+    observed_at: datetime
+    available: bool
+    launched: int | None = None
+    requested: int | None = None
+
+
+LIFETIME_ENDS = ("preempted", "terminated")
+"""How a recorded spot instance ended: the cloud took it, or its owner ended it (a censored
+life); None (no end) while it still runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class LifetimeObservation:
+    """The life of one spot instance: launched at ``started_at``, ended at ``ended_at`` (None: it
+    still runs) for ``end_reason`` (``LIFETIME_ENDS``; None exactly when ``ended_at`` is None)."""
+
+    market: MarketKey
+    instance_ref: str
+    started_at: datetime
+    ended_at: datetime | None
+    end_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Rejection:
     """A record the source delivered but spotopt does not import, and why (counted, not fatal)."""
 
@@ -89,4 +121,13 @@ class Rejection:
     reason: str
 
 
-Record = InstanceTypeSpec | PriceObservation | InterruptionObservation | Rejection
+MarketRecord = PriceObservation | AvailabilityObservation | LifetimeObservation
+"""The records that name a market (their instance type may be new to the catalog)."""
+Record = (
+    InstanceTypeSpec
+    | PriceObservation
+    | InterruptionObservation
+    | AvailabilityObservation
+    | LifetimeObservation
+    | Rejection
+)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from spotopt.cli.app import app
 from spotopt.db.engine import Database, make_engine
-from spotopt.db.models import InstanceType, Market, PricePoint, Run
+from spotopt.db.models import CapacityObservation, InstanceLifetime, InstanceType, Market, PricePoint, Run
 from spotopt.db.queries import MarketFilter, Quote, prices_at
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "data" / "examples"
@@ -37,7 +37,7 @@ def counts(db_url: str) -> dict[str, int]:
         with engine.connect() as conn:
             return {
                 model.__tablename__: conn.scalar(select(func.count()).select_from(model)) or 0
-                for model in (PricePoint, Market, InstanceType)
+                for model in (PricePoint, Market, InstanceType, CapacityObservation, InstanceLifetime)
             }
     finally:
         engine.dispose()

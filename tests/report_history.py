@@ -11,6 +11,9 @@ bundled catalog's list prices are removed first, so the history holds only these
     OD4 aws us-east-1   tst.v100.4 on-demand          h-100 12.0
     ODW aws us-west-2   tst.v100.1 on-demand          h-100 3.0
     GOD gcp us-central1 tst-g-v100-1 on-demand        h-100 2.1
+
+Capacity observations: A up at h-2, down h10, up h13 (source import-availability); G down at
+h20 (daemon) and up at h20 (import-availability: the daemon, first by name, holds).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, Market, PricePoint
 from spotopt.ingest import run_ingest
 from spotopt.types import (
+    AvailabilityObservation,
     InstanceTypeSpec,
     InterruptionObservation,
     MarketKey,
@@ -100,6 +104,11 @@ def build(db: Database) -> None:
             _advisor(25, "advisor-bucket", 20.0),
         ],
     )
+    up = [(A, -2, True), (A, 10, False), (A, 13, True), (G, 20, True)]
+    run_ingest(
+        db, "import-availability", "hand-made", [AvailabilityObservation(m, h(t), a) for m, t, a in up]
+    )
+    run_ingest(db, "daemon", "hand-made", [AvailabilityObservation(G, h(20), False, 0, 1)])
     with pytest.raises(RuntimeError, match="lost its connection"):  # recorded as a failed run
         run_ingest(db, "zz", "later", _failing())
     with db.session() as session:

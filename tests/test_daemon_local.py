@@ -37,6 +37,7 @@ from tests.mover_world import (
     spot,
     uninterrupted_weights,
 )
+from tests.traces import stored_capacity
 
 
 @pytest.fixture
@@ -158,6 +159,8 @@ def test_a_deadline_spot_cannot_meet_starts_on_demand(world: World, tmp_path: Pa
     report = world.daemon.tick()
     assert [d["kind"] for d in report.decisions] == ["start"]
     assert report.decisions[0]["to"].endswith("on-demand")
+    world.until("the on-demand launch", lambda: world.placements()[0].state == "running")
+    assert stored_capacity(world.db) == []  # capacity observations are about spot markets only
 
 
 def test_a_cancelled_job_is_checkpointed_and_stopped(world: World, tmp_path: Path) -> None:
@@ -206,6 +209,13 @@ def test_no_capacity_aborts_the_move_and_the_job_keeps_running(db: Database, tmp
         first, refused = world.placements()
         assert (first.state, refused.state, refused.end_reason) == ("running", "failed", "capacity")
         assert world.job().state == "running"
+        # Both launch attempts are capacity observations of the daemon: 1 of 1, then 0 of 1.
+        assert [(z, s, up, n, of) for z, _t, s, up, n, of in stored_capacity(db)] == [
+            ("us-east-1a", "daemon", True, 1, 1),
+            ("us-east-1b", "daemon", False, 0, 1),
+        ]
+        (launched, refused_at) = (t for _z, t, *_ in stored_capacity(db))
+        assert launched == first.started_at and refused_at > launched
         # The refused market is left out for a while: the next round does not try it again.
         assert world.daemon.tick().decisions == []
     finally:
@@ -294,6 +304,8 @@ def test_a_market_that_refuses_launches_sits_out_and_the_job_starts_elsewhere(
         world.until("the job to start elsewhere", lambda: world.job().state == "running")
         assert world.placements()[-1].state == "running"
         assert "us-east-1b" in world.moves()[-1].reason
+        # A refusal for another reason than capacity says nothing about capacity: not recorded.
+        assert [(z, up) for z, _t, _s, up, *_ in stored_capacity(db)] == [("us-east-1b", True)]
     finally:
         world.stop_all()
 

@@ -297,5 +297,5 @@ def test_bad_parameters_name_the_parameter(name: str, given: dict[str, str], mes
 
 
 def test_unknown_report_suggests_a_name() -> None:
-    with pytest.raises(InputError, match=r"did you mean 'spot-discount'\?.*reports: cheapest"):
+    with pytest.raises(InputError, match=r"did you mean 'spot-discount'\?.*reports: availability, cheapest"):
         REPORTS.lookup("spot-discont")

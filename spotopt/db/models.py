@@ -164,6 +164,39 @@ class PricePoint(Base):
 Index("ix_price_points_observed_at", PricePoint.observed_at)
 
 
+class CapacityObservation(Base):
+    """Append-only: whether a spot market had capacity when someone tried (or probed) it.
+
+    An observation states the market's spot capacity from ``observed_at`` until the next
+    observation of the same market, whatever its source: the step rule prices follow. ``available``
+    means "one more instance of this market could be launched then"; ``launched`` of
+    ``requested`` says, where the source knows, how many instances a request for several got
+    (a 16-node probe that got 3: ``available`` true, 3 of 16), so a consumer that needs k
+    instances at once can ask for ``launched >= k``. ``source`` says who observed it: an import
+    (``import-availability``), the daemon's own launch attempts (``daemon``), a collector.
+
+    Only spot markets have capacity observations (an on-demand launch refused for capacity is a
+    fact about the cloud's on-demand pool, which nothing here models); ``spotopt.ingest`` and
+    ``spotopt.mover.observed`` refuse or skip on-demand markets. The primary key is the
+    idempotency key, as for ``PricePoint``: re-importing inserts nothing.
+    """
+
+    __tablename__ = "capacity_observations"
+
+    market_id: Mapped[int] = mapped_column(ForeignKey("markets.id"), primary_key=True)
+    observed_at: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    source: Mapped[str] = mapped_column(String(32), primary_key=True)
+    available: Mapped[bool] = mapped_column(Boolean)
+    launched: Mapped[int | None] = mapped_column(Integer)
+    requested: Mapped[int | None] = mapped_column(Integer)
+    run_id: Mapped[int | None] = mapped_column(Integer)  # provenance, no FK (see PricePoint)
+
+
+# Index: the ``availability`` report's window across all markets filters on observed_at first;
+# the primary key (market_id, observed_at, ...) serves ``capacity_history``'s per-market seeks.
+Index("ix_capacity_observations_observed_at", CapacityObservation.observed_at)
+
+
 class Interruption(Base):
     """Append-only interruption observations (advisor buckets, placement scores, evictions)."""
 

@@ -2,21 +2,21 @@
 
 Price semantics: a price point holds from its ``observed_at`` until the next point of the same
 market, so the price at t is the last point at or before t. A market with no point at or before
-t has no price at t (it is unavailable then).
+t has no price at t (it is unavailable then). Capacity observations follow the same step rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Select, and_, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, ScalarSelect, Select, and_, func, select, union_all
+from sqlalchemy.orm import QueryableAttribute, Session
 
 from spotopt.catalog import CATALOG_SOURCE
-from spotopt.db.models import InstanceLifetime, InstanceType, Market, PricePoint
+from spotopt.db.models import CapacityObservation, InstanceLifetime, InstanceType, Market, PricePoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +136,22 @@ def _iter_quotes(session: Session, stmt: AnySelect) -> Iterator[Quote]:
         )
 
 
+def newest_at_or_before(
+    market_id: QueryableAttribute[int], observed_at: QueryableAttribute[datetime], at: datetime
+) -> ScalarSelect[datetime]:
+    """The time of the newest observation at or before ``at`` of the market of the enclosing
+    query's ``markets`` row (a correlated scalar subquery): the row in effect at ``at`` by the
+    step rule. One index seek per market on a (market_id, observed_at) key."""
+    return (
+        select(observed_at)
+        .where(market_id == Market.id, observed_at <= at)
+        .order_by(observed_at.desc())
+        .limit(1)
+        .correlate(Market)
+        .scalar_subquery()
+    )
+
+
 def prices_at(
     session: Session, at: datetime, flt: MarketFilter = MarketFilter(), max_age: timedelta | None = None
 ) -> list[Quote]:
@@ -145,14 +161,7 @@ def prices_at(
     with the number of markets, not with the length of the history. ``max_age`` drops markets
     whose last point is older than that (e.g. a retired market that stopped reporting).
     """
-    latest = (
-        select(PricePoint.observed_at)
-        .where(PricePoint.market_id == Market.id, PricePoint.observed_at <= at)
-        .order_by(PricePoint.observed_at.desc())
-        .limit(1)
-        .correlate(Market)
-        .scalar_subquery()
-    )
+    latest = newest_at_or_before(PricePoint.market_id, PricePoint.observed_at, at)
     stmt: AnySelect = (
         select(*_QUOTE_COLUMNS)
         .join(InstanceType, InstanceType.id == Market.instance_type_id)
@@ -289,6 +298,87 @@ def lifetimes_started_before(
         .order_by(InstanceLifetime.market_id)
     )
     return [(int(m), started, ended, reason) for m, started, ended, reason in session.execute(stmt).all()]
+
+
+class CapacityRow(NamedTuple):
+    """One capacity observation: from ``observed_at`` until the market's next one, one more
+    instance of market ``market_id`` could (``available``) or could not be launched;
+    ``launched`` of ``requested`` where the source knew them (None: unknown)."""
+
+    market_id: int
+    observed_at: datetime
+    available: bool
+    launched: int | None
+    requested: int | None
+    source: str
+
+
+def capacity_history(
+    session: Session, market_ids: Sequence[int] | None, since: datetime, until: datetime
+) -> list[CapacityRow]:
+    """The capacity observations that describe ``market_ids`` (None: every market) over
+    ``[since, until)``, ordered by (market, time, source).
+
+    That is, per market, the newest observation at or before ``since`` (the state in effect at
+    the start; every source's row at that instant) followed by every observation strictly
+    inside the window. A market with no row before ``until`` has no observation: its capacity
+    is unknown (a consumer models it, e.g. from prices alone). Of several sources at one
+    instant the rows come in source order; a consumer that needs one state per instant keeps
+    the first, the rule the price queries and the ``availability`` report follow. One
+    primary-key seek per market for the opening row.
+    """
+    if market_ids is not None and not market_ids:
+        return []
+    ids = None if market_ids is None else list(market_ids)
+    columns = (
+        CapacityObservation.market_id,
+        CapacityObservation.observed_at,
+        CapacityObservation.available,
+        CapacityObservation.launched,
+        CapacityObservation.requested,
+        CapacityObservation.source,
+    )
+    window = capacity_window(
+        columns, since, until, lambda stmt: stmt if ids is None else stmt.where(Market.id.in_(ids))
+    ).subquery("capacity")
+    stmt = select(*window.c).order_by(window.c.market_id, window.c.observed_at, window.c.source)
+    return [
+        CapacityRow(int(m), at, bool(available), launched, requested, source)
+        for m, at, available, launched, requested, source in session.execute(stmt)
+    ]
+
+
+def capacity_window(
+    columns: Sequence[ColumnElement[Any] | QueryableAttribute[Any]],
+    since: datetime,
+    until: datetime,
+    restrict: Callable[[AnySelect], AnySelect],
+) -> AnySelect:
+    """``columns`` of the capacity observations in effect over ``[since, until)``: per market the
+    newest at or before ``since``, then those strictly inside (a union, unordered).
+
+    ``restrict`` narrows the markets of a statement that joins ``markets`` and ``instance_types``
+    (the ``availability`` report passes its filters; ``capacity_history`` its ids). Written once
+    here for both, so the report and the engine see the same observations.
+    """
+    opening_time = newest_at_or_before(CapacityObservation.market_id, CapacityObservation.observed_at, since)
+    opening = restrict(
+        select(*columns)
+        .select_from(Market)
+        .join(InstanceType, InstanceType.id == Market.instance_type_id)
+        .join(
+            CapacityObservation,
+            and_(CapacityObservation.market_id == Market.id, CapacityObservation.observed_at == opening_time),
+        )
+    )
+    inside = restrict(
+        select(*columns)
+        .select_from(CapacityObservation)
+        .join(Market, Market.id == CapacityObservation.market_id)
+        .join(InstanceType, InstanceType.id == Market.instance_type_id)
+        .where(CapacityObservation.observed_at > since, CapacityObservation.observed_at < until)
+    )
+    return select(union_all(opening, inside).subquery("capacity_window"))
 
 
 def instance_types(session: Session, cloud: str | None = None) -> list[InstanceType]:

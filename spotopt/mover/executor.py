@@ -62,7 +62,7 @@ from spotopt.mover import jobs as jobstore
 from spotopt.mover.billing import billed_seconds
 from spotopt.mover.eventlog import log_event
 from spotopt.mover.ledger import market_key, price_entry_egress, record_entry_egress, spent_usd
-from spotopt.mover.observed import PREEMPTION_ENDS, record_lifetime, record_throughput
+from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity, record_lifetime, record_throughput
 from spotopt.providers.base import InstanceState, LaunchSpec, Provider, market_label
 from spotopt.times import parse_duration
 from spotopt.types import MarketKey
@@ -406,6 +406,8 @@ class Executor:
                 usd_per_hour=move.usd_per_hour,
             )
         except CapacityUnavailableError as exc:
+            with self.db.session() as session:
+                record_capacity(session, move.market_id, self.clock(), available=False)
             self._end_placement(placement_id, "failed", "capacity")
             self._mark_unavailable(move.market_id)
             self._finish(move_id, "aborted" if move.kind == "move" else "failed", f"no capacity: {exc}")
@@ -427,6 +429,7 @@ class Executor:
                 placement.state, placement.instance_id = "running", instance.instance_id
                 placement.started_at = self.clock()
                 record_lifetime(session, placement)
+                record_capacity(session, placement.market_id, placement.started_at, available=True)
         return self._next(move_id)
 
     def _await_up(self, move_id: int) -> bool:

@@ -1,17 +1,19 @@
-"""What the mover learns from its own jobs: spot lifetimes and measured throughput.
+"""What the mover learns from its own jobs: spot lifetimes, spot capacity and measured throughput.
 
-Both write into tables the planner already reads, so a running fleet sharpens the next decision
-without a second estimate anywhere:
+All write into tables the planner and the reports already read, so a running fleet sharpens the
+next decision without a second estimate anywhere:
 
 - ``record_lifetime`` puts each spot placement's life into ``instance_lifetimes`` (source
   ``spotopt``): ``spotopt.market.snapshot`` refines the cloud's preemption rate with them (a
   censored exponential estimate under a Gamma prior, see ``spotopt.market``). A life the cloud
   ended is a preemption; one we ended (a move, the job finished, a budget stop) is censored: it
   says the market held at least that long, not that it failed.
+- ``record_capacity`` turns each launch the daemon attempts on a spot market into a capacity
+  observation (source ``daemon``): an instance came back, or the cloud refused for capacity.
 - ``record_throughput`` keeps the agents' steps/s as the ``measured`` figure of the workload on
   that GPU, which ``spotopt.throughput.JobThroughput`` prefers to imported and estimated ones.
 
-The executor calls both inside its own transaction; neither commits.
+The executor calls them inside its own transactions; none commits.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from spotopt.db.models import InstanceLifetime, Market, Placement, Throughput
+from spotopt.db.models import CapacityObservation, InstanceLifetime, Market, Placement, Throughput
+from spotopt.ingest import insert_missing
 from spotopt.throughput_store import validate_row
 from spotopt.types import MarketKind
 
 LIFETIME_SOURCE = "spotopt"
 """``instance_lifetimes.source`` of the lives the mover records (imports use their own)."""
+CAPACITY_SOURCE = "daemon"
+"""``capacity_observations.source`` of the daemon's launch attempts."""
 
 THROUGHPUT_HALF_LIFE_S = 600.0
 """How fast the measured figure forgets: a heartbeat ten minutes old weighs half as much as now."""
@@ -78,6 +83,31 @@ def record_lifetime(session: Session, placement: Placement) -> None:
     row.ended_at = placement.ended_at
     row.end_reason = end_reason
     session.flush()
+
+
+def record_capacity(session: Session, market_id: int, at: datetime, available: bool) -> None:
+    """Record that one launch on ``market_id`` at ``at`` got its instance (``available``: 1 of 1
+    launched) or was refused for capacity (0 of 1). Other refusals (a quota, credentials, an
+    image) say nothing about capacity, and callers record nothing for them; on-demand markets
+    record nothing either (capacity observations are about spot markets). Two observations of
+    one market at the same instant (two jobs launched there within one tick of a simulated
+    clock) keep the first.
+    """
+    kind = session.scalar(select(Market.kind).where(Market.id == market_id))
+    if kind != MarketKind.SPOT:
+        return
+    insert_missing(
+        session,
+        CapacityObservation,
+        {
+            "market_id": market_id,
+            "observed_at": at,
+            "source": CAPACITY_SOURCE,
+            "available": available,
+            "launched": int(available),
+            "requested": 1,
+        },
+    )
 
 
 def record_throughput(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from spotopt.registry import Registry
 from spotopt.reports import (
+    availability,
     cheapest,
     coverage,
     interruptions,
@@ -23,5 +24,6 @@ for _report in (
     price_board.REPORT,
     interruptions.REPORT,
     coverage.REPORT,
+    availability.REPORT,
 ):
     REPORTS.add(_report.name, _report)

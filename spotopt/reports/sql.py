@@ -16,6 +16,7 @@ from sqlalchemy.orm import QueryableAttribute
 from sqlalchemy.sql.sqltypes import NullType
 
 from spotopt.db.models import InstanceType, Market, PricePoint
+from spotopt.db.queries import newest_at_or_before
 from spotopt.reports.base import AnySelect
 
 MARKET_COLUMNS = ("cloud", "region", "zone", "instance_type", "market", "gpu_model", "gpu_count")
@@ -30,14 +31,14 @@ def raw(column: ColumnElement[Any] | QueryableAttribute[Any]) -> ColumnElement[A
     return type_coerce(column, NullType())
 
 
-def filter_markets(stmt: AnySelect, args: Mapping[str, Any]) -> AnySelect:
+def filter_markets(stmt: AnySelect, args: Mapping[str, Any], *, unknown_gpu: bool = False) -> AnySelect:
     """Apply the shared market parameters (gpu, cloud, region, market) to a statement that joins
-    ``markets`` and ``instance_types``. Markets of unknown GPU never appear in reports: they have
-    no $/GPU-hour."""
+    ``markets`` and ``instance_types``. Markets of unknown GPU appear in price reports only with
+    ``unknown_gpu`` (they have no $/GPU-hour), and never when a ``gpu`` is asked for."""
     gpu = args.get("gpu")
     if gpu:
         stmt = stmt.where((InstanceType.gpu_model == gpu) | InstanceType.gpu_model.like(f"{gpu}-%"))
-    else:
+    elif not unknown_gpu:
         stmt = stmt.where(InstanceType.gpu_model.is_not(None))
     if args.get("cloud"):
         stmt = stmt.where(InstanceType.cloud == args["cloud"])
@@ -103,14 +104,7 @@ def points_stmt(args: Mapping[str, Any], *, with_on_demand: bool = False) -> Any
     if since is None:
         return inside
     inside = inside.where(PricePoint.observed_at > since)
-    opening_time = (
-        select(PricePoint.observed_at)
-        .where(PricePoint.market_id == Market.id, PricePoint.observed_at <= since)
-        .order_by(PricePoint.observed_at.desc())
-        .limit(1)
-        .correlate(Market)
-        .scalar_subquery()
-    )
+    opening_time = newest_at_or_before(PricePoint.market_id, PricePoint.observed_at, since)
     opening = filter_markets(
         select(*columns)
         .select_from(Market)
