@@ -141,18 +141,21 @@ def _value_of(job: Job, chain: Chain, tau: int, s: int, kind: int, rho: int, up:
     return price * K + later
 
 
-def test_a_job_waits_with_slack_and_short_outages_and_pays_when_outages_are_long() -> None:
+def test_a_job_waits_when_its_slack_covers_the_outages_ahead_and_pays_when_it_does_not() -> None:
     job = Job(1 / 6, 0.2, 0.9731, 3.06)
-    short = Chain(0.05, 0.5, 0.0)  # outages of about 20 minutes
-    long = Chain(0.05, 0.002, 0.0)  # outages of days
-    assert waiting.decide(job, short, 300, 6.0, IDLE, 0.0, False) == IDLE
-    assert waiting.decide(job, long, 300, 6.0, IDLE, 0.0, False) == ON_DEMAND
+    rare = Chain(0.01, 0.5, 0.0)  # up 17 h at a time, out 20 minutes
+    often = Chain(0.07, 0.16, 0.0)  # up 2.3 h at a time, out an hour: 30 % of the time
+    # 50 h left with 6 h of slack: rare outages are waited out, frequent ones need on-demand.
+    assert waiting.decide(job, rare, 300, 6.0, IDLE, 0.0, False) == IDLE
+    assert waiting.decide(job, often, 300, 6.0, IDLE, 0.0, False) == ON_DEMAND
+    # Near the end the same slack covers what is left: wait.
+    assert waiting.decide(job, often, 30, 3.0, IDLE, 0.0, False) == IDLE
     # Spot there: take it; on on-demand with slack to spare, go back to spot.
-    assert waiting.decide(job, short, 300, 6.0, IDLE, 0.0, True) == SPOT
-    assert waiting.decide(job, short, 300, 6.0, ON_DEMAND, 0.0, True) == SPOT
+    assert waiting.decide(job, rare, 300, 6.0, IDLE, 0.0, True) == SPOT
+    assert waiting.decide(job, rare, 300, 6.0, ON_DEMAND, 0.0, True) == SPOT
     # No slack for a restart: stay on on-demand, and a job without instance takes it.
-    assert waiting.decide(job, short, 300, 0.1, ON_DEMAND, 0.0, True) == ON_DEMAND
-    assert waiting.decide(job, short, 300, 0.1, IDLE, 0.0, True) == ON_DEMAND
+    assert waiting.decide(job, rare, 300, 0.1, ON_DEMAND, 0.0, True) == ON_DEMAND
+    assert waiting.decide(job, rare, 300, 0.1, IDLE, 0.0, True) == ON_DEMAND
 
 
 def test_the_chain_is_learnt_from_the_runs_seen() -> None:
@@ -214,8 +217,8 @@ def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
     guard = Guardrails(period_h=1 / 6)
     flaky = np.tile(np.array([1.0] * 12 + [0.0] * 2), (3, 20))  # outages of 20 minutes
     flaky[2] = np.nan
-    gone = np.concatenate([np.ones((3, 100)), np.zeros((3, 300))], axis=1)  # out for 50 h
-    gone[2] = np.nan
+    often = np.tile(np.array([1.0] * 14 + [0.0] * 6), (3, 20))  # out an hour in every 3.3
+    often[2] = np.nan
     # Idle, both zones open: the cheaper one per step (key 1).
     moves, decided = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
     assert decided.tolist() == [True] and [(m.to, m.reason) for m in moves] == [(1, "start")]
@@ -225,8 +228,8 @@ def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
     # Both refused, 20 h of slack and short outages: wait (no move).
     moves, decided = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.array([True, True, False])), guard)
     assert decided.tolist() == [True] and moves == []
-    # Both refused after two days without capacity: on-demand now.
-    moves, _ = capacity_moves(_fleet(-1, 60.0), _options(gone, np.array([True, True, False])), guard)
+    # Both refused, outages of an hour in every 3.3 and 6 h of slack in 46: on-demand now.
+    moves, _ = capacity_moves(_fleet(-1, 46.0), _options(often, np.array([True, True, False])), guard)
     assert [(m.to, m.reason) for m in moves] == [(2, "start")]
     # A job on spot stays; one without a deadline is left to the price rules.
     moves, decided = capacity_moves(_fleet(1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from spotopt.db.queries import preemption_ends
 from spotopt.errors import InputError
-from spotopt.whatif.timeline import Timeline
+from spotopt.whatif.timeline import Timeline, load_capacity
 
 Array = np.ndarray[Any, Any]
 
@@ -106,7 +106,10 @@ def _tick_of(tl: Timeline, at: datetime) -> float:
 
 
 def preemption_table(session: Session | None, tl: Timeline, mode: PreemptionMode, seed: int) -> Array:
-    """The table for ``mode``; ``replay`` without any recorded preemption in the window is an error."""
+    """The table for ``mode``. ``replay`` also replays the capacity observed in the window
+    (``Timeline.capacity``, set here): each market with capacity observations is launched only
+    while available and preempted when it turns unavailable; the others by their recorded
+    preemptions. ``replay`` with neither in the window is an error."""
     if mode is PreemptionMode.NONE:
         return no_preemptions(tl)
     if mode is PreemptionMode.MODEL:
@@ -114,9 +117,11 @@ def preemption_table(session: Session | None, tl: Timeline, mode: PreemptionMode
     if session is None:
         raise InputError("--preemptions replay needs the history database")
     table, markets = replayed_preemptions(session, tl)
-    if markets == 0:
+    tl.capacity = load_capacity(session, tl)
+    if markets == 0 and tl.capacity is None:
         raise InputError(
-            "--preemptions replay: the history has no recorded preemptions (instance_lifetimes) in this "
-            "window; use --preemptions model to draw them from the interruption rates"
+            "--preemptions replay: the history has no recorded preemptions (instance_lifetimes) nor "
+            "capacity observations in this window; import them (spotopt import lifetimes | "
+            "availability) or use --preemptions model to draw them from the interruption rates"
         )
-    return table
+    return with_capacity(tl, table)

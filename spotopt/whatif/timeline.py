@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from spotopt.db.queries import MarketFilter, Quote, lifetimes_started_before, price_history
+from spotopt.db.queries import (
+    MarketFilter,
+    Quote,
+    capacity_history,
+    lifetimes_started_before,
+    price_history,
+)
 from spotopt.errors import InputError
 from spotopt.market import (
     DEFAULT_RATE_PER_HOUR,
@@ -305,3 +311,19 @@ def load_timeline(
         preempted=np.array([r[3] == "preempted" for r in rows], dtype=bool),
     )
     return tl
+
+
+def load_capacity(session: Session, tl: Timeline) -> Capacity | None:
+    """The spot capacity observed for ``tl``'s markets over its window (``None``: none observed)."""
+    spot = {m.quote.market_id: k for k, m in enumerate(tl.markets) if m.quote.market == "spot"}
+    rows = capacity_history(session, list(spot), tl.start, tl.time(tl.n_ticks))
+    if not rows:
+        return None
+    return Capacity.from_observations(
+        tl.n_markets,
+        tl.n_ticks,
+        tl.tick_h,
+        np.array([spot[r.market_id] for r in rows], dtype=np.int64),
+        np.array([(r.observed_at - tl.start).total_seconds() / 3600.0 for r in rows]),
+        np.array([r.available for r in rows], dtype=bool),
+    )
