@@ -23,7 +23,7 @@ import math
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +82,16 @@ def _quotes(traces: list[Trace]) -> list[Quote]:
         quotes.append(Quote(1 + i, "aws", tr.region, tr.zone, itype, "spot", gpu, tr.gpus, SPOT_USD, T0, "t"))
         if (tr.region, itype) not in seen:
             seen.add((tr.region, itype))
-            quotes.append(Quote(100 + i, "aws", tr.region, None, itype, "on-demand", gpu, tr.gpus, ON_DEMAND_USD, T0, "t"))
+            od = Quote(
+                100 + i, "aws", tr.region, None, itype, "on-demand", gpu, tr.gpus, ON_DEMAND_USD, T0, "t"
+            )
+            quotes.append(od)
     return quotes
 
 
-def replay(traces: list[Trace], starts: list[float], strategies: tuple[str, ...]) -> dict[str, dict[str, float]]:
+def replay(
+    traces: list[Trace], starts: list[float], strategies: tuple[str, ...]
+) -> dict[str, dict[str, float]]:
     """Mean cost / on-demand cost, on-demand and spot hours, deadlines met, per strategy."""
     gap_h = traces[0].gap_s / 3600.0
     n_ticks = min(len(tr.up) for tr in traces)
@@ -113,7 +118,7 @@ def replay(traces: list[Trace], starts: list[float], strategies: tuple[str, ...]
     transfer = transfer_matrix(tl.locations, T0)
     sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for offset in starts:
-        t0 = int(round(offset / gap_h))
+        t0 = round(offset / gap_h)
         if t0 + math.ceil(DEADLINE_H / gap_h) > n_ticks:
             continue
         od_cost = None
@@ -163,8 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for case in cases:
         name = " + ".join(t.name for t in case)
-        results.append({"trace": name, "available": float(np.mean([t.up.mean() for t in case])),
-                        "strategies": replay(case, starts, strategies)})
+        results.append(
+            {
+                "trace": name,
+                "available": float(np.mean([t.up.mean() for t in case])),
+                "strategies": replay(case, starts, strategies),
+            }
+        )
         if args.format == "table":
             _print(results[-1], strategies)
     if args.format == "json":

@@ -157,7 +157,9 @@ def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
     for tau in range(1, n_ticks + 1):
         work = tau * k - slack
 
-        def later(s_after: Array, state: Array | int, up: int) -> Array:
+        def later(
+            s_after: Array, state: Array | int, up: int, work: Array = work, value: Array = value
+        ) -> Array:
             """Value one tick on at slack ``s_after``; below 0 the deadline is missed."""
             missed = np.maximum(-s_after, 0) * late + np.maximum(work - k, 0) * job.od_usd_per_h * unit
             return np.where(s_after >= 0, value[np.clip(s_after, 0, n_slack - 1), state, up], missed)
@@ -166,7 +168,7 @@ def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
             stay = 1.0 - p_lose if up else p_back
             return stay * later(s_after, state, 1) + (1.0 - stay) * later(s_after, state, 0)
 
-        def run(usd_per_h: float, then: Array) -> Array:
+        def run(usd_per_h: float, then: Array, work: Array = work) -> Array:
             """Cost of a tick on an instance (per ρ, slack) given the value after it."""
             price = usd_per_h * unit
             finish = rho + work[None, :] <= k
