@@ -29,7 +29,7 @@ def test_wheel_contents_and_use_from_another_directory(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    (wheel,) = tmp_path.glob("spotopt-*.whl")
+    (wheel,) = tmp_path.glob("spotopt_gpu-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in (
         "spotopt/py.typed",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import signal
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
+from spotopt import DISTRIBUTION
 from spotopt.cli import (
     agent,
     catalog,
@@ -56,9 +58,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(wanted: bool) -> None:
+    """``--version``: the installed distribution's name and version (what ``pip`` installed, so
+    an instance's ``spotopt --version`` can be compared with the daemon's)."""
+    if wanted:
+        typer.echo(f"{DISTRIBUTION} {importlib.metadata.version(DISTRIBUTION)}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the installed version and exit."
+        ),
+    ] = False,
     db_url: Annotated[
         str | None,
         typer.Option(
