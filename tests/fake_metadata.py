@@ -1,4 +1,5 @@
-"""A fake cloud metadata service on 127.0.0.1 serving the three clouds' preemption-notice endpoints.
+"""A fake cloud metadata service on 127.0.0.1 serving the three clouds' preemption-notice endpoints
+and the AWS instance role's temporary credentials (what the start-up script's downloader signs with).
 
 Shapes follow /work/shared/notes/cloud-apis.md §2.6 (AWS IMDSv2: token PUT first, then GETs
 carrying it; 404 until a notice), §3.5 (GCP ``instance/preempted`` with ``Metadata-Flavor``) and
@@ -16,6 +17,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 TOKEN = "fake-imds-token"
+ROLES = "/latest/meta-data/iam/security-credentials/"
+ROLE = "spotopt-agent"
+ROLE_CREDENTIALS = {  # the instance profile's temporary keys (shape of the IMDS answer)
+    "Code": "Success",
+    "Type": "AWS-HMAC",
+    "AccessKeyId": "ASIAFAKEINSTANCEROLE",
+    "SecretAccessKey": "fake-secret-of-the-instance-role",
+    "Token": "fake-session-token",
+    "Expiration": "2099-01-01T00:00:00Z",
+}
 
 
 class FakeMetadata:
@@ -51,9 +62,12 @@ class FakeMetadata:
                 if self.path.startswith("/latest/meta-data/"):
                     if self.headers.get("X-aws-ec2-metadata-token") != TOKEN:
                         return self._send(401)
+                    if self.path == ROLES:  # a plain-text list of role names, as IMDS answers
+                        return self._send(200, ROLE.encode())
                     doc = {
                         "/latest/meta-data/spot/instance-action": owner.aws_action,
                         "/latest/meta-data/events/recommendations/rebalance": owner.aws_rebalance,
+                        ROLES + ROLE: ROLE_CREDENTIALS,
                     }.get(self.path)
                     return self._send(404) if doc is None else self._send(200, json.dumps(doc).encode())
                 if self.path == "/computeMetadata/v1/instance/preempted":

@@ -166,11 +166,22 @@ def check_wheel(path: Path, version: str) -> None:
         )
 
 
+def installed() -> importlib.metadata.Distribution:
+    """The installed distribution that runs: the one an installer recorded (``RECORD``), not an
+    ``*.egg-info`` build leftover that a source tree on ``sys.path`` also offers."""
+    for dist in importlib.metadata.distributions(name=DISTRIBUTION):
+        if dist.read_text("RECORD") is not None:
+            return dist
+    raise ConfigError(
+        f"{DISTRIBUTION} is not installed (pip install .); instances need the daemon's own distribution"
+    )
+
+
 @functools.cache
 def own_wheel(named: str | None) -> tuple[str, bytes]:
     """(file name, bytes) of the wheel instances install: ``named`` (``bootstrap_wheel``) or one
     made from the installed distribution (module doc). Made once per process."""
-    dist = importlib.metadata.distribution(DISTRIBUTION)
+    dist = installed()
     if named:
         path = Path(named).expanduser()
         check_wheel(path, dist.version)
