@@ -5,7 +5,7 @@ checked against botocore's own signer below).
 
 The full install (``test_the_instance_runs_exactly_the_daemons_version``) needs the lock's wheels
 offline: ``.ci/run`` downloads them (``pip download --require-hashes``) into a wheelhouse named by
-``SPOTOPT_TEST_WHEELHOUSE``; without it the test skips, except in CI, where it fails.
+``TEST_WHEELHOUSE``; without it the test skips, except in CI, where it fails.
 """
 
 from __future__ import annotations
@@ -253,18 +253,19 @@ def test_the_shipped_locks_are_hash_pinned_and_name_every_runtime_requirement() 
 
 def _wheelhouse_index(tmp_path: Path) -> str:
     """A PEP 503 index (``simple/<project>/<files>``) of the CI wheelhouse, as a ``file://`` URL."""
-    house = os.environ.get("SPOTOPT_TEST_WHEELHOUSE")
+    house = os.environ.get("TEST_WHEELHOUSE")
     if not house:
         if os.environ.get("CI") == "true":
-            pytest.fail(
-                "SPOTOPT_TEST_WHEELHOUSE is not set: .ci/run downloads the lock's wheels for this test"
-            )
-        pytest.skip("SPOTOPT_TEST_WHEELHOUSE is not set (.ci/run sets it)")
+            pytest.fail("TEST_WHEELHOUSE is not set: .ci/run downloads the lock's wheels for this test")
+        pytest.skip("TEST_WHEELHOUSE is not set (.ci/run sets it)")
     simple = tmp_path / "simple"
+    projects: dict[str, list[Path]] = {}
     for wheel in Path(house).glob("*.whl"):
-        project = simple / normalize(wheel.name.split("-")[0])
-        project.mkdir(parents=True, exist_ok=True)
-        (project / wheel.name).symlink_to(wheel)
+        projects.setdefault(normalize(wheel.name.split("-")[0]), []).append(wheel)
+    for name, wheels in projects.items():
+        (simple / name).mkdir(parents=True)
+        links = "".join(f'<a href="{w.as_uri()}">{w.name}</a>\n' for w in wheels)
+        (simple / name / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
     return simple.as_uri()
 
 
