@@ -361,6 +361,16 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         },
         {"field": "jobs", "value": ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"},
     ]
+    if fmt is Format.CSV:  # one CSV document: the moves as rows of the same two columns
+        rows += [
+            {
+                "field": "move",
+                "value": f"{m['job']} {m['kind']} step {m['step']}: {m['reason']} since {iso(m['since'])}",
+            }
+            for m in open_moves
+        ]
+        render(rows, fmt, title="Daemon")
+        return
     render(rows, fmt, title="Daemon")
     render(
         open_moves,
