@@ -88,6 +88,21 @@ def formatted_commands() -> set[str]:
     return found
 
 
+def test_help_texts_have_no_hard_line_breaks_inside_a_paragraph() -> None:
+    """Docstrings are wrapped in the source; ``--help`` must wrap them to the terminal instead."""
+    broken = []
+
+    def walk(command: object, path: list[str]) -> None:
+        for paragraph in (getattr(command, "help", None) or "").split("\n\n"):
+            if any(not line.lstrip().startswith(("- ", "* ")) for line in paragraph.splitlines()[1:]):
+                broken.append(f"{' '.join(path)}: {paragraph[:60]!r}")
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), ["spotopt"])
+    assert not broken, "\n".join(broken)
+
+
 def test_every_command_with_a_format_is_covered() -> None:
     assert formatted_commands() == set(COMMANDS)
 
