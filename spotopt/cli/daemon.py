@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import platformdirs
 import typer
@@ -365,7 +365,7 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         rows += [
             {
                 "field": "move",
-                "value": f"{m['job']} {m['kind']} step {m['step']}: {m['reason']} since {iso(m['since'])}",
+                "value": f"{m['job']} {m['kind']} step {m['step']}: {m['reason']} since {iso(cast(datetime, m['since']))}",
             }
             for m in open_moves
         ]
