@@ -38,7 +38,7 @@ def test_rows_become_prices(tmp_path: Path) -> None:
 
 
 def test_the_catalogs_gcp_names_with_attached_gpus_are_accepted(tmp_path: Path) -> None:
-    """``plan`` prints GCP machine types with attached GPUs as the catalog names them; import takes them back."""
+    """``plan`` prints GCP machine types with attached GPUs by the catalog's names; import takes them."""
     path = tmp_path / "p.csv"
     path.write_text(
         HEADER + "2024-05-02T06:30:00Z,gcp,us-central1,,n1-standard-8+1xnvidia-tesla-v100,spot,0.74\n"

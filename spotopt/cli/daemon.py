@@ -365,7 +365,8 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         rows += [
             {
                 "field": "move",
-                "value": f"{m['job']} {m['kind']} step {m['step']}: {m['reason']} since {iso(cast(datetime, m['since']))}",
+                "value": f"{m['job']} {m['kind']} step {m['step']}: {m['reason']} "
+                f"since {iso(cast(datetime, m['since']))}",
             }
             for m in open_moves
         ]
