@@ -81,8 +81,8 @@ def fetch_source() -> str:
     return body.strip("\n")
 
 
-def _check_reachable(spec: LaunchSpec) -> None:
-    """The store is one the script can download from (``spotopt.providers.fetch``)."""
+def _check_reachable(spec: LaunchSpec, settings: Settings) -> None:
+    """The store is one an instance can reach, and (to install from it) download from."""
     scheme = scheme_of(spec.checkpoint_uri)
     if scheme not in BACKENDS:
         raise ConfigError(
@@ -90,8 +90,14 @@ def _check_reachable(spec: LaunchSpec) -> None:
             f"an instance; use one of {', '.join(s + '://' for s in BACKENDS)}"
         )
     options = spec.storage_options
-    if scheme in ("az", "abfs") and not (
-        options.get("account_name") or options.get("account_host") or "AZURE_STORAGE_ACCOUNT_NAME" in spec.env
+    if (
+        settings.bootstrap_install
+        and scheme in ("az", "abfs")
+        and not (
+            options.get("account_name")
+            or options.get("account_host")
+            or "AZURE_STORAGE_ACCOUNT_NAME" in spec.env
+        )
     ):
         raise ConfigError(
             f"job {spec.job}: {spec.checkpoint_uri} names no storage account; set account_name in the "
@@ -133,7 +139,7 @@ def render_script(cloud: str, spec: LaunchSpec, market: MarketKey, settings: Set
         raise ConfigError(f"start-up script: cloud {cloud!r} is unknown; use one of {known}")
     if not spec.command:
         raise ConfigError(f"job {spec.job}: the launch spec has no command to run on the instance")
-    _check_reachable(spec)
+    _check_reachable(spec, settings)
     how = CLOUD_SCRIPTS[cloud]
     q = shlex.quote
     venv = settings.bootstrap_venv
