@@ -1,7 +1,8 @@
 """What an instance installs is the daemon's own wheel and lock, checked by sha256: the real start-up
 script, run with bash, against a ``file://`` store and S3 served by moto (the downloader signs with
 the instance role's keys from the fake IMDS; moto does not check signatures, so the signature is
-checked against botocore's own signer below).
+checked against botocore's own signer below). The GCS and Azure Blob downloads run against fakes
+of their token and object requests (``FakeObjects``).
 
 The full install (``test_the_instance_runs_exactly_the_daemons_version``) needs the lock's wheels
 offline: ``.ci/run`` downloads them (``pip download --require-hashes``) into a wheelhouse named by
@@ -14,9 +15,14 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import subprocess
 import sys
+import threading
+import urllib.parse
 import zipfile
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +31,7 @@ import pytest
 from spotopt import DISTRIBUTION
 from spotopt.checkpoints import Location
 from spotopt.errors import ConfigError
-from spotopt.providers import artifacts
+from spotopt.providers import artifacts, fetch
 from spotopt.providers.artifacts import check_daemon_matches, check_lock, check_wheel, normalize, ship
 from spotopt.providers.base import LaunchSpec
 from spotopt.providers.bootstrap import render_script
@@ -33,7 +39,7 @@ from spotopt.providers.fetch import sigv4_headers
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_machines import boot, stop_group
-from tests.fake_metadata import ROLE_CREDENTIALS, FakeMetadata, metadata
+from tests.fake_metadata import AZURE_TOKEN, GCP_TOKEN, ROLE_CREDENTIALS, FakeMetadata, metadata
 from tests.stores import moto_s3, s3_store
 
 __all__ = ["metadata", "moto_s3"]  # fixtures, imported for pytest
@@ -315,3 +321,95 @@ def test_the_instance_runs_exactly_the_daemons_version(
     assert {n: again.read(n) for n in again.namelist() if n != record} == {
         n: original.read(n) for n in original.namelist() if n != record
     }
+
+
+class FakeObjects:
+    """GCS's JSON API media download and Azure Blob's ``Get Blob`` on 127.0.0.1, each answering
+    only a request with the bearer token the fake metadata service hands out."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                owner.seen.append((self.path, dict(self.headers)))
+                auth = self.headers.get("Authorization", "")
+                parts = urllib.parse.urlsplit(self.path)
+                if parts.path.startswith("/storage/v1/b/"):  # /storage/v1/b/BUCKET/o/OBJECT?alt=media
+                    bucket, _, name = parts.path.removeprefix("/storage/v1/b/").partition("/o/")
+                    key = f"gs://{bucket}/{urllib.parse.unquote(name)}"
+                    allowed = auth == f"Bearer {GCP_TOKEN}" and parts.query == "alt=media"
+                else:  # /CONTAINER/BLOB
+                    key = f"az:/{urllib.parse.unquote(parts.path)}"
+                    allowed = (
+                        auth == f"Bearer {AZURE_TOKEN}"
+                        and self.headers.get("x-ms-version", "") >= "2017-11-09"
+                    )
+                body = owner.objects.get(key) if allowed else None
+                self.send_response(200 if body is not None else (404 if allowed else 401))
+                self.send_header("Content-Length", str(len(body or b"")))
+                self.end_headers()
+                self.wfile.write(body or b"")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def objects() -> Iterator[FakeObjects]:
+    fake = FakeObjects()
+    yield fake
+    fake.close()
+
+
+FETCH = Path(fetch.__file__)
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "azure"])
+def test_the_downloader_reads_gcs_and_blob_storage_with_the_instance_identity(
+    cloud: str, tmp_path: Path, metadata: FakeMetadata, objects: FakeObjects
+) -> None:
+    """``fetch.py`` as the script runs it (the image's python, no spotopt), against the fakes:
+    a token from the metadata service, the object with it, the sha256 checked either way."""
+    data = b"wheel bytes"
+    key = "_spotopt/artifacts/ab/spotopt_gpu-0.1.0-py3-none-any.whl"
+    if cloud == "gcp":
+        store, options = "gs://bucket/stores", {"endpoint_url": f"http://{objects.host}"}
+        objects.objects[f"gs://bucket/stores/{key}"] = data
+    else:
+        store, options = "az://container/stores", {"account_host": objects.host}
+        objects.objects[f"az://container/stores/{key}"] = data
+    identity = (
+        "/subscriptions/s/resourceGroups/g/providers/Microsoft.ManagedIdentity/userAssignedIdentities/a"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
+    env |= {
+        f"SPOTOPT_{cloud.upper()}_METADATA_URL": metadata.url,
+        "SPOTOPT_STORAGE_OPTIONS": json.dumps(options),
+    }
+
+    def fetch_to(dest: Path, sha: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-I", str(FETCH), store, "r", identity, key, sha, str(dest)]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+    good = fetch_to(tmp_path / "good.whl", hashlib.sha256(data).hexdigest())
+    assert good.returncode == 0, good.stderr
+    assert (tmp_path / "good.whl").read_bytes() == data
+    if cloud == "azure":
+        assert metadata.azure_identity == identity
+    bad = fetch_to(tmp_path / "bad.whl", "0" * 64)
+    assert bad.returncode != 0 and "refusing to install it" in bad.stderr
+    assert not (tmp_path / "bad.whl").exists()
+    objects.objects.clear()
+    missing = fetch_to(tmp_path / "missing.whl", "0" * 64)
+    assert missing.returncode != 0 and "HTTP 404" in missing.stderr
