@@ -236,6 +236,17 @@ def test_a_lock_of_other_versions_than_the_daemons_is_refused() -> None:
         check_daemon_matches({"pyyaml": {"0.0.1"}}, "lock")
 
 
+def test_the_daemon_checks_the_install_settings_before_its_first_round(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    artifacts.check_install(settings)  # the small lock pins the daemon's own pyyaml
+    other = tmp_path / "other.lock"
+    other.write_text(f"pyyaml==0.0.1 --hash=sha256:{'0' * 64}\n")
+    with pytest.raises(ConfigError, match=r"^bootstrap_lock .*: instances would run other versions"):
+        artifacts.check_install(settings.model_copy(update={"bootstrap_lock": str(other)}))
+    with pytest.raises(ConfigError, match="is not a wheel file"):
+        artifacts.check_install(settings.model_copy(update={"bootstrap_wheel": str(tmp_path / "x.whl")}))
+
+
 def test_the_shipped_locks_are_hash_pinned_and_name_every_runtime_requirement() -> None:
     """Each shipped lock passes ``check_lock`` and pins every requirement of the distribution
     (and of the store's extra); pip's ``--require-hashes`` would refuse a lock missing one."""

@@ -257,6 +257,19 @@ def instance_lock(named: str | None, store_url: str) -> tuple[str, bytes]:
     ).read_bytes()
 
 
+def check_install(settings: Settings) -> None:
+    """What the daemon checks before its first round: the settings, the named wheel's name and
+    version, and every lock an instance could get (hash-pinned, at the daemon's versions). The
+    default wheel is built at the first launch instead (it takes seconds)."""
+    settings.check_bootstrap()
+    if settings.bootstrap_wheel:
+        check_wheel(Path(settings.bootstrap_wheel).expanduser(), installed().version)
+    stores = ["file:///"] if settings.bootstrap_lock else ["file:///", "s3://b", "gs://b", "az://c"]
+    for store in stores:
+        where, lock = instance_lock(settings.bootstrap_lock, store)
+        check_daemon_matches(check_lock(lock.decode("utf-8"), where), where)
+
+
 # -- shipping --------------------------------------------------------------------------------
 
 
