@@ -48,6 +48,8 @@ ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 """Every member's timestamp in a packed wheel (zip's earliest), so equal contents hash equally."""
 SOURCE_DATE_EPOCH = "315532800"
 """1980-01-01 for ``bdist_wheel`` of an editable install's source tree, for the same reason."""
+# ``name[extras]==version ; marker --hash=sha256:… …`` (a uv/pip-compile line, continuations
+# joined); a marker never holds " --", so the first --hash ends it.
 _PIN = re.compile(
     r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;]+)\s*(;[^-]*)?\s*(--hash=sha256:[0-9a-f]{64}\s*)+$"
 )
