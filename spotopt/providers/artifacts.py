@@ -51,7 +51,8 @@ SOURCE_DATE_EPOCH = "315532800"
 # ``name[extras]==version ; marker --hash=sha256:… …`` (a uv/pip-compile line, continuations
 # joined); a marker never holds " --", so the first --hash ends it.
 _PIN = re.compile(
-    r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;]+)\s*(;[^-]*)?\s*(--hash=sha256:[0-9a-f]{64}\s*)+$"
+    r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;]+)\s*"  # name[extras]==version
+    r"(;(?:(?! --).)*)?\s*(--hash=sha256:[0-9a-f]{64}\s*)+$"  # ; marker, then only hashes
 )
 
 
