@@ -17,8 +17,10 @@ from typing import Any
 from spotopt.errors import InputError
 from spotopt.times import check_time
 
-# Instance type names of all three clouds: p3.2xlarge, a2-highgpu-1g, Standard_NC6s_v3, u-6tb1.metal.
-_INSTANCE_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Instance type names of all three clouds: p3.2xlarge, a2-highgpu-1g, Standard_NC6s_v3, u-6tb1.metal,
+# and the catalog's GCP machine types with attached GPUs, n1-standard-8+1xnvidia-tesla-v100 (the
+# names ``plan`` prints, so an importer must take them back).
+_INSTANCE_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 # Regions and zones: us-east-1, us-west-2-lax-1a, us-central1-a, eastus. Column width is 32.
 _PLACE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 
@@ -58,7 +60,7 @@ def instance_type(value: str, where: str, field: str) -> str:
     if not _INSTANCE_TYPE.fullmatch(value):
         raise InputError(
             f"{at(where, field)}: {value!r} is not an instance type name "
-            "(letters, digits, '.', '_', '-'; at most 64 characters)"
+            "(letters, digits, '.', '_', '-', '+'; at most 64 characters)"
         )
     return value
 

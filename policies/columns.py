@@ -49,6 +49,7 @@ import scipy.sparse as sp
 
 from spotopt.errors import PolicyError
 from spotopt.policies.options import Array, Columns, OptionSource, Prices, price
+from spotopt.stdio import native_stdout_to_stderr
 
 ADD_PER_JOB = 4
 """Most negative options per job added per pricing round."""
@@ -192,11 +193,6 @@ def run_highs(data: dict[str, Any], options: dict[str, Any], basis: Any = None) 
     n_eq = dims.zero
     b = np.asarray(data[cp.settings.B], dtype=float)
     a = sp.csc_matrix(data[cp.settings.A])
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("random_seed", 0)
-    for name, value in options.items():
-        h.setOptionValue(name, value)
     model = highspy.HighsLp()
     model.num_col_, model.num_row_ = a.shape[1], a.shape[0]
     model.col_cost_ = np.asarray(data[cp.settings.C], dtype=float)
@@ -209,10 +205,17 @@ def run_highs(data: dict[str, Any], options: dict[str, Any], basis: Any = None) 
     model.a_matrix_.start_ = a.indptr
     model.a_matrix_.index_ = a.indices
     model.a_matrix_.value_ = a.data
-    h.passModel(model)
-    if basis is not None:
-        h.setBasis(basis)
-    h.run()
+    with native_stdout_to_stderr():  # HiGHS prints its banner on descriptor 1 even with logging off
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("log_to_console", False)
+        h.setOptionValue("random_seed", 0)
+        for name, value in options.items():
+            h.setOptionValue(name, value)
+        h.passModel(model)
+        if basis is not None:
+            h.setBasis(basis)
+        h.run()
     return {
         "solution": h.getSolution(),
         "basis": h.getBasis(),

@@ -9,7 +9,7 @@ Collectors queried per item (AWS spot prices, per instance type) also keep a wat
 within the scope, so a run that covers only some items leaves the others' watermarks alone.
 
 A cloud without credentials is reported as "configure X to collect Y" (without its SDK:
-``pip install "spotopt[X]"``) and the other clouds are still collected. A cloud asked for
+``pip install "spotopt-gpu[X]"``) and the other clouds are still collected. A cloud asked for
 by name (a request for fewer than all clouds) is different: if every one of its scopes was
 skipped, they count as failed, so the run does not end quietly.
 Credentials are never read here: the adaptors hand them to the SDKs.

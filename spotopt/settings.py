@@ -56,8 +56,24 @@ class Settings(BaseSettings):
     bootstrap_venv: str = "/opt/spotopt/venv"
     """Virtualenv the job runs in (created if missing); its ``bin`` comes first on ``PATH``."""
 
-    bootstrap_pip_spec: str = "spotopt"
-    """What the start-up script pip-installs (the store's extra is added); empty: install nothing."""
+    bootstrap_install: bool = True
+    """Install on each instance the daemon's own wheel and dependency lock, shipped through the
+    checkpoint store and checked by sha256 (``spotopt.providers.artifacts``); false: the image
+    already has this spotopt in ``bootstrap_venv``."""
+
+    bootstrap_wheel: str | None = None
+    """A wheel of the daemon's own distribution (same name and version) to ship; unset: built
+    from the installed distribution."""
+
+    bootstrap_lock: str | None = None
+    """A requirements file pinning every dependency with ``==`` and ``--hash=sha256:``; unset:
+    the lock the distribution ships for the store's extra."""
+
+    bootstrap_index_url: str | None = None
+    """Index the instances install the locked requirements from (a private mirror); unset: PyPI."""
+
+    bootstrap_pip_spec: str | None = None
+    """Retired (it let an index choose what instances run): any value is refused by ``check_bootstrap``."""
 
     bootstrap_workdir: str = "/opt/spotopt/work"
     """Directory the job's command runs in on the instance when the job names none."""
@@ -110,6 +126,22 @@ class Settings(BaseSettings):
         if value is None or not str(value).strip():
             raise ConfigError(f"{name} is not set: set SPOTOPT_{name.upper()} to {what}")
         return str(value).strip()
+
+    def check_bootstrap(self) -> None:
+        """The start-up script's settings can only install the daemon's own code; a one-line
+        ``ConfigError`` naming the setting otherwise (checked before any cloud call)."""
+        if self.bootstrap_pip_spec is not None and self.bootstrap_pip_spec.strip():
+            raise ConfigError(
+                f"bootstrap_pip_spec: {self.bootstrap_pip_spec!r} would install whatever an index serves "
+                "under that name; unset SPOTOPT_BOOTSTRAP_PIP_SPEC: instances now install the daemon's own "
+                "wheel and lock (SPOTOPT_BOOTSTRAP_WHEEL, SPOTOPT_BOOTSTRAP_LOCK)"
+            )
+        wheel = (self.bootstrap_wheel or "").strip()
+        if wheel and not wheel.endswith(".whl"):
+            raise ConfigError(
+                f"bootstrap_wheel: {wheel!r} is a requirement, not a wheel file; instances install only the "
+                "daemon's own distribution: give the path of its .whl or unset SPOTOPT_BOOTSTRAP_WHEEL"
+            )
 
     def resolved_db_url(self, override: str | None = None) -> str:
         """``--db`` if given, else ``SPOTOPT_DB_URL``, else the default; ``--db ""`` is refused

@@ -1,4 +1,6 @@
-"""A fake cloud metadata service on 127.0.0.1 serving the three clouds' preemption-notice endpoints.
+"""A fake cloud metadata service on 127.0.0.1 serving the three clouds' preemption-notice endpoints
+and the instance identities' credentials the start-up script's downloader uses: the AWS role's
+temporary keys, a GCP service-account token and an Azure managed-identity token for Storage.
 
 Shapes follow /work/shared/notes/cloud-apis.md §2.6 (AWS IMDSv2: token PUT first, then GETs
 carrying it; 404 until a notice), §3.5 (GCP ``instance/preempted`` with ``Metadata-Flavor``) and
@@ -10,12 +12,26 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 TOKEN = "fake-imds-token"
+GCP_TOKEN = "fake-gcp-access-token"
+AZURE_TOKEN = "fake-azure-access-token"
+AZURE_RESOURCE = "https://storage.azure.com/"
+ROLES = "/latest/meta-data/iam/security-credentials/"
+ROLE = "spotopt-agent"
+ROLE_CREDENTIALS = {  # the instance profile's temporary keys (shape of the IMDS answer)
+    "Code": "Success",
+    "Type": "AWS-HMAC",
+    "AccessKeyId": "ASIAFAKEINSTANCEROLE",
+    "SecretAccessKey": "fake-secret-of-the-instance-role",
+    "Token": "fake-session-token",
+    "Expiration": "2099-01-01T00:00:00Z",
+}
 
 
 class FakeMetadata:
@@ -24,6 +40,8 @@ class FakeMetadata:
         self.aws_rebalance: dict[str, str] | None = None
         self.gcp_preempted = False
         self.azure_events: list[dict[str, object]] = []
+        self.azure_identity: str | None = None
+        """The ``msi_res_id`` the last managed-identity token request named."""
         self.requests: list[str] = []
         owner = self
 
@@ -51,11 +69,26 @@ class FakeMetadata:
                 if self.path.startswith("/latest/meta-data/"):
                     if self.headers.get("X-aws-ec2-metadata-token") != TOKEN:
                         return self._send(401)
+                    if self.path == ROLES:  # a plain-text list of role names, as IMDS answers
+                        return self._send(200, ROLE.encode())
                     doc = {
                         "/latest/meta-data/spot/instance-action": owner.aws_action,
                         "/latest/meta-data/events/recommendations/rebalance": owner.aws_rebalance,
+                        ROLES + ROLE: ROLE_CREDENTIALS,
                     }.get(self.path)
                     return self._send(404) if doc is None else self._send(200, json.dumps(doc).encode())
+                if self.path == "/computeMetadata/v1/instance/service-accounts/default/token":
+                    if self.headers.get("Metadata-Flavor") != "Google":
+                        return self._send(403)
+                    token = {"access_token": GCP_TOKEN, "expires_in": 3599, "token_type": "Bearer"}
+                    return self._send(200, json.dumps(token).encode())
+                if self.path.startswith("/metadata/identity/oauth2/token?"):
+                    query = dict(urllib.parse.parse_qsl(self.path.split("?", 1)[1]))
+                    if self.headers.get("Metadata") != "true" or query.get("resource") != AZURE_RESOURCE:
+                        return self._send(400)
+                    owner.azure_identity = query.get("msi_res_id")
+                    token = {"access_token": AZURE_TOKEN, "expires_in": "3599", "token_type": "Bearer"}
+                    return self._send(200, json.dumps(token).encode())
                 if self.path == "/computeMetadata/v1/instance/preempted":
                     if self.headers.get("Metadata-Flavor") != "Google":
                         return self._send(403)

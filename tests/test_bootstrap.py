@@ -3,8 +3,8 @@
 Offline: the store is ``file://``, the cloud's metadata service is ``tests.fake_metadata`` on
 127.0.0.1 (the job's ``SPOTOPT_<CLOUD>_METADATA_URL`` points there), ``bootstrap_venv`` is this
 test's own virtualenv (so ``python`` on the script's ``PATH`` has spotopt) and
-``bootstrap_pip_spec`` is empty, which skips the ``pip install`` line (no index offline; the
-line itself is checked as text below). Azure's custom data is a plain ``#!`` shell script
+``bootstrap_install`` is off (the download, hash check and install are run for real by
+``tests/test_instance_install.py``). Azure's custom data is a plain ``#!`` shell script
 (cloud-init runs it like AWS user data), so it runs here exactly as delivered. The script is
 the whole instance: the test owns its process group and stops it in teardown.
 """
@@ -26,7 +26,7 @@ import pytest
 from spotopt.checkpoints import Location, grant_lease, list_checkpoints, read_finished, read_heartbeat
 from spotopt.errors import ConfigError
 from spotopt.providers.base import LaunchSpec
-from spotopt.providers.bootstrap import CLOUD_SCRIPTS, pip_requirement, render_script
+from spotopt.providers.bootstrap import CLOUD_SCRIPTS, render_script
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_machines import boot, stop_group
@@ -52,7 +52,7 @@ NOTICE_PATHS = {
 def _settings(workdir: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "bootstrap_venv": sys.prefix,
-        "bootstrap_pip_spec": "",
+        "bootstrap_install": False,
         "bootstrap_workdir": str(workdir),
         "bootstrap_shutdown": False,
     }
@@ -176,62 +176,26 @@ def test_a_finished_job_ends_the_script_with_its_status_and_the_values_arrive_in
     assert "spotopt: job exited with status 3" in console
 
 
-def test_the_script_installs_spotopt_with_the_store_extra_and_powers_off() -> None:
+def test_without_install_the_script_powers_off_and_carries_no_credentials() -> None:
     spec = LaunchSpec("j", 1, ("python", "train.py"), "s3://bucket/ckpt")
-    script = render_script("aws", spec, MARKETS["aws"], Settings())
+    script = render_script("aws", spec, MARKETS["aws"], Settings(bootstrap_install=False))
     assert script.startswith("#!/bin/bash\n")
     assert '  python3 -m venv "$SPOTOPT_VENV"\n' in script
-    assert "\"$SPOTOPT_VENV/bin/python\" -m pip install --quiet 'spotopt[s3]'\n" in script
-    assert "cd /opt/spotopt/work\n" in script and "shutdown -h now" in script
+    assert "pip install" not in script and "cd /opt/spotopt/work\n" in script and "shutdown -h now" in script
     assert "AWS_ACCESS_KEY_ID" not in script and "AWS_SECRET_ACCESS_KEY" not in script
-    gcs = LaunchSpec("j", 1, ("python", "train.py"), "gs://bucket/ckpt")
-    assert "'spotopt[gcs]'" in render_script("gcp", gcs, MARKETS["gcp"], Settings())
-    azure = LaunchSpec("j", 1, ("python", "train.py"), "az://container/ckpt")
-    pinned = Settings(bootstrap_pip_spec="spotopt==0.3", bootstrap_shutdown=False)
-    rendered = render_script("azure", azure, MARKETS["azure"], pinned)
-    assert "'spotopt[azure-storage]==0.3'" in rendered and "shutdown" not in rendered
-    assert "pip install" not in render_script("aws", spec, MARKETS["aws"], Settings(bootstrap_pip_spec=""))
-
-
-@pytest.mark.parametrize(
-    ("pip_spec", "uri", "expected"),
-    [
-        ("spotopt", "s3://b/p", "spotopt[s3]"),
-        ("spotopt", "file:///x", "spotopt"),
-        ("spotopt>=0.3,<1", "gs://b/p", "spotopt[gcs]>=0.3,<1"),
-        ("spotopt[gcs]", "az://c/p", "spotopt[gcs,azure-storage]"),
-        ("/srv/spotopt", "s3://b/p", "spotopt[s3] @ file:///srv/spotopt"),
-        (
-            "https://example.org/spotopt-1.0-py3-none-any.whl",
-            "s3://b/p",
-            "spotopt[s3] @ https://example.org/spotopt-1.0-py3-none-any.whl",
-        ),
-        ("git+https://example.org/spotopt", "file:///x", "spotopt @ git+https://example.org/spotopt"),
-        ("spotopt @ https://example.org/s.whl", "s3://b/p", "spotopt[s3] @ https://example.org/s.whl"),
-    ],
-)
-def test_pip_requirement_adds_the_store_extra(pip_spec: str, uri: str, expected: str) -> None:
-    assert pip_requirement(pip_spec, uri) == expected
-
-
-@pytest.mark.parametrize(
-    "pip_spec", ["./spotopt", "dist/spotopt.whl", "spotopt-1.0-py3-none-any.whl", "spot opt"]
-)
-def test_a_relative_path_or_junk_pip_spec_is_refused(pip_spec: str) -> None:
-    with pytest.raises(ConfigError, match=r"^bootstrap_pip_spec: .*SPOTOPT_BOOTSTRAP_PIP_SPEC"):
-        pip_requirement(pip_spec, "s3://b/p")
 
 
 def test_bad_inputs_are_config_errors() -> None:
     spec = LaunchSpec("j", 1, ("python", "train.py"), "s3://bucket/ckpt")
+    bare = Settings(bootstrap_install=False)
     with pytest.raises(ConfigError, match="cloud 'ibm' is unknown"):
-        render_script("ibm", spec, MARKETS["aws"], Settings())
+        render_script("ibm", spec, MARKETS["aws"], bare)
     with pytest.raises(ConfigError, match="no command"):
-        render_script("aws", LaunchSpec("j", 1, (), "s3://b/p"), MARKETS["aws"], Settings())
+        render_script("aws", LaunchSpec("j", 1, (), "s3://b/p"), MARKETS["aws"], bare)
     with pytest.raises(ConfigError, match="scheme 'ftp'"):
-        render_script("aws", LaunchSpec("j", 1, ("x",), "ftp://b/p"), MARKETS["aws"], Settings())
+        render_script("aws", LaunchSpec("j", 1, ("x",), "ftp://b/p"), MARKETS["aws"], bare)
     big = LaunchSpec("j", 1, ("python", "-c", "x" * 20_000), "s3://bucket/ckpt")
     with pytest.raises(ConfigError, match="over EC2 user data's limit of 16384"):
-        render_script("aws", big, MARKETS["aws"], Settings())
-    lines = render_script("gcp", big, MARKETS["gcp"], Settings()).splitlines()  # GCP's limit is 256 KB
+        render_script("aws", big, MARKETS["aws"], bare)
+    lines = render_script("gcp", big, MARKETS["gcp"], bare).splitlines()  # GCP's limit is 256 KB
     assert [shlex.split(line) for line in lines if line.startswith("python -c")] == [list(big.command)]

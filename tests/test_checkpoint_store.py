@@ -236,7 +236,7 @@ def test_bad_store_urls_name_the_setting_and_the_fix(tmp_path: Path, monkeypatch
     with pytest.raises(ConfigError, match="SPOTOPT_CHECKPOINT_URI: unknown URL scheme 'ftp'"):
         Location("ftp://host/path")
     monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if the extra were not installed
-    with pytest.raises(ConfigError, match=r'pip install "spotopt\[gcs\]"'):
+    with pytest.raises(ConfigError, match=r'pip install "spotopt-gpu\[gcs\]"'):
         Location("gs://bucket/path")
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="SPOTOPT_CHECKPOINT_URI: cannot write to"):

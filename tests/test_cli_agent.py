@@ -121,7 +121,7 @@ def test_a_missing_backend_extra_names_the_pip_command(
     monkeypatch.setitem(sys.modules, "adlfs", None)
     result = _run(tmp_path, monkeypatch, str(EXAMPLE), "--store", "az://container/ckpt")
     assert result.exit_code == 2
-    assert 'pip install "spotopt[azure-storage]"' in result.stderr
+    assert 'pip install "spotopt-gpu[azure-storage]"' in result.stderr
 
 
 def test_ctrl_c_makes_the_job_checkpoint_and_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -303,10 +303,10 @@ def test_a_cloud_without_its_sdk_is_skipped_with_the_pip_install(
     rows = json.loads(result.stdout)
     mine = [r for r in rows if r["cloud"] == cloud]
     assert mine and {r["status"] for r in mine} == {"skipped"}
-    assert all(f'pip install "spotopt[{cloud}]"' in r["note"] for r in mine)
+    assert all(f'pip install "spotopt-gpu[{cloud}]"' in r["note"] for r in mine)
     assert {r["status"] for r in rows if r["cloud"] != cloud} == {"ok"}
     for extra in ([], ["--dry-run"]):
         result = invoke(db_url, "collect", cloud, *extra, "--format", "json")
         assert result.exit_code == 3, result.output
         notes = [r["note"] for r in json.loads(result.stdout)]
-        assert notes and all(f'pip install "spotopt[{cloud}]"' in n for n in notes)
+        assert notes and all(f'pip install "spotopt-gpu[{cloud}]"' in n for n in notes)

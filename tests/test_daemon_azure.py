@@ -53,7 +53,7 @@ def azure_settings(workdir: Path) -> Settings:
         azure_identity_id=f"{IN_GROUP}/Microsoft.ManagedIdentity/userAssignedIdentities/spotopt-agent",
         azure_ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests ops@example",
         bootstrap_venv=sys.prefix,  # this virtualenv: spotopt is already installed in it
-        bootstrap_pip_spec="",
+        bootstrap_install=False,
         bootstrap_workdir=str(workdir),
         bootstrap_shutdown=False,  # the machines harness plays the power-off when the script ends
     )

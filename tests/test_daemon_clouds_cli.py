@@ -64,6 +64,9 @@ def aws_configured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SPOTOPT_AWS_IMAGE_ID", "ami-03cf127a")
     monkeypatch.setenv("SPOTOPT_AWS_INSTANCE_PROFILE", PROFILE)
     monkeypatch.setenv("SPOTOPT_BOOTSTRAP_WORKDIR", str(tmp_path / "instance"))
+    monkeypatch.setenv(
+        "SPOTOPT_BOOTSTRAP_INSTALL", "false"
+    )  # tests/test_instance_install.py runs the install
 
 
 def rows(db: Database, model: type) -> int:

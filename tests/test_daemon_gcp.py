@@ -46,7 +46,7 @@ def gcp_settings(workdir: Path) -> Settings:
         gcp_image="projects/debian-cloud/global/images/family/debian-12",
         gcp_service_account="agent@spotopt-test.iam.gserviceaccount.com",
         bootstrap_venv=sys.prefix,  # this virtualenv: spotopt is already installed in it
-        bootstrap_pip_spec="",
+        bootstrap_install=False,
         bootstrap_workdir=str(workdir),
         bootstrap_shutdown=False,  # the machines harness plays the power-off when the script ends
     )

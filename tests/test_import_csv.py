@@ -37,6 +37,18 @@ def test_rows_become_prices(tmp_path: Path) -> None:
     assert (gcp.market.zone, gcp.market.kind) == (None, MarketKind.ON_DEMAND)
 
 
+def test_the_catalogs_gcp_names_with_attached_gpus_are_accepted(tmp_path: Path) -> None:
+    """``plan`` prints GCP machine types with attached GPUs by the catalog's names; import takes them."""
+    path = tmp_path / "p.csv"
+    path.write_text(
+        HEADER + "2024-05-02T06:30:00Z,gcp,us-central1,,n1-standard-8+1xnvidia-tesla-v100,spot,0.74\n"
+    )
+    (row,) = list(read_price_csv(path))
+    assert (
+        isinstance(row, PriceObservation) and row.market.instance_type == "n1-standard-8+1xnvidia-tesla-v100"
+    )
+
+
 def test_import_example_then_reimport(db_url: str) -> None:
     rows = _example_rows()
     before = counts(db_url)

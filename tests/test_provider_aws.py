@@ -47,7 +47,7 @@ def _settings(endpoint: str, workdir: Path, **overrides: Any) -> Settings:
         "aws_instance_profile": PROFILE,
         "aws_endpoint_url": endpoint,
         "bootstrap_venv": sys.prefix,  # this virtualenv: spotopt is already installed in it
-        "bootstrap_pip_spec": "",
+        "bootstrap_install": False,
         "bootstrap_workdir": str(workdir),
         "bootstrap_shutdown": False,  # LocalEc2 plays the power-off when the script ends
     }

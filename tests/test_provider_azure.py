@@ -40,6 +40,7 @@ SETTINGS = Settings(
     azure_image="Canonical:ubuntu-24_04-lts:server:latest",
     azure_identity_id=IDENTITY,
     azure_ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests ops@example",
+    bootstrap_install=False,  # what is installed is tests/test_bootstrap.py's business
 )
 LAUNCHED = datetime(2026, 11, 22, 18, 0, tzinfo=UTC)
 

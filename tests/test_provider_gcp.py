@@ -39,6 +39,7 @@ REGIONAL_L4 = MarketKey("gcp", "us-central1", None, "g2-standard-8", MarketKind.
 SETTINGS = Settings(
     gcp_image="projects/debian-cloud/global/images/family/debian-12",
     gcp_service_account="agent@spotopt-test.iam.gserviceaccount.com",
+    bootstrap_install=False,  # what is installed is tests/test_bootstrap.py's business
 )
 
 

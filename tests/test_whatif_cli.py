@@ -165,3 +165,10 @@ def test_the_table_shows_the_summary_and_placements_only_on_request(db_url: str,
     assert "Where each job ran" not in short.output and "--details" in short.output
     full = CliRunner().invoke(app, [*base, "--details"])
     assert "Where each job ran" in full.output
+    with_spotopt = [*base[:-1], "spot,spotopt"]
+    short = CliRunner().invoke(app, with_spotopt)
+    assert "policy solves" not in short.output and "policy solved" not in short.output  # not a note
+    detailed = CliRunner().invoke(app, [*with_spotopt, "--details"])
+    assert "detail: the spotopt strategy's policy solved" in detailed.output
+    document = json.loads(CliRunner().invoke(app, [*with_spotopt, "--format", "json"]).stdout)
+    assert document["policy_solves"] > 0 and not any("policy solves" in n for n in document["notes"])

@@ -29,7 +29,7 @@ def test_wheel_contents_and_use_from_another_directory(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    (wheel,) = tmp_path.glob("spotopt-*.whl")
+    (wheel,) = tmp_path.glob("spotopt_gpu-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in (
         "spotopt/py.typed",
@@ -41,6 +41,11 @@ def test_wheel_contents_and_use_from_another_directory(tmp_path: Path) -> None:
         "spotopt/data/list_prices.csv",
         "spotopt/collectors/__init__.py",
         "spotopt/policies/__init__.py",
+        "spotopt/providers/fetch.py",  # the start-up script's downloader
+        "spotopt/data/locks/instance-file.txt",  # what instances install, per store back-end
+        "spotopt/data/locks/instance-s3.txt",
+        "spotopt/data/locks/instance-gcs.txt",
+        "spotopt/data/locks/instance-azure-storage.txt",
     ):
         assert required in names, required
     site = tmp_path / "site"

@@ -10,10 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from spotopt import pip_install_hint
 from spotopt.cloud_calls import MissingCredentials
 
 # The modules each cloud's adaptor imports, installed by the extra of the same name
-# (``pip install "spotopt[aws]"``); the collectors need all of them.
+# (``pip install "spotopt-gpu[aws]"``); the collectors need all of them.
 SDK_MODULES = {
     "aws": ("boto3", "botocore", "requests"),
     "gcp": ("google.auth", "google.cloud.compute_v1", "google.cloud.billing_v1"),
@@ -35,7 +36,7 @@ def require_sdk(cloud: str) -> None:
             importlib.import_module(module)
         except ImportError:
             raise MissingCredentials(
-                cloud, f'install the {cloud} SDK ({module} is missing): pip install "spotopt[{cloud}]"'
+                cloud, f"install the {cloud} SDK ({module} is missing): {pip_install_hint(cloud)}"
             ) from None
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spotopt import pip_install_hint
 from spotopt.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class Location:
             except ImportError as exc:
                 raise ConfigError(
                     f"{setting}: {scheme}:// needs the {module} package; "
-                    f'install it with pip install "spotopt[{extra}]"'
+                    f"install it with {pip_install_hint(extra)}"
                 ) from exc
         import fsspec.core
 

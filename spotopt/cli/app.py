@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import inspect
 import signal
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
+from spotopt import DISTRIBUTION
 from spotopt.cli import (
     agent,
     catalog,
@@ -56,9 +59,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(wanted: bool) -> None:
+    """``--version``: the installed distribution's name and version (what ``pip`` installed, so
+    an instance's ``spotopt --version`` can be compared with the daemon's)."""
+    if wanted:
+        typer.echo(f"{DISTRIBUTION} {importlib.metadata.version(DISTRIBUTION)}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the installed version and exit."
+        ),
+    ] = False,
     db_url: Annotated[
         str | None,
         typer.Option(
@@ -84,6 +101,35 @@ app.command("whatif")(whatif.whatif)
 app.add_typer(agent.app, name="agent")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(daemon.app, name="daemon")
+
+
+def _unwrapped(text: str) -> str:
+    """``text`` (a docstring) with each paragraph on one line, so ``--help`` wraps it to the
+    terminal instead of keeping the source's line breaks; bullet lines (``-``) stay lines."""
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if lines and not line.lstrip().startswith(("- ", "* ")):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line.strip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def _unwrap_help(group: typer.Typer) -> None:
+    """Every command's help text of ``group`` and its sub-apps, unwrapped (``_unwrapped``)."""
+    for info in group.registered_commands:
+        text = info.help or (info.callback.__doc__ if info.callback else None)
+        if text:
+            info.help = _unwrapped(text)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _unwrap_help(sub.typer_instance)
+
+
+_unwrap_help(app)
 
 
 def _terminated(signum: int, _frame: object) -> None:

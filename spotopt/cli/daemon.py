@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import platformdirs
 import typer
@@ -26,6 +26,7 @@ from spotopt.mover.executor import Timeouts
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.leader import Leadership, read_leader
 from spotopt.providers import PROVIDERS, get_provider
+from spotopt.providers.artifacts import check_install
 from spotopt.providers.base import Provider
 from spotopt.providers.clouds import CloudsProvider
 from spotopt.render import Format, iso, render, say, to_json
@@ -63,7 +64,10 @@ def _clouds(db: Database, name: str) -> tuple[CloudsProvider, tuple[str, ...]]:
     wanted = [name] if name in CLOUDS else [c for c in CLOUDS if c in regions]
     if not wanted:
         raise ConfigError(f"--provider {name}: the history has no market of any cloud; run spotopt collect")
-    router = CloudsProvider(Settings(), {c: regions.get(c, []) for c in wanted})
+    settings = Settings()
+    if settings.bootstrap_install:  # before any round: a launch would be refused for the same reason
+        check_install(settings)
+    router = CloudsProvider(settings, {c: regions.get(c, []) for c in wanted})
     usable = router.usable()
     for problem in router.problems.values():
         say(f"{problem}; its markets are left out of this run", label="warning:", err=True)
@@ -361,6 +365,17 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         },
         {"field": "jobs", "value": ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"},
     ]
+    if fmt is Format.CSV:  # one CSV document: the moves as rows of the same two columns
+        rows += [
+            {
+                "field": "move",
+                "value": f"{m['job']} {m['kind']} step {m['step']}: {m['reason']} "
+                f"since {iso(cast(datetime, m['since']))}",
+            }
+            for m in open_moves
+        ]
+        render(rows, fmt, title="Daemon")
+        return
     render(rows, fmt, title="Daemon")
     render(
         open_moves,

@@ -214,6 +214,8 @@ def _show(
             )
         elif where:
             say("--details shows where each job ran; --plot FILE.png draws it; --format json has everything")
+        if details and result.policy_solves is not None:
+            say(f"the spotopt strategy's policy solved {result.policy_solves} times", label="detail:")
         for note in result.notes:
             say(note, label="note:", style="dim")
         if result.synthetic:

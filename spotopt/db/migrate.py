@@ -18,6 +18,7 @@ from alembic.script import ScriptDirectory
 from filelock import FileLock
 from sqlalchemy import Engine, text
 
+from spotopt import DISTRIBUTION
 from spotopt.errors import ConfigError
 
 # An arbitrary constant that names spotopt's migration lock among PostgreSQL advisory locks.
@@ -49,7 +50,7 @@ def is_current(engine: Engine) -> bool:
     if current is not None and current not in known:
         raise ConfigError(
             f"the database schema is at {current}, newer than this spotopt knows "
-            f"(head {head_revision(engine)}): upgrade spotopt (pip install -U spotopt)"
+            f"(head {head_revision(engine)}): install a newer {DISTRIBUTION}"
         )
     return current == head_revision(engine)
 

@@ -17,25 +17,28 @@ the header (how the cloud runs it, where its output goes) and the size limit dif
 
 What the script does, in order: exports the agent environment
 (``spotopt.providers.base.agent_environment``, every value ``shlex.quote``-d); creates the
-virtualenv ``bootstrap_venv`` with ``bootstrap_python`` if it does not exist; pip-installs
-``bootstrap_pip_spec`` with the extra the checkpoint store needs (``s3``, ``gcs`` or
-``azure-storage``; none for ``file://``), unless that setting is empty (an image that already
-has spotopt, and the offline tests); puts the virtualenv's ``bin`` first on ``PATH``; runs the
-job's command in its workdir; and, with ``bootstrap_shutdown``, powers the instance off when the
-command ends. No credential is ever written into the script: the store is reached with the
-instance's own identity (instance profile, service account, managed identity), which the
-store's SDK finds by itself.
+virtualenv ``bootstrap_venv`` with ``bootstrap_python`` if it does not exist; with
+``bootstrap_install`` (the default), downloads the daemon's own wheel and dependency lock from
+the checkpoint store (``spotopt.providers.artifacts`` put them there; ``spotopt.providers.fetch``,
+whose source the script carries, reads them with the instance's identity and checks the sha256
+sums written in the script) and installs them with ``pip install --require-hashes --only-binary
+:all:``; puts the virtualenv's ``bin`` first on ``PATH``; runs the job's command in its workdir;
+and, with ``bootstrap_shutdown``, powers the instance off when the command ends. A download or
+hash that does not verify, or a pip failure, ends the script with a non-zero status before the
+job's command runs. No credential is ever written into the script: the store is reached with
+the instance's own identity (instance profile, service account, managed identity).
 """
 
 from __future__ import annotations
 
-import re
+import functools
+import importlib.resources
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 from spotopt.checkpoints.location import BACKENDS, scheme_of
 from spotopt.errors import ConfigError
+from spotopt.providers.artifacts import Shipment, ship
 from spotopt.providers.base import LaunchSpec, agent_environment
 from spotopt.settings import Settings
 from spotopt.types import MarketKey
@@ -69,48 +72,64 @@ CLOUD_SCRIPTS: dict[str, CloudScript] = {
     ),
 }
 
-_REQUIREMENT = re.compile(
-    r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?:\[(?P<extras>[^\]]*)\])?(?P<rest>.*)$"
-)
-"""PEP 508's name, optional ``[extras]``, and the rest (version specifiers, ``@ URL``, markers)."""
-_REQUIREMENT_REST = re.compile(r"^\s*($|[=<>!~;@(])")
-"""What may follow a requirement's name; anything else (``/``, ``:``) is not a requirement."""
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-ARCHIVES = (".whl", ".tar.gz", ".zip")
-"""A bare file name ending so is a relative path, which means nothing on the instance."""
+
+@functools.cache
+def fetch_source() -> str:
+    """``spotopt/providers/fetch.py`` without its module docstring: the downloader the script runs."""
+    text = importlib.resources.files("spotopt.providers").joinpath("fetch.py").read_text(encoding="utf-8")
+    body = text.split('"""', 2)[2]
+    return body.strip("\n")
 
 
-def pip_requirement(pip_spec: str, checkpoint_uri: str) -> str:
-    """``pip_spec`` with the checkpoint store's extra added (``spotopt`` → ``spotopt[s3]``).
-
-    A requirement (``spotopt``, ``spotopt==0.3``, ``spotopt @ https://…``) gets the extra after
-    its name; an absolute path (on the instance) or a URL to a source tree or wheel becomes
-    ``spotopt[extra] @ URL`` so pip reads the extra either way; a relative path is refused (it
-    would be resolved on the daemon's machine, not the instance). A ``file://`` store needs no extra.
-    """
-    scheme = scheme_of(checkpoint_uri)
+def _check_reachable(spec: LaunchSpec, settings: Settings) -> None:
+    """The store is one an instance can reach, and (to install from it) download from."""
+    scheme = scheme_of(spec.checkpoint_uri)
     if scheme not in BACKENDS:
         raise ConfigError(
-            f"checkpoint URI {checkpoint_uri!r}: scheme {scheme!r} is not one spotopt can reach from "
+            f"checkpoint URI {spec.checkpoint_uri!r}: scheme {scheme!r} is not one spotopt can reach from "
             f"an instance; use one of {', '.join(s + '://' for s in BACKENDS)}"
         )
-    backend = BACKENDS[scheme]
-    extra = backend[1] if backend else None
-    if _URL.match(pip_spec) or pip_spec.startswith("/"):
-        url = pip_spec if _URL.match(pip_spec) else Path(pip_spec).as_uri()
-        return f"spotopt[{extra}] @ {url}" if extra else f"spotopt @ {url}"
-    match = _REQUIREMENT.match(pip_spec)
-    bare_file = match is not None and not match.group("rest") and pip_spec.endswith(ARCHIVES)
-    if match is None or not _REQUIREMENT_REST.match(match.group("rest")) or bare_file:
-        raise ConfigError(
-            f"bootstrap_pip_spec: {pip_spec!r} is neither a requirement (spotopt, spotopt==0.3) nor an "
-            "absolute path or URL on the instance; fix SPOTOPT_BOOTSTRAP_PIP_SPEC"
+    options = spec.storage_options
+    if (
+        settings.bootstrap_install
+        and scheme in ("az", "abfs")
+        and not (
+            options.get("account_name")
+            or options.get("account_host")
+            or "AZURE_STORAGE_ACCOUNT_NAME" in spec.env
         )
-    extras = [e.strip() for e in (match.group("extras") or "").split(",") if e.strip()]
-    if extra and extra not in extras:
-        extras.append(extra)
-    listed = f"[{','.join(extras)}]" if extras else ""
-    return f"{match.group('name')}{listed}{match.group('rest')}"
+    ):
+        raise ConfigError(
+            f"job {spec.job}: {spec.checkpoint_uri} names no storage account; set account_name in the "
+            "job's storage options (the start-up script downloads spotopt from it)"
+        )
+
+
+def install_lines(shipped: Shipment, spec: LaunchSpec, market: MarketKey, settings: Settings) -> list[str]:
+    """The script's lines that download, verify and install ``shipped`` into ``$SPOTOPT_VENV``.
+
+    The wheel's line joins the verified lock in ``install.txt`` with the wheel's own hash, so
+    pip checks every file it installs; ``--only-binary :all:`` keeps pip from running any
+    package's build code (an sdist's build dependencies are not hash-checked)."""
+    q = shlex.quote
+    wheel, lock = shipped.wheel, shipped.lock
+    pip = ["--quiet", "--no-input", "--require-hashes", "--only-binary", ":all:"]
+    if settings.bootstrap_index_url:
+        pip += ["--index-url", settings.bootstrap_index_url]
+    where = [spec.checkpoint_uri, market.region, settings.azure_identity_id or "-"]
+    fetch = [*(q(a) for a in where), q(wheel.key), wheel.sha256, f'"$A/{wheel.file_name}"']
+    fetch += [q(lock.key), lock.sha256, '"$A/requirements.txt"']
+    requirement = f"{shipped.requirement} @ file://$A/{wheel.file_name} --hash=sha256:{wheel.sha256}"
+    return [
+        'A="$SPOTOPT_VENV/spotopt-artifacts"',
+        'mkdir -p "$A"',
+        'A=$(cd "$A" && pwd)',
+        f"{q(settings.bootstrap_python)} - {' '.join(fetch)} <<'SPOTOPT_FETCH'",
+        fetch_source(),
+        "SPOTOPT_FETCH",
+        f"printf '%s\\n' '-r requirements.txt' \"{requirement}\" > \"$A/install.txt\"",
+        f'"$SPOTOPT_VENV/bin/python" -m pip install {" ".join(q(a) for a in pip)} -r "$A/install.txt"',
+    ]
 
 
 def render_script(cloud: str, spec: LaunchSpec, market: MarketKey, settings: Settings) -> str:
@@ -120,6 +139,7 @@ def render_script(cloud: str, spec: LaunchSpec, market: MarketKey, settings: Set
         raise ConfigError(f"start-up script: cloud {cloud!r} is unknown; use one of {known}")
     if not spec.command:
         raise ConfigError(f"job {spec.job}: the launch spec has no command to run on the instance")
+    _check_reachable(spec, settings)
     how = CLOUD_SCRIPTS[cloud]
     q = shlex.quote
     venv = settings.bootstrap_venv
@@ -137,9 +157,10 @@ def render_script(cloud: str, spec: LaunchSpec, market: MarketKey, settings: Set
         f'  {q(settings.bootstrap_python)} -m venv "$SPOTOPT_VENV"',
         "fi",
     ]
-    if settings.bootstrap_pip_spec.strip():
-        requirement = pip_requirement(settings.bootstrap_pip_spec.strip(), spec.checkpoint_uri)
-        lines.append(f'"$SPOTOPT_VENV/bin/python" -m pip install --quiet {q(requirement)}')
+    if settings.bootstrap_install:
+        lines += install_lines(
+            ship(settings, spec.checkpoint_uri, spec.storage_options), spec, market, settings
+        )
     lines += [
         'export PATH="$SPOTOPT_VENV/bin:$PATH"',
         f"mkdir -p {q(workdir)}",

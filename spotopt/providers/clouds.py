@@ -44,7 +44,8 @@ MissingCredentials when the cloud is not configured."""
 def build_cloud(cloud: str, settings: Settings, regions: list[str]) -> Provider:
     """The provider of ``cloud``, its settings and credentials checked before any API call.
     AWS gets ``regions`` (where ``list_instances`` looks); GCP and Azure list project- or
-    resource-group-wide."""
+    resource-group-wide. The start-up script's settings are checked first (they are every cloud's)."""
+    settings.check_bootstrap()
     if cloud == "aws":
         from spotopt.providers.aws import AwsProvider
 

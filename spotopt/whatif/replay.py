@@ -94,6 +94,12 @@ class ReplayResult:
     def synthetic(self) -> bool:
         return self.timeline.synthetic
 
+    @property
+    def policy_solves(self) -> int | None:
+        """Policy solves of the spotopt strategy over all starts (None if it did not run)."""
+        counts = [r.policy_solves for r in self.runs if r.policy_solves is not None]
+        return sum(counts) if counts else None
+
     def placements(self) -> list[dict[str, Any]]:
         """Where each job ran (one start only; empty over several starts)."""
         if self.request.starts != 1:
@@ -117,6 +123,7 @@ class ReplayResult:
             "results": self.rows,
             "placements": self.placements(),
             "notes": self.notes,
+            "policy_solves": self.policy_solves,
         }
 
 

@@ -44,6 +44,8 @@ class StrategyRun:
     result: RunResult
     lower_bound_usd: Array | None = None
     notes: list[str] = field(default_factory=list)
+    policy_solves: int | None = None
+    """How many times the spotopt strategy's policy solved (a cost figure, not a note)."""
 
     @property
     def start_tick(self) -> int:
@@ -140,7 +142,7 @@ for _name in DEADLINE_RULES:
 def _spotopt(r: RunInputs, start: int) -> StrategyRun:
     spot = SpotoptDecider(r.tl, r.sim, r.transfer, r.guard, r.policy)
     result = r.simulate(spot, start)
-    return StrategyRun("spotopt", result, notes=[*spot.notes, f"policy solves: {spot.solves}"])
+    return StrategyRun("spotopt", result, notes=list(spot.notes), policy_solves=spot.solves)
 
 
 @STRATEGIES.register("oracle")
