@@ -92,15 +92,34 @@ def _job_yaml(tmp: Path, markets: Markets) -> str:
     )
 
 
+def start(db: Database, tmp: Path, fleet: Fleet) -> None:
+    """The markets' history and the job, submitted."""
+    run_ingest(db, "test", "test", fleet.markets.history())
+    jobstore.submit(db, _job_yaml(tmp, fleet.markets))
+
+
+def daemon_on(
+    db: Database, fleet: Fleet, clock: Clock, failpoint: Callable[[str, str], None] | None = None
+) -> Daemon:
+    """A daemon process on ``fleet``: a new provider object behind the ``clouds`` router."""
+    own = fleet.provider()
+    cloud = fleet.markets.cloud
+    region = V100_MARKETS.get(cloud, ("us-east-1",))[0]
+    router = CloudsProvider(regions={cloud: [region]}, build=lambda c, s, r: own)
+    router.runs_on_market = False  # no GPU behind a fake VM: no throughput to learn
+    settings = DaemonSettings(
+        period_h=PERIOD_H, guardrails=Guardrails(min_dwell_h=0.0, period_h=PERIOD_H), timeouts=TIMEOUTS
+    )
+    return Daemon(db, router, settings, clock=clock, failpoint=failpoint)
+
+
 def play(
     db: Database, tmp: Path, fleet: Fleet, seed: int, rounds: int = 30
 ) -> tuple[list[str], dict[str, int]]:
     """The run (module doc); what the cloud bills at the end and how often each fault struck."""
     rng = random.Random(seed)
     clock = Clock()
-    cloud = fleet.markets.cloud
-    run_ingest(db, "test", "test", fleet.markets.history())
-    jobstore.submit(db, _job_yaml(tmp, fleet.markets))
+    start(db, tmp, fleet)
     struck: dict[str, int] = {}
 
     def failpoint(key: str, phase: str) -> None:
@@ -109,20 +128,10 @@ def play(
             struck[point] = struck.get(point, 0) + 1
             raise Crash(point)
 
-    def daemon(faulty: bool = True) -> Daemon:
-        own = fleet.provider()
-        region = V100_MARKETS.get(cloud, ("us-east-1",))[0]
-        router = CloudsProvider(regions={cloud: [region]}, build=lambda c, s, r: own)
-        router.runs_on_market = False  # no GPU behind a fake VM: no throughput to learn
-        settings = DaemonSettings(
-            period_h=PERIOD_H, guardrails=Guardrails(min_dwell_h=0.0, period_h=PERIOD_H), timeouts=TIMEOUTS
-        )
-        return Daemon(db, router, settings, clock=clock, failpoint=failpoint if faulty else None)
-
-    current = daemon()
+    current = daemon_on(db, fleet, clock, failpoint)
     for _ in range(rounds):
         clock.now += ROUND
-        _beat(db, fleet, clock.now)
+        beat(db, fleet, clock.now)
         fault = rng.choice(["none", "none", "power-off", "evict", "api"])
         live = sorted(fleet.up())
         if fault in ("power-off", "evict") and live:
@@ -134,9 +143,9 @@ def play(
             current.tick()
             current.poll()
         except (Crash, SpotoptError):  # a killed daemon, or a round that failed: a new process
-            current = daemon()
+            current = daemon_on(db, fleet, clock, failpoint)
     jobstore.cancel(db, "mlp", "the fault run is over", clock.now)
-    settled = daemon(faulty=False)
+    settled = daemon_on(db, fleet, clock)
     for _ in range(12):
         clock.now += ROUND
         settled.tick()
@@ -144,7 +153,7 @@ def play(
     return fleet.billing(), struck
 
 
-def _beat(db: Database, fleet: Fleet, now: datetime) -> None:
+def beat(db: Database, fleet: Fleet, now: datetime) -> None:
     """The stand-in agent: a RUNNING heartbeat, one step further, for each running placement
     whose VM is up."""
     up = fleet.up()
