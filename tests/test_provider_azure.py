@@ -18,7 +18,7 @@ import pytest
 import responses
 from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
-from spotopt.adaptors.azure import AzureClients
+from spotopt.adaptors.azure import AzureClients, rest_json
 from spotopt.cloud_calls import MissingCredentials
 from spotopt.errors import CapacityUnavailableError, ConfigError
 from spotopt.providers import get_provider
@@ -367,3 +367,16 @@ def test_a_failed_cleanup_keeps_the_capacity_error_and_says_what_was_left(
     assert re.match(
         r"and cleaning up spotopt-key-l-[0-9a-f]{10} failed: azure: virtualMachines\.delete failed", note
     )
+
+
+def test_answers_of_either_sdk_generation_are_read_as_rest_json() -> None:
+    """azure-mgmt-compute ≥ 38 (TypeSpec) models are mappings of the REST JSON; older ones (as
+    azure-mgmt-resourcegraph's still are) are msrest objects with snake_case attributes. Both
+    read as the REST JSON the provider works on (the floors themselves: ``.ci/sdk-floors``)."""
+    from azure.mgmt.compute.models import VirtualMachine, VirtualMachineProperties
+    from azure.mgmt.resourcegraph.models import QueryRequestOptions
+
+    typespec = VirtualMachine(location="eastus", properties=VirtualMachineProperties(priority="Spot"))
+    assert rest_json(typespec) == {"location": "eastus", "properties": {"priority": "Spot"}}
+    msrest = QueryRequestOptions(result_format="objectArray", top=10)
+    assert rest_json(msrest) == {"$top": 10, "resultFormat": "objectArray", "allowPartialScopes": False}
