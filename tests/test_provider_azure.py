@@ -373,10 +373,10 @@ def test_answers_of_either_sdk_generation_are_read_as_rest_json() -> None:
     """azure-mgmt-compute ≥ 38 (TypeSpec) models are mappings of the REST JSON; older ones (as
     azure-mgmt-resourcegraph's still are) are msrest objects with snake_case attributes. Both
     read as the REST JSON the provider works on (the floors themselves: ``.ci/sdk-floors``)."""
-    from azure.mgmt.compute.models import VirtualMachine, VirtualMachineProperties
+    from azure.mgmt.compute.models import VirtualMachine
     from azure.mgmt.resourcegraph.models import QueryRequestOptions
 
-    typespec = VirtualMachine(location="eastus", properties=VirtualMachineProperties(priority="Spot"))
-    assert rest_json(typespec) == {"location": "eastus", "properties": {"priority": "Spot"}}
+    vm = VirtualMachine(location="eastus", priority="Spot")  # flattened keywords: both generations
+    assert rest_json(vm) == {"location": "eastus", "properties": {"priority": "Spot"}}
     msrest = QueryRequestOptions(result_format="objectArray", top=10)
     assert rest_json(msrest) == {"$top": 10, "resultFormat": "objectArray", "allowPartialScopes": False}
