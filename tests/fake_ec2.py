@@ -198,16 +198,17 @@ class DocumentedEc2:
             self.lose_next -= 1
             raise ec2_error("RunInstances", "InternalError", "the launch happened; its answer was lost")
 
-    def _before_describe(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
-        context["by_id"] = bool(_wire_ids(params))
+    def _not_yet_seen(self, operation: str, params: dict[str, Any]) -> None:
+        """NotFound for a request naming an instance not yet visible, which then becomes visible."""
         hidden = [i for i in _wire_ids(params) if i in self.unseen]
         if hidden:
             self.unseen.difference_update(hidden)
-            raise ec2_error(
-                "DescribeInstances",
-                "InvalidInstanceID.NotFound",
-                f"The instance ID '{hidden[0]}' does not exist",
-            )
+            message = f"The instance ID '{hidden[0]}' does not exist"
+            raise ec2_error(operation, "InvalidInstanceID.NotFound", message)
+
+    def _before_describe(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["by_id"] = bool(_wire_ids(params))
+        self._not_yet_seen("DescribeInstances", params)
 
     def _after_describe(self, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         if context.get("by_id"):
@@ -220,11 +221,4 @@ class DocumentedEc2:
         parsed["Reservations"] = [r for r in parsed.get("Reservations", []) if r["Instances"]]
 
     def _before_terminate(self, params: dict[str, Any], **_: Any) -> None:
-        hidden = [i for i in _wire_ids(params) if i in self.unseen]
-        if hidden:
-            self.unseen.difference_update(hidden)
-            raise ec2_error(
-                "TerminateInstances",
-                "InvalidInstanceID.NotFound",
-                f"The instance ID '{hidden[0]}' does not exist",
-            )
+        self._not_yet_seen("TerminateInstances", params)

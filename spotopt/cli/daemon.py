@@ -38,6 +38,9 @@ app = typer.Typer(
 )
 
 DECISION_COLUMNS = ("job", "kind", "reason", "to", "gpus", "usd_per_hour", "saving_usd", "cost_usd")
+StateDirOption = Annotated[
+    Path | None, typer.Option("--state-dir", help="local provider: where it records processes and logs.")
+]
 
 
 def _provider(name: str, state_dir: Path | None) -> Provider:
@@ -110,9 +113,7 @@ def run(
         str | None,
         typer.Option("--collect-cron", help="Run the collectors on this crontab schedule, e.g. '0 * * * *'."),
     ] = None,
-    state_dir: Annotated[
-        Path | None, typer.Option("--state-dir", help="local provider: where it records processes and logs.")
-    ] = None,
+    state_dir: StateDirOption = None,
     max_usd_per_hour: Annotated[
         float | None, typer.Option("--max-usd-per-hour", help="Cap on the whole fleet's spend rate.", min=0.0)
     ] = None,
@@ -325,9 +326,7 @@ def sweep(
             "or local.",
         ),
     ] = "clouds",
-    state_dir: Annotated[
-        Path | None, typer.Option("--state-dir", help="local provider: where it records processes and logs.")
-    ] = None,
+    state_dir: StateDirOption = None,
     fmt: FormatOption = Format.TABLE,
 ) -> None:
     """End what bills with no live placement: this database's instances that no running

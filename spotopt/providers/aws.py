@@ -345,7 +345,9 @@ class AwsProvider:
             TAG_EPOCH: str(spec.epoch),
             TAG_KEY: key,
             TAG_MARKET: market_label(market),
-            TAG_TAGS: json.dumps(dict(spec.tags), sort_keys=True),
+            # "EC2 allows for any character in its tags" (EC2 User Guide, "Tag restrictions"),
+            # up to 256 Unicode characters a value: JSON as it is, not \u-escaped.
+            TAG_TAGS: json.dumps(dict(spec.tags), sort_keys=True, ensure_ascii=False),
         }
         if "move" in spec.tags:
             tags[TAG_MOVE] = spec.tags["move"]
