@@ -110,7 +110,8 @@ class Instance:
 @dataclass(frozen=True, slots=True)
 class InstanceStatus:
     instance: Instance | None
-    """None when the state is ``GONE``."""
+    """None when the state is ``GONE``, unless part of it still bills (``leftover``: a NIC
+    whose VM is gone), which ``terminate`` then deletes."""
     instance_id: str
     state: InstanceState
     exit_code: int | None = None
