@@ -22,10 +22,25 @@ from spotopt.errors import CollectorError
 
 T = TypeVar("T")
 
-# Codes (AWS error codes and HTTP statuses) that mean "try again later". Everything else is
-# permanent: retrying a bad request or a missing permission only delays the error.
+# Codes (AWS error codes, Google error reasons and HTTP statuses) that mean "try again later".
+# Everything else is permanent: retrying a bad request or a missing permission only delays the
+# error. Compute Engine answers a request-rate limit with HTTP 403 and the reason
+# ``rateLimitExceeded`` ("wait until some requests complete and try your request again": Compute
+# Engine docs, "Troubleshooting bulk instance creation" and "API rate limits"), so a reason of
+# these wins over the 403 that would otherwise read as "not permitted".
 TRANSIENT_CODES = frozenset(
-    {"Throttling", "ThrottlingException", "RequestLimitExceeded", "429", "500", "502", "503", "504"}
+    {
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "rateLimitExceeded",
+        "userRateLimitExceeded",
+        "429",
+        "500",
+        "502",
+        "503",
+        "504",
+    }
 )
 # Exception class names of the SDKs' "no credentials found" errors (matched by name so this
 # module needs no SDK import).
@@ -82,8 +97,9 @@ def error_codes(exc: BaseException) -> set[str]:
     """The error code and HTTP status an SDK exception carries, as strings (empty if none).
 
     botocore ``ClientError`` has ``response["Error"]["Code"]`` and an HTTP status;
-    google-api-core errors an int ``code``; azure-core errors ``status_code``;
-    ``requests.HTTPError`` a ``response.status_code``.
+    google-api-core errors an int ``code`` and the JSON body's ``error.errors[].reason`` in
+    ``errors``; azure-core errors ``status_code``; ``requests.HTTPError`` a
+    ``response.status_code``.
     """
     codes: set[str] = set()
     response = getattr(exc, "response", None)
@@ -103,6 +119,10 @@ def error_codes(exc: BaseException) -> set[str]:
     error_code = getattr(exc, "error_code", None)  # azure-core: "AuthorizationFailed", ...
     if isinstance(error_code, str) and error_code:
         codes.add(error_code)
+    for error in getattr(exc, "errors", None) or []:  # google-api-core: "rateLimitExceeded", ...
+        reason = error.get("reason") if isinstance(error, Mapping) else None
+        if isinstance(reason, str) and reason:
+            codes.add(reason)
     return codes
 
 
@@ -161,10 +181,20 @@ class Retry:
         """Sleep before retry number ``attempt`` (1-based): uniform in [0, min(cap, base·2^(n-1))]."""
         return self.rng() * min(self.cap_s, self.base_s * 2 ** (attempt - 1))
 
-    def run(self, fn: Callable[[], T], cloud: str, api: str, region: str | None) -> T:
+    def run(
+        self,
+        fn: Callable[[], T],
+        cloud: str,
+        api: str,
+        region: str | None,
+        final: Callable[[BaseException], bool] = lambda exc: False,
+    ) -> T:
         """Call ``fn`` until it succeeds, a non-transient error occurs or attempts run out.
 
-        Every failure leaves as a ``CollectorError`` subclass naming cloud, region and API call.
+        ``final(exc)`` true: the error is not retried even with a transient status (EC2 sends
+        ``InsufficientInstanceCapacity`` as a server error, HTTP 500: retrying it five times only
+        delays the planner's next market). Every failure leaves as a ``CollectorError`` subclass
+        naming cloud, region and API call.
         """
         for attempt in range(1, self.attempts + 1):
             try:
@@ -178,9 +208,9 @@ class Retry:
                     raise MissingCredentials(cloud, f"{api}: {_short(exc)}") from exc
                 if names & (_AUTH_ERRORS | _REJECTED_CLASSES) or codes & _REJECTED_CODES:
                     raise CollectorError(cloud, api, f"credentials rejected: {_short(exc)}", region) from exc
-                if codes & _NOT_PERMITTED:
+                if codes & _NOT_PERMITTED and not codes & TRANSIENT_CODES:
                     raise NotPermitted(cloud, api, _short(exc), region) from exc
-                if not codes & TRANSIENT_CODES:
+                if not codes & TRANSIENT_CODES or final(exc):
                     raise CollectorError(cloud, api, _short(exc), region) from exc
                 if attempt == self.attempts:
                     raise CollectorError(

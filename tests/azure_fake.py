@@ -9,15 +9,35 @@ on the next; the poller then GETs the resource. DELETE answers 202 with the same
 in ARM: kept by the fake, never returned. A VM's ``instanceView`` (its power state) is only in
 a GET with ``$expand=instanceView``, as in ARM (a list or plain GET leaves it out).
 
+What the documentation says Azure does, and the fake does too:
+
+- ``SshPublicKey.keyData`` "needs to be at least 2048-bit and in ssh-rsa format" (Compute REST
+  reference); the SSH key guide also lists ED25519 keys. Any other key is refused with 400
+  ``InvalidParameter`` naming the field.
+- Spot errors ("Error messages for Azure Spot Virtual Machines and scale sets"): a Spot VM whose
+  ``billingProfile.maxPrice`` is below the current Spot price (``spot_price``) is refused with
+  ``SpotPriceGreaterThanProvidedMaxPrice``; a size in ``no_spot_sizes`` with
+  ``AzureSpotIsNotSupportedForThisVMSize``.
+- Eviction with ``evictionPolicy=Delete``: "the evicted VMs are deleted together with their
+  underlying disks" (Azure Spot Virtual Machines); nothing is said of the NIC, which the fake
+  keeps, with its subnet address.
+- Deleting a VM deletes its OS disk and NIC only when their ``deleteOption`` is ``Delete``.
+- A VM the guest powered off is ``PowerState/stopped``: still allocated and billed as running
+  until deallocated or deleted ("States and billing status of Azure Virtual Machines").
+  ``billing()`` lists what of ours costs money: VMs, OS disks and NICs.
+
 References: https://learn.microsoft.com/en-us/rest/api/compute/virtual-machines/create-or-update
 (and ``…/get``, ``/delete``, ``/list``), https://learn.microsoft.com/en-us/rest/api/virtualnetwork/network-interfaces/create-or-update,
-https://learn.microsoft.com/en-us/azure/azure-resource-manager/management/async-operations.
+https://learn.microsoft.com/en-us/azure/azure-resource-manager/management/async-operations,
+https://learn.microsoft.com/en-us/azure/virtual-machines/error-codes-spot,
+https://learn.microsoft.com/en-us/azure/virtual-machines/states-billing.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import functools
 import itertools
 import json
 import re
@@ -33,6 +53,32 @@ ARM = "https://management.azure.com"
 RG = f"{ARM}/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}"
 Reply = tuple[int, dict[str, str], str]
 PATHS = {"vm": "Microsoft.Compute/virtualMachines", "nic": "Microsoft.Network/networkInterfaces"}
+MIN_RSA_BITS = 2048
+
+
+@functools.cache
+def admin_key() -> str:
+    """A real ed25519 OpenSSH public key for test settings (``azure_ssh_public_key``)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    public = ed25519.Ed25519PrivateKey.generate().public_key()
+    raw = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return raw.decode() + " ops@example"
+
+
+def key_refusal(key: str) -> str:
+    """Why Azure refuses ``key`` as ``keyData`` ('' when it takes it: module doc)."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+    from cryptography.hazmat.primitives.serialization import load_ssh_public_key
+
+    try:
+        public = load_ssh_public_key(key.encode())
+    except (ValueError, TypeError):
+        return "not an OpenSSH public key"
+    if isinstance(public, rsa.RSAPublicKey):
+        return "" if public.key_size >= MIN_RSA_BITS else f"an RSA key of {public.key_size} bits"
+    return "" if isinstance(public, ed25519.Ed25519PublicKey) else f"a {type(public).__name__}"
 
 
 def _error(status: int, code: str, message: str) -> Reply:
@@ -76,6 +122,10 @@ class AzureArmFake:
     """HTTP statuses the next requests answer (whatever they ask) before the fake serves again."""
     broken_deletes: bool = False
     """Every DELETE answers 500 (an ARM outage while a failed launch is cleaned up)."""
+    spot_price: float = 0.2
+    """The current Spot price (USD/h): a lower ``maxPrice`` (but -1) is refused (module doc)."""
+    no_spot_sizes: set[str] = field(default_factory=set)
+    """VM sizes that take no Spot VM."""
     log: list[Exchange] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -86,8 +136,10 @@ class AzureArmFake:
             for method in ("PUT", "GET", "DELETE"):
                 handler = self._logged(self._route(url, method, kind))
                 rsps.add_callback(method, url, callback=handler, content_type="application/json")
-        vms = re.compile(rf"{re.escape(RG)}/providers/{PATHS['vm']}(\?.*)?$")
-        rsps.add_callback("GET", vms, callback=self._logged(self._list), content_type="application/json")
+        for kind, path in PATHS.items():
+            listing = re.compile(rf"{re.escape(RG)}/providers/{path}(\?.*)?$")
+            handler = self._logged(lambda request, kind=kind: self._list(kind))
+            rsps.add_callback("GET", listing, callback=handler, content_type="application/json")
         ops = re.compile(
             rf"{re.escape(ARM)}/subscriptions/{SUBSCRIPTION}/providers/[\w.]+/locations/\w+/operations/(?P<op>[\w-]+)"
         )
@@ -115,9 +167,21 @@ class AzureArmFake:
         return self.resources.get(("vm", name))
 
     def evict(self, name: str) -> None:
-        """A Spot eviction with eviction policy Delete: the VM, its NIC and disk are deleted."""
+        """A Spot eviction with eviction policy Delete: the VM and its disk are deleted, its NIC
+        stays (module doc)."""
         del self.resources[("vm", name)]
-        self.resources.pop(("nic", f"{name}-nic"), None)
+        self.resources.pop(("disk", f"{name}-osdisk"), None)
+
+    def power_off(self, name: str) -> None:
+        """The guest shut down: ``PowerState/stopped``, still allocated (module doc)."""
+        statuses = self.resources[("vm", name)]["properties"]["instanceView"]["statuses"]
+        for status in statuses:
+            if status["code"].startswith("PowerState/"):
+                status["code"] = "PowerState/stopped"
+
+    def billing(self) -> list[str]:
+        """What of ours costs money: every VM (running or stopped: allocated), disk and NIC."""
+        return [f"{kind} {name}" for kind, name in sorted(self.resources)]
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -153,14 +217,43 @@ class AzureArmFake:
         status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
         return 200, {}, json.dumps(status)
 
-    def _put(self, kind: str, name: str, body: dict[str, Any]) -> Reply:
-        namespace = PATHS[kind].split("/")[0]
-        if kind == "vm" and self.sync_error is not None:
+    def _refusal(self, body: dict[str, Any]) -> Reply | None:
+        """The documented refusal of a VM body (module doc), or None."""
+        props = body["properties"]
+        size, location = props["hardwareProfile"]["vmSize"], body["location"]
+        if self.sync_error is not None:
             status, code = self.sync_error
             self.sync_error = None
-            size, location = body["properties"]["hardwareProfile"]["vmSize"], body["location"]
             message = f"The requested VM size {size} is currently not available in location '{location}'."
             return _error(status, code, message)
+        for key in props["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"]:
+            if why := key_refusal(key["keyData"]):
+                message = (
+                    f"The value of parameter linuxConfiguration.ssh.publicKeys.keyData is invalid ({why})."
+                )
+                return _error(400, "InvalidParameter", message)
+        if props.get("priority") != "Spot":
+            return None
+        if size in self.no_spot_sizes:
+            return _error(
+                409,
+                "AzureSpotIsNotSupportedForThisVMSize",
+                f"This VM size {size} is not supported for Azure Spot Virtual Machine.",
+            )
+        cap = props.get("billingProfile", {}).get("maxPrice", -1)
+        if cap != -1 and cap < self.spot_price:
+            return _error(
+                409,
+                "SpotPriceGreaterThanProvidedMaxPrice",
+                f"Unable to perform operation 'Create VM' since the provided max price '{cap} USD' is lower "
+                f"than the current spot price '{self.spot_price} USD' for Azure Spot VM size '{size}'.",
+            )
+        return None
+
+    def _put(self, kind: str, name: str, body: dict[str, Any]) -> Reply:
+        namespace = PATHS[kind].split("/")[0]
+        if kind == "vm" and (refused := self._refusal(body)) is not None:
+            return refused
         resource = copy.deepcopy(body)
         resource.update(
             name=name,
@@ -196,6 +289,8 @@ class AzureArmFake:
             }
         created = (kind, name) not in self.resources
         self.resources[(kind, name)] = resource
+        if kind == "vm":  # its OS disk, a resource of its own
+            self.resources[("disk", f"{name}-osdisk")] = {"name": f"{name}-osdisk", "properties": {}}
         answer = copy.deepcopy(resource)
         answer["properties"]["provisioningState"] = "Creating" if created else "Updating"
         answer["properties"].pop("instanceView", None)
@@ -222,16 +317,19 @@ class AzureArmFake:
         resource = self.resources.pop((kind, name), None)
         if resource is None:
             return self._get(kind, name)
-        if kind == "vm":  # deleteOption=Delete on the NIC reference: the NIC goes with the VM
+        if kind == "vm":  # deleteOption=Delete: the NIC and the OS disk go with the VM
             for nic in resource["properties"]["networkProfile"]["networkInterfaces"]:
-                if nic["properties"]["deleteOption"] == "Delete":
+                if nic.get("properties", {}).get("deleteOption") == "Delete":
                     self.resources.pop(("nic", nic["id"].rsplit("/", 1)[-1]), None)
+            os_disk = resource["properties"].get("storageProfile", {}).get("osDisk", {})
+            if os_disk.get("deleteOption") == "Delete":
+                self.resources.pop(("disk", f"{name}-osdisk"), None)
         return (
             202,
             self._operation(resource["location"], PATHS[kind].split("/")[0], {"status": "Succeeded"}),
             "",
         )
 
-    def _list(self, request: Any) -> Reply:
-        value = [_without_instance_view(r) for (kind, _), r in sorted(self.resources.items()) if kind == "vm"]
+    def _list(self, kind: str) -> Reply:
+        value = [_without_instance_view(r) for (k, _), r in sorted(self.resources.items()) if k == kind]
         return 200, {}, json.dumps({"value": value})

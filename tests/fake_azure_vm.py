@@ -6,7 +6,7 @@ processes as ARM reports its VMs: a created VM is ``PowerState/running`` and boo
 data (the fake keeps it decoded, write-only as in ARM); a script that ended is a guest that
 powered off (``PowerState/stopped``: the provider reads that as the job's exit); a deleted VM
 stops its process; ``AzureMachines.reclaim`` is a Spot eviction with eviction policy Delete
-(the VM and its NIC gone).
+(the VM and its disk gone, its NIC left).
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ class AzureMachines(LocalMachines):
                 yield name, up, self.fake.custom_data[name]
 
     def powered_off(self, vm: str) -> None:
-        (power,) = self._power(self.fake.resources[("vm", vm)])
-        power["code"] = "PowerState/stopped"
+        self.fake.power_off(vm)
 
     def reclaim(self, vm: str) -> None:
         self.fake.evict(vm)

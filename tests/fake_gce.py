@@ -36,7 +36,7 @@ class GceMachines(LocalMachines):
             yield name, record["status"] == "RUNNING", meta["startup-script"]
 
     def powered_off(self, vm: str) -> None:
-        self.fake.instances[(self._zone(vm), vm)]["status"] = "TERMINATED"
+        self.fake.power_off(self._zone(vm), vm)
 
     def reclaim(self, vm: str) -> None:
         self.fake.preempt(self._zone(vm), vm)

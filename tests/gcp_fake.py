@@ -6,8 +6,19 @@ real API's (Compute Engine v1 reference: ``instances.insert``/``get``/``delete``
 ``aggregatedList``): an insert answers an Operation ``PENDING`` that ``wait`` turns ``DONE``; a
 repeated ``requestId`` answers the first operation; an existing name answers 409
 ``alreadyExists``; an unknown instance 404 ``notFound``; a zone in ``exhausted`` ends the insert
-operation with ``ZONE_RESOURCE_POOL_EXHAUSTED``. Filters are evaluated for the two forms the
-provider sends (``field = "v"`` and ``field : v``, joined by ``AND``).
+operation with ``ZONE_RESOURCE_POOL_EXHAUSTED`` (the capacity error is in the operation, not in
+the insert's HTTP answer); a scripted fault of status 403 or 429 is the API's request-rate
+limit, reason ``rateLimitExceeded`` ("Troubleshooting bulk instance creation").
+
+Filters follow the ``filter`` parameter's reference (AIP-160 form): ``field = value`` or
+``field != value`` (value quoted or bare), ``field:*`` (the key is set), several expressions
+each in parentheses, joined by whitespace or ``AND`` and by ``OR``. A ``:`` substring match is
+not in the reference (only ``:*`` is): the fake refuses it, as it refuses anything else it
+cannot read, so a provider relying on it fails here.
+
+Disks: an instance's boot disk (named after it, as GCP names it) is a record of its own; a
+delete removes it when the disk is ``autoDelete``. A stopped instance (``TERMINATED``: the
+guest powered off) keeps its disk and is billed for it ("Stop and start a compute instance").
 
 References: https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert (and
 ``…/instances/get``, ``/delete``, ``/aggregatedList``),
@@ -56,20 +67,38 @@ def _path(item: dict[str, Any], dotted: str) -> str:
     return str(value)
 
 
+_EXPRESSION = re.compile(r'\s*([\w.-]+)\s*(!=|=|:)\s*("(?:[^"]*)"|[^\s()]+)\s*')
+
+
+def _expression(text: str, item: dict[str, Any]) -> bool:
+    term = _EXPRESSION.fullmatch(text)
+    if term is None:
+        raise AssertionError(f"the filter expression {text!r} is not in the documented syntax")
+    field_name, op, value = term[1], term[2], term[3].strip('"')
+    if op == ":":
+        if value != "*":
+            raise AssertionError(f"{text!r}: ':' is documented only as ':*', not as a substring match")
+        return _path(item, field_name) != ""
+    return (_path(item, field_name) == value) == (op == "=")
+
+
 def filter_matches(flt: str, item: dict[str, Any]) -> bool:
-    """``labels.k = "v" AND targetLink : instances/x`` over a JSON resource."""
-    for term in filter(None, (t.strip() for t in flt.split(" AND "))):
-        equal = re.fullmatch(r'([\w.-]+)\s*=\s*"(.*)"', term)
-        has = re.fullmatch(r"([\w.-]+)\s*:\s*(.+)", term)
-        if equal:
-            if _path(item, equal[1]) != equal[2]:
-                return False
-        elif has:
-            if has[2].strip('"') not in _path(item, has[1]):
-                return False
-        else:
-            raise AssertionError(f"the fake cannot evaluate the filter term {term!r}")
-    return True
+    """The reference's filter syntax (module doc) over a JSON resource; AND binds before OR."""
+    flt = flt.strip()
+    if not flt:
+        return True
+    if not flt.startswith("("):
+        return _expression(flt, item)
+    groups: list[list[bool]] = [[]]
+    for match in re.finditer(r"\(([^()]*)\)|\s+(AND|OR)\s+|\s+|(.)", flt):
+        inner, joiner, stray = match[1], match[2], match[3]
+        if stray is not None:
+            raise AssertionError(f"the filter {flt!r} is not in the documented syntax")
+        if inner is not None:
+            groups[-1].append(_expression(inner, item))
+        elif joiner == "OR":
+            groups.append([])
+    return any(all(group) for group in groups if group)
 
 
 @dataclass
@@ -91,6 +120,8 @@ class GcpComputeFake:
     """HTTP statuses the next requests answer (whatever they ask) before the fake serves again."""
     inserted: list[dict[str, Any]] = field(default_factory=list)
     """Every insert body received (first sight of a request id only)."""
+    disks: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Boot disks by (zone, name); they outlive their instance unless ``autoDelete``."""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
 
     def calls(self, method: str, pattern: str) -> list[Any]:
@@ -125,7 +156,7 @@ class GcpComputeFake:
                 status = self.faults.pop(0)
                 return _error(
                     status, "backendError" if status >= 500 else "rateLimitExceeded", "scripted fault"
-                )
+                )  # 403/429 rateLimitExceeded: the request-rate limit (module doc)
             match = url.match(request.url)
             assert match is not None
             query = {k: v[0] for k, v in parse_qs(urlparse(request.url).query).items()}
@@ -137,9 +168,29 @@ class GcpComputeFake:
     # -- what the cloud does by itself ---------------------------------------------------------
 
     def preempt(self, zone: str, name: str) -> None:
-        """A Spot preemption with instance_termination_action=DELETE: the operation, then the VM goes."""
+        """A Spot preemption: the operation, then the VM is deleted (with its auto-delete disk)
+        under ``instanceTerminationAction=DELETE``, or stopped (disk kept) under ``STOP``."""
         self._operation(zone, name, "compute.instances.preempted", "DONE", user="system")
-        del self.instances[(zone, name)]
+        vm = self.instances[(zone, name)]
+        if vm.get("scheduling", {}).get("instanceTerminationAction") == "DELETE":
+            self._remove(zone, name)
+        else:
+            vm["status"] = "TERMINATED"
+
+    def power_off(self, zone: str, name: str) -> None:
+        """The guest shut the VM down: ``TERMINATED`` (stopped), its disk kept and billed."""
+        self.instances[(zone, name)]["status"] = "TERMINATED"
+
+    def billing(self) -> list[str]:
+        """What of ours still costs money: every instance that exists (a running one, a stopped
+        one's disks and IP) and every disk (module doc)."""
+        return [f"instance {z}/{n}" for z, n in self.instances] + [f"disk {z}/{n}" for z, n in self.disks]
+
+    def _remove(self, zone: str, name: str) -> None:
+        vm = self.instances.pop((zone, name))
+        for disk in vm.get("disks", []):
+            if disk.get("autoDelete"):
+                self.disks.pop((zone, name), None)
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -190,6 +241,7 @@ class GcpComputeFake:
             }
             return 200, {}, json.dumps(op)
         number = next(self._ids)
+        self.disks[(zone, name)] = {"name": name, "zone": f"{LINK}/zones/{zone}", "users": [name]}
         self.instances[(zone, name)] = {
             **body,
             "kind": "compute#instance",
@@ -220,7 +272,7 @@ class GcpComputeFake:
         if vm is None:
             return
         if op["operationType"] == "delete":
-            del self.instances[(zone, name)]
+            self._remove(zone, name)
         elif op["operationType"] == "insert" and "error" not in op:
             script = {i["key"]: i["value"] for i in vm["metadata"]["items"]}.get("startup-script", "")
             vm["status"] = "TERMINATED" if self.ends_by_itself(script) else "RUNNING"

@@ -25,7 +25,7 @@ import pytest
 from spotopt.db.engine import Database
 from spotopt.providers.azure import AzureProvider
 from spotopt.settings import Settings
-from tests.azure_fake import GROUP, SUBSCRIPTION
+from tests.azure_fake import GROUP, SUBSCRIPTION, admin_key
 from tests.collect_fakes import azure_clients, no_wait_retry
 from tests.fake_azure_vm import AzureMachines, LocalAzure
 from tests.fake_machines import machine_world
@@ -51,7 +51,7 @@ def azure_settings(workdir: Path) -> Settings:
         azure_subnet_id=f"{IN_GROUP}/Microsoft.Network/virtualNetworks/vnet/subnets/workers",
         azure_image="Canonical:ubuntu-24_04-lts:server:latest",
         azure_identity_id=f"{IN_GROUP}/Microsoft.ManagedIdentity/userAssignedIdentities/spotopt-agent",
-        azure_ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests ops@example",
+        azure_ssh_public_key=admin_key(),
         bootstrap_venv=sys.prefix,  # this virtualenv: spotopt is already installed in it
         bootstrap_install=False,
         bootstrap_workdir=str(workdir),

@@ -16,6 +16,7 @@ import pytest
 
 from spotopt.cloud_calls import MissingCredentials
 from spotopt.db.engine import Database
+from spotopt.db.identity import database_id_of
 from spotopt.db.models import InstanceLifetime, JournalEntry, Throughput
 from spotopt.errors import CapacityUnavailableError, ProviderError
 from spotopt.mover import jobs as jobstore
@@ -23,7 +24,7 @@ from spotopt.mover.daemon import Daemon
 from spotopt.mover.eventlog import parse
 from spotopt.mover.ledger import intervals
 from spotopt.mover.observed import PREEMPTION_ENDS
-from spotopt.providers.base import Instance, LaunchSpec
+from spotopt.providers.base import DATABASE_TAG, Instance, LaunchSpec
 from spotopt.providers.local import LocalProvider
 from spotopt.types import MarketKey
 from tests.mover_world import (
@@ -222,24 +223,23 @@ def test_no_capacity_aborts_the_move_and_the_job_keeps_running(db: Database, tmp
         world.stop_all()
 
 
-def test_reconcile_terminates_an_instance_no_placement_owns(world: World, tmp_path: Path) -> None:
-    spec = LaunchSpec(
-        job="ghost",
-        epoch=1,
-        command=("sleep", "600"),
-        checkpoint_uri=f"file://{tmp_path}/s",
-        tags={"spotopt:job": "ghost"},
-    )
-    leaked = world.provider.launch(spec, spot("us-east-1a", 1.0, now()).market, "ghost-m9")
-    mine = world.provider.launch(
-        LaunchSpec(job="other", epoch=1, command=("sleep", "600"), checkpoint_uri=f"file://{tmp_path}/s"),
-        spot("us-east-1a", 1.0, now()).market,
-        "not-ours",
-    )
+def test_reconcile_terminates_only_this_database_s_instances_no_placement_owns(
+    world: World, tmp_path: Path
+) -> None:
+    def launch(key: str, **tags: str) -> str:
+        spec = LaunchSpec("ghost", 1, ("sleep", "600"), f"file://{tmp_path}/s", tags=tags)
+        return world.provider.launch(spec, spot("us-east-1a", 1.0, now()).market, key).instance_id
+
+    leaked = launch("ghost-m9", **{"spotopt:job": "ghost", DATABASE_TAG: database_id_of(world.db)})
+    # another database's daemon on the same account: its instances are not this one's to end
+    theirs = launch("ghost-m10", **{"spotopt:job": "ghost", DATABASE_TAG: "another-database"})
+    untagged = launch("not-ours")
     report = world.daemon.tick()
-    assert report.leaked == [leaked.instance_id]
-    assert not world.provider.status(leaked.instance_id).state.is_live
-    assert world.provider.status(mine.instance_id).state.is_live  # untagged: not spotopt's to end
+    assert report.leaked == [leaked]
+    assert [(row["instance"], row["action"]) for row in report.swept] == [(leaked, "terminated")]
+    assert not world.provider.status(leaked).state.is_live
+    assert world.provider.status(theirs).state.is_live
+    assert world.provider.status(untagged).state.is_live  # launched outside the daemon
 
 
 def test_a_price_spike_stops_the_job_at_the_next_poll(world: World, tmp_path: Path) -> None:

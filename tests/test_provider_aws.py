@@ -24,10 +24,10 @@ from spotopt.cloud_calls import MissingCredentials, Retry
 from spotopt.errors import CapacityUnavailableError, ConfigError, ProviderError
 from spotopt.providers import get_provider
 from spotopt.providers.aws import AwsProvider, client_token, state_of
-from spotopt.providers.base import InstanceState, LaunchSpec
+from spotopt.providers.base import DATABASE_TAG, Billing, InstanceState, LaunchSpec
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
-from tests.fake_ec2 import FAKE_CREDENTIALS, LocalEc2, moto_ec2, reset_ec2
+from tests.fake_ec2 import FAKE_CREDENTIALS, DocumentedEc2, LocalEc2, moto_ec2, reset_ec2
 from tests.fake_metadata import FakeMetadata, metadata
 from tests.provider_contract import ProviderContract, wait_for
 from tests.stores import moto_s3
@@ -150,6 +150,8 @@ def test_launch_sends_spot_options_tags_user_data_and_the_zone(provider: AwsProv
     assert raw["ClientToken"] == "j1-e7"
     assert raw["IamInstanceProfile"]["Arn"].endswith(f"instance-profile/{PROFILE}")
     assert raw["MetadataOptions"]["HttpTokens"] == "required"
+    # a container is one more hop: with the default of 1 its IMDSv2 token never arrives
+    assert raw["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
     tags = {t["Key"]: t["Value"] for t in raw["Tags"]}
     assert tags == {
         "spotopt:job": "j1",
@@ -157,6 +159,7 @@ def test_launch_sends_spot_options_tags_user_data_and_the_zone(provider: AwsProv
         "spotopt:key": "j1-e7",
         "spotopt:move": "m-3",
         "spotopt:market": "aws/us-east-1/us-east-1b/g5.xlarge/spot",
+        "spotopt:tags": '{"move": "m-3", "team": "ml"}',
         "team": "ml",
         "move": "m-3",
     }
@@ -414,3 +417,84 @@ def test_a_foreign_market_or_an_overlong_key_is_refused(tmp_path: Path, aws_env:
         provider.launch(_spec(), gcp, "k")
     with pytest.raises(ProviderError, match="idempotency key longer than 256"):
         provider.launch(_spec(), SPOT, "k" * 257)
+
+
+# -- what the EC2 documentation says, played by tests.fake_ec2.DocumentedEc2 -----------------------
+
+
+@pytest.fixture
+def documented(session: Any) -> DocumentedEc2:
+    """Attached before ``provider`` builds its clients (pytest builds this fixture first)."""
+    made = DocumentedEc2()
+    made.attach(session)
+    return made
+
+
+def test_an_instance_not_yet_visible_after_its_launch_is_pending_not_gone(
+    documented: DocumentedEc2, provider: AwsProvider
+) -> None:
+    """EC2 eventual consistency: right after RunInstances, DescribeInstances may answer
+    InvalidInstanceID.NotFound for the new id; that is no reason to take it for gone (the
+    executor asks for the status straight after the launch)."""
+    instance = provider.launch(_spec(), SPOT, "j1-fresh")
+    status = provider.status(instance.instance_id)
+    assert status.state is InstanceState.PENDING and "eventual consistency" in status.detail
+    assert provider.status(instance.instance_id).state is InstanceState.RUNNING  # visible now
+
+
+def test_a_restarted_daemon_looks_again_before_it_calls_an_unseen_instance_gone(
+    documented: DocumentedEc2, provider: AwsProvider, moto_ec2: str, session: Any, tmp_path: Path
+) -> None:
+    instance = provider.launch(_spec(), SPOT, "j1-restart")
+    restarted = AwsProvider(_settings(moto_ec2, tmp_path), session=session, retry=Retry(sleep=lambda s: None))
+    assert restarted.status(instance.instance_id).state is InstanceState.RUNNING  # NotFound, then found
+
+
+def test_terminate_is_called_even_when_describe_does_not_show_the_instance_yet(
+    documented: DocumentedEc2, provider: AwsProvider
+) -> None:
+    instance = provider.launch(_spec(), SPOT, "j1-unseen")
+    assert provider.terminate(instance.instance_id).state is InstanceState.TERMINATED
+    assert _raw(provider, instance.instance_id)["State"]["Name"] == "terminated"
+
+
+def test_insufficient_capacity_comes_as_http_500_and_is_not_retried(
+    documented: DocumentedEc2, provider: AwsProvider
+) -> None:
+    """EC2 sends InsufficientInstanceCapacity as a server error (HTTP 500): capacity at once, the
+    planner's next market, not five transient retries that may even launch after all."""
+    documented.fail_next.append("InsufficientInstanceCapacity")
+    with pytest.raises(CapacityUnavailableError, match=r"InsufficientInstanceCapacity"):
+        provider.launch(_spec(), SPOT, "j1-500")
+    assert documented.launched == 0  # a retry would have launched: the error came only once
+    assert provider.list_instances(job="j1") == []
+
+
+def test_a_launch_whose_answer_was_lost_is_found_again_through_its_client_token(
+    documented: DocumentedEc2, provider: AwsProvider
+) -> None:
+    documented.lose_next = 1  # EC2 launched it, the 500 InternalError hid the answer
+    instance = provider.launch(_spec(), SPOT, "j1-lost")
+    assert provider.launch(_spec(), SPOT, "j1-lost") == instance
+    assert documented.launched == 1
+
+
+def test_instance_tags_are_the_spec_s_so_the_sweep_can_find_them(provider: AwsProvider) -> None:
+    """The daemon's launches carry ``spotopt:*`` tags of their own (job, epoch, move, the
+    database id): they come back as given, and ``list_instances`` filters on them."""
+    tags = {"spotopt:job": "j1", DATABASE_TAG: "db-1", "team": "ml"}
+    instance = provider.launch(_spec(**tags), SPOT, "j1-tags")
+    assert instance.tags == tags
+    assert provider.list_instances(tags={DATABASE_TAG: "db-1"}) == [instance]
+    assert provider.list_instances(tags={DATABASE_TAG: "db-2"}) == []
+
+
+def test_a_stopped_instance_bills_its_volumes_until_terminate_ends_it(provider: AwsProvider) -> None:
+    instance = provider.launch(_spec(), SPOT, "j1-stopped")
+    _ec2(provider).stop_instances(InstanceIds=[instance.instance_id.split("@")[0]])
+    status = provider.status(instance.instance_id)
+    assert (status.state, status.billing) == (InstanceState.EXITED, Billing.STORAGE)
+    ended = provider.terminate(instance.instance_id)
+    assert (ended.state, ended.billing) == (InstanceState.EXITED, Billing.NONE)
+    assert _raw(provider, instance.instance_id)["State"]["Name"] == "terminated"
+    assert provider.status(instance.instance_id).billing is Billing.NONE

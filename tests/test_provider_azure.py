@@ -12,20 +12,22 @@ import dataclasses
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import responses
+from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
-from spotopt.adaptors.azure import AzureClients
+from spotopt.adaptors.azure import AzureClients, rest_json
 from spotopt.cloud_calls import MissingCredentials
 from spotopt.errors import CapacityUnavailableError, ConfigError
 from spotopt.providers import get_provider
 from spotopt.providers.azure import AzureProvider
-from spotopt.providers.base import InstanceState, LaunchSpec
+from spotopt.providers.base import Billing, InstanceState, LaunchSpec
 from spotopt.providers.bootstrap import render_script
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
-from tests.azure_fake import GROUP, SUBSCRIPTION, AzureArmFake
+from tests.azure_fake import GROUP, SUBSCRIPTION, AzureArmFake, admin_key
 from tests.collect_fakes import FakeCredential, Sleeps, no_wait_retry
 from tests.provider_contract import CloudProviderContract, ends_at_once
 from tests.provider_contract import fixed_script as script
@@ -39,7 +41,7 @@ SETTINGS = Settings(
     azure_subnet_id=SUBNET,
     azure_image="Canonical:ubuntu-24_04-lts:server:latest",
     azure_identity_id=IDENTITY,
-    azure_ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests ops@example",
+    azure_ssh_public_key=admin_key(),
     bootstrap_install=False,  # what is installed is tests/test_bootstrap.py's business
 )
 LAUNCHED = datetime(2026, 11, 22, 18, 0, tzinfo=UTC)
@@ -228,13 +230,61 @@ def test_delete_answering_404_is_tolerated_and_the_nic_is_deleted_as_a_fallback(
     assert fake.resources == {}
 
 
-def test_an_evicted_spot_vm_is_preempted(provider: AzureProvider, fake: AzureArmFake) -> None:
+def test_an_evicted_spot_vm_is_preempted_and_its_nic_deleted(
+    provider: AzureProvider, fake: AzureArmFake
+) -> None:
     instance = provider.launch(_spec(), SPOT_T4, "key-e")
     fake.vm(instance.instance_id)["properties"]["provisioningState"] = "Deleting"  # type: ignore[index]
     assert provider.status(instance.instance_id).state is InstanceState.PREEMPTED
+    fake.evict(instance.instance_id)  # the VM and its disk go; the NIC (and its address) stays
+    status = provider.status(instance.instance_id)
+    assert (status.state, status.billing) == (InstanceState.PREEMPTED, Billing.STORAGE)
+    assert fake.billing() == [f"nic {instance.instance_id}-nic"]
+    ended = provider.terminate(instance.instance_id)
+    assert (ended.state, ended.billing) == (InstanceState.PREEMPTED, Billing.NONE)
+    assert fake.billing() == []
+
+
+def test_an_orphan_nic_is_listed_and_deleted_by_a_daemon_that_never_saw_its_vm(
+    provider: AzureProvider, fake: AzureArmFake
+) -> None:
+    instance = provider.launch(_spec(job="nic-job"), SPOT_T4, "key-n")
     fake.evict(instance.instance_id)
-    assert provider.status(instance.instance_id).state is InstanceState.PREEMPTED
-    assert provider.terminate(instance.instance_id).state is InstanceState.PREEMPTED
+    restarted = _provider(script=script)
+    assert [i.instance_id for i in restarted.list_instances(job="nic-job")] == [instance.instance_id]
+    assert restarted.status(instance.instance_id).billing is Billing.STORAGE
+    restarted.terminate(instance.instance_id)
+    assert fake.billing() == [] and restarted.list_instances() == []
+
+
+def test_a_vm_the_guest_powered_off_is_billed_until_terminate_deletes_it(
+    provider: AzureProvider, fake: AzureArmFake
+) -> None:
+    """A VM powered off from the guest is PowerState/stopped: still allocated, billed as running
+    ("States and billing status of Azure Virtual Machines")."""
+    instance = provider.launch(_spec(), SPOT_T4, "key-off")
+    fake.power_off(instance.instance_id)
+    status = provider.status(instance.instance_id)
+    assert (status.state, status.billing) == (InstanceState.EXITED, Billing.COMPUTE)
+    provider.terminate(instance.instance_id)
+    assert fake.billing() == []  # VM, OS disk (deleteOption=Delete) and NIC
+
+
+@pytest.mark.parametrize(
+    ("setup", "code"),
+    [
+        (lambda fake: setattr(fake, "spot_price", 1.0), "SpotPriceGreaterThanProvidedMaxPrice"),
+        (lambda fake: fake.no_spot_sizes.add(SPOT_T4.instance_type), "AzureSpotIsNotSupportedForThisVMSize"),
+    ],
+)
+def test_the_documented_spot_refusals_are_capacity_unavailable_and_leave_nothing(
+    provider: AzureProvider, fake: AzureArmFake, setup: Any, code: str
+) -> None:
+    setup(fake)
+    capped = dataclasses.replace(_spec(), max_usd_per_instance_hour=0.5)
+    with pytest.raises(CapacityUnavailableError, match=rf"no capacity \({code}\)"):
+        provider.launch(capped, SPOT_T4, "key-price")
+    assert fake.billing() == []
 
 
 def test_list_filters_by_tags_and_ignores_vms_spotopt_did_not_launch(
@@ -275,9 +325,9 @@ def test_an_image_id_and_a_throwaway_key_without_a_configured_one(fake: AzureArm
     made.launch(_spec(), SPOT_T4, "key-i")
     props = fake.calls("PUT", r"/virtualMachines/")[0].body["properties"]
     assert props["storageProfile"]["imageReference"] == {"id": image}
-    assert props["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"][0]["keyData"].startswith(
-        "ssh-ed25519 "
-    )
+    key = props["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"][0]["keyData"]
+    # the API reference: "at least 2048-bit and in ssh-rsa format"
+    assert key.startswith("ssh-rsa ") and load_ssh_public_key(key.encode()).key_size >= 2048  # type: ignore[union-attr]
 
 
 def test_the_default_script_is_the_rendered_bootstrap_and_the_registry_builds_the_provider(
@@ -318,3 +368,16 @@ def test_a_failed_cleanup_keeps_the_capacity_error_and_says_what_was_left(
     assert re.match(
         r"and cleaning up spotopt-key-l-[0-9a-f]{10} failed: azure: virtualMachines\.delete failed", note
     )
+
+
+def test_answers_of_either_sdk_generation_are_read_as_rest_json() -> None:
+    """azure-mgmt-compute ≥ 38 (TypeSpec) models are mappings of the REST JSON; older ones (as
+    azure-mgmt-resourcegraph's still are) are msrest objects with snake_case attributes. Both
+    read as the REST JSON the provider works on (the floors themselves: ``.ci/sdk-floors``)."""
+    from azure.mgmt.compute.models import VirtualMachine
+    from azure.mgmt.resourcegraph.models import QueryRequestOptions
+
+    vm = VirtualMachine(location="eastus", priority="Spot")  # flattened keywords: both generations
+    assert rest_json(vm) == {"location": "eastus", "properties": {"priority": "Spot"}}
+    msrest = QueryRequestOptions(result_format="objectArray", top=10)
+    assert rest_json(msrest) == {"$top": 10, "resultFormat": "objectArray", "allowPartialScopes": False}

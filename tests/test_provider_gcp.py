@@ -22,7 +22,7 @@ from spotopt.adaptors.gcp import GcpClients
 from spotopt.cloud_calls import MissingCredentials
 from spotopt.errors import CapacityUnavailableError, ConfigError, ProviderError
 from spotopt.providers import get_provider
-from spotopt.providers.base import InstanceState, LaunchSpec
+from spotopt.providers.base import Billing, InstanceState, LaunchSpec
 from spotopt.providers.bootstrap import render_script
 from spotopt.providers.gcp import GcpProvider
 from spotopt.providers.naming import request_uuid
@@ -257,7 +257,10 @@ def test_a_preempted_instance_is_preempted_after_gcp_deleted_it(
     status = provider.status(instance.instance_id)
     assert (status.state, status.instance) == (InstanceState.PREEMPTED, None)
     (ops,) = fake.calls("GET", r"/zones/us-central1-a/operations\?")
-    assert f"targetLink:instances/{name}" in unquote_plus(ops.request.url)
+    # the documented filter syntax only (the fake refuses a ':' substring match)
+    assert 'filter=(operationType = "compute.instances.preempted") OR (operationType = "delete")' in (
+        unquote_plus(ops.request.url)
+    )
     assert provider.terminate(instance.instance_id).state is InstanceState.PREEMPTED
     assert fake.calls("DELETE", "/instances/") == []
 
@@ -341,3 +344,46 @@ def test_missing_gcp_credentials_name_the_cloud_and_what_to_configure(
     with pytest.raises(MissingCredentials, match="gcp: credentials failed: configure Application Default"):
         provider.launch(_spec(), SPOT_V100, "key-m")
     assert list(fake.rsps.calls) == []
+
+
+def test_an_operation_of_another_instance_whose_name_contains_this_one_is_not_taken(
+    provider: GcpProvider, fake: GcpComputeFake
+) -> None:
+    """The target link is compared exactly: ``job-1`` is not preempted by ``job-10``'s preemption."""
+    a = provider.launch(_spec(), SPOT_V100, "key-1")
+    zone, name = a.instance_id.split("/")
+    fake.instances[(zone, name + "0")] = dict(fake.instances[(zone, name)], name=name + "0")
+    fake.preempt(zone, name + "0")
+    assert provider.status(a.instance_id).state is InstanceState.RUNNING
+    fake.instances.pop((zone, name))
+    assert provider.status(a.instance_id).state is InstanceState.GONE
+
+
+def test_rate_limit_exceeded_is_a_request_rate_retried_not_a_capacity_shortage(
+    fake: GcpComputeFake,
+) -> None:
+    """Compute Engine answers its request-rate limit with HTTP 403 ``rateLimitExceeded`` ("wait
+    until some requests complete and try your request again"): the insert is retried and
+    launches; the market is not reported out of capacity."""
+    sleeps = Sleeps()
+    provider = GcpProvider(
+        SETTINGS, script=script, clients=_clients(), retry=no_wait_retry(sleeps), sleep=Sleeps()
+    )
+    fake.faults.append(403)
+    instance = provider.launch(_spec(), SPOT_V100, "key-rate")
+    assert provider.status(instance.instance_id).state is InstanceState.RUNNING
+    assert sleeps == [0.5]  # one backoff, then the insert went through
+
+
+def test_a_vm_the_guest_stopped_bills_its_disk_until_terminate_deletes_both(
+    provider: GcpProvider, fake: GcpComputeFake
+) -> None:
+    instance = provider.launch(_spec(), SPOT_V100, "key-stop")
+    zone, name = instance.instance_id.split("/")
+    assert fake.disks.keys() == {(zone, name)}
+    fake.power_off(zone, name)
+    status = provider.status(instance.instance_id)
+    assert (status.state, status.billing) == (InstanceState.EXITED, Billing.STORAGE)
+    ended = provider.terminate(instance.instance_id)
+    assert (ended.state, ended.billing) == (InstanceState.EXITED, Billing.NONE)
+    assert fake.billing() == []  # instance and boot disk (autoDelete) gone

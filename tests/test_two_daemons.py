@@ -32,7 +32,15 @@ from tests.fault_harness import (
 KILL_AT = ("m2:stop-old", "after")
 """Inside the voluntary move: the old placement was asked to checkpoint and stop, the journal
 does not know yet, the lease has not moved."""
-SIDE_EFFECTS = {"launch", "stop-old", "grant", "terminate-old", "terminate-new", "terminate-leaked"}
+SIDE_EFFECTS = {
+    "launch",
+    "stop-old",
+    "grant",
+    "terminate-old",
+    "terminate-new",
+    "terminate-leaked",
+    "terminate-ended",
+}
 
 
 @pytest.fixture

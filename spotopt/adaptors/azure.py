@@ -8,6 +8,7 @@ needs neither. SDK retries are off (``retry_total=0``): the collectors' bounded 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from spotopt.adaptors.http import HttpJson
@@ -64,35 +65,44 @@ class AzureClients:
     def subscription(self) -> str:
         return self._auth()[1]
 
-    # -- the provider's calls (spotopt.providers.azure); bodies are the ARM REST JSON ---------
-    # Each ``begin_*`` is one long-running operation: the PUT or DELETE, then the
-    # ``Azure-AsyncOperation`` status polled every ``poll_s`` seconds until it ends.
+    # -- the provider's calls (spotopt.providers.azure) -----------------------------------------
+    # Bodies sent and answers returned are the ARM REST JSON (``rest_json``), whatever SDK
+    # version is installed. Each ``begin_*`` is one long-running operation: the PUT or DELETE,
+    # then the ``Azure-AsyncOperation`` status polled every ``poll_s`` seconds until it ends.
 
-    def create_nic(self, group: str, name: str, body: dict[str, Any], poll_s: float) -> Any:
+    def create_nic(self, group: str, name: str, body: dict[str, Any], poll_s: float) -> dict[str, Any]:
         poller = self.network().network_interfaces.begin_create_or_update(
             group, name, body, polling_interval=poll_s
         )
-        return poller.result()
+        return rest_json(poller.result())
+
+    def get_nic(self, group: str, name: str) -> dict[str, Any]:
+        """The NIC; ``ResourceNotFoundError`` if none."""
+        return rest_json(self.network().network_interfaces.get(group, name))
 
     def delete_nic(self, group: str, name: str, poll_s: float) -> None:
         self.network().network_interfaces.begin_delete(group, name, polling_interval=poll_s).result()
 
-    def create_vm(self, group: str, name: str, body: dict[str, Any], poll_s: float) -> Any:
+    def list_nics(self, group: str) -> list[dict[str, Any]]:
+        """Every NIC of the resource group (all pages)."""
+        return [rest_json(nic) for nic in self.network().network_interfaces.list(group)]
+
+    def create_vm(self, group: str, name: str, body: dict[str, Any], poll_s: float) -> dict[str, Any]:
         poller = self.compute().virtual_machines.begin_create_or_update(
             group, name, body, polling_interval=poll_s
         )
-        return poller.result()
+        return rest_json(poller.result())
 
-    def get_vm(self, group: str, name: str) -> Any:
+    def get_vm(self, group: str, name: str) -> dict[str, Any]:
         """The VM with its instance view (power state); ``ResourceNotFoundError`` if none."""
-        return self.compute().virtual_machines.get(group, name, expand="instanceView")
+        return rest_json(self.compute().virtual_machines.get(group, name, expand="instanceView"))
 
     def delete_vm(self, group: str, name: str, poll_s: float) -> None:
         self.compute().virtual_machines.begin_delete(group, name, polling_interval=poll_s).result()
 
-    def list_vms(self, group: str) -> list[Any]:
+    def list_vms(self, group: str) -> list[dict[str, Any]]:
         """Every VM of the resource group (all pages)."""
-        return list(self.compute().virtual_machines.list(group))
+        return [rest_json(vm) for vm in self.compute().virtual_machines.list(group)]
 
     def resource_skus_page(self, location: str | None, token: str | None) -> tuple[list[Any], str | None]:
         """One page of ``resourceSkus.list`` (optionally for one location) and the next-page token."""
@@ -122,3 +132,19 @@ class AzureClients:
         if not isinstance(body, dict):
             raise ValueError("Retail Prices response is not a JSON object")
         return body
+
+
+def rest_json(model: Any) -> dict[str, Any]:
+    """An azure-mgmt answer as the ARM REST JSON (``{"name", "tags", "properties": {…}}``).
+
+    The TypeSpec-generated models of the newer SDKs (azure-mgmt-compute 38, azure-mgmt-network
+    31 and later) are mutable mappings of that JSON (``as_dict()``); the msrest models of the
+    older ones are objects with snake_case attributes that ``serialize(keep_readonly=True)``
+    turns into it (read-only fields such as ``id``, ``name`` and ``provisioningState`` kept).
+    Reading one shape only would break on half of the versions the ``azure`` extra allows."""
+    if isinstance(model, dict):
+        return model
+    if isinstance(model, Mapping):
+        return dict(model.as_dict()) if hasattr(model, "as_dict") else dict(model)
+    serialized: dict[str, Any] = model.serialize(keep_readonly=True)
+    return serialized

@@ -20,11 +20,12 @@ from sqlalchemy import func, select
 from spotopt.cli.common import FormatOption, WideOption, parse_duration, parse_time, state
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, InstanceType, JobMove, ManagedJob, Market
-from spotopt.errors import ConfigError, InputError
+from spotopt.errors import ConfigError, InputError, ProviderError
 from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
-from spotopt.mover.executor import Timeouts
+from spotopt.mover.executor import Executor, Timeouts
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.leader import Leadership, read_leader
+from spotopt.mover.sweep import Leftover
 from spotopt.providers import PROVIDERS, get_provider
 from spotopt.providers.artifacts import check_install
 from spotopt.providers.base import Provider
@@ -38,6 +39,9 @@ app = typer.Typer(
 )
 
 DECISION_COLUMNS = ("job", "kind", "reason", "to", "gpus", "usd_per_hour", "saving_usd", "cost_usd")
+StateDirOption = Annotated[
+    Path | None, typer.Option("--state-dir", help="local provider: where it records processes and logs.")
+]
 
 
 def _provider(name: str, state_dir: Path | None) -> Provider:
@@ -113,9 +117,7 @@ def run(
         str | None,
         typer.Option("--collect-cron", help="Run the collectors on this crontab schedule, e.g. '0 * * * *'."),
     ] = None,
-    state_dir: Annotated[
-        Path | None, typer.Option("--state-dir", help="local provider: where it records processes and logs.")
-    ] = None,
+    state_dir: StateDirOption = None,
     max_usd_per_hour: Annotated[
         float | None, typer.Option("--max-usd-per-hour", help="Cap on the whole fleet's spend rate.", min=0.0)
     ] = None,
@@ -311,6 +313,86 @@ def _show(report: TickReport, fmt: Format, title: str) -> None:
     render(report.decisions, fmt, title=title, columns=DECISION_COLUMNS, empty="no moves")
 
 
+SWEEP_COLUMNS = ("cloud", "instance", "job", "state", "bills", "usd_per_hour", "why", "action")
+
+
+@app.command("sweep")
+def sweep(
+    ctx: typer.Context,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what bills with no live placement; terminate nothing.")
+    ] = False,
+    provider: Annotated[
+        str,
+        typer.Option(
+            "--provider",
+            help="Where to look: clouds (every cloud with markets in the history), aws, gcp, azure, "
+            "or local.",
+        ),
+    ] = "clouds",
+    state_dir: StateDirOption = None,
+    fmt: FormatOption = Format.TABLE,
+) -> None:
+    """End what bills with no live placement: this database's instances that no running
+    placement owns (a launch whose move failed, a duplicate), an ended placement's VM the guest
+    powered off, an evicted VM's NIC. Per cloud, with the cost per hour it stops. The daemon
+    does the same at every round; this runs it now. Exit 3 if a terminate failed."""
+    db = state(ctx).db()
+    if provider not in PROVIDERS:
+        get_provider(provider)  # the registry's own error: the names and a suggestion
+    placements = _clouds(db, provider)[0] if provider != "local" else _provider(provider, state_dir)
+    if dry_run:
+        leftovers = Executor(db, placements).sweep(dry_run=True)
+    else:
+        leadership = Leadership(db)
+        if not leadership.try_acquire():
+            holder = read_leader(db)
+            who = f"host {holder.host}, pid {holder.pid}" if holder else "another process"
+            raise ConfigError(
+                f"another daemon leads ({who}) and sweeps at every round; "
+                "spotopt daemon sweep --dry-run lists what is left"
+            )
+        try:
+            leftovers = Executor(db, placements, still_leader=leadership.still_leader).sweep()
+        finally:
+            leadership.release()
+    rows = [leftover.as_row() for leftover in leftovers]
+    by_cloud = _per_cloud(leftovers)
+    if fmt is Format.JSON:
+        sys.stdout.write(to_json({"dry_run": dry_run, "leftovers": rows, "by_cloud": by_cloud}) + "\n")
+    elif fmt is Format.CSV:
+        render(rows, fmt, columns=SWEEP_COLUMNS)
+    else:
+        verb = "would end (dry run: nothing done)" if dry_run else "ended"
+        render(
+            rows, fmt, title=f"Billing with no live placement: {verb}", columns=SWEEP_COLUMNS, empty="none"
+        )
+        if by_cloud:
+            render(by_cloud, fmt, title="Per cloud ($/h: what they cost while left)")
+    failed = [leftover for leftover in leftovers if leftover.error]
+    if failed:
+        say("the next sweep tries them again", label=f"{len(failed)} terminate(s) failed;", err=True)
+        raise typer.Exit(ProviderError.exit_code)
+
+
+def _per_cloud(leftovers: list[Leftover]) -> list[dict[str, Any]]:
+    """Per cloud: how many leftovers, how many ended, and the $/h they cost while left (the
+    priced ones: a disk or NIC alone counts 0; an unknown price is left out and counted)."""
+    clouds: dict[str, dict[str, Any]] = {}
+    for leftover in leftovers:
+        row = clouds.setdefault(
+            leftover.cloud,
+            {"cloud": leftover.cloud, "leftovers": 0, "ended": 0, "usd_per_hour": 0.0, "unpriced": 0},
+        )
+        row["leftovers"] += 1
+        row["ended"] += int(leftover.ended)
+        if leftover.usd_per_hour is None:
+            row["unpriced"] += 1
+        else:
+            row["usd_per_hour"] += leftover.usd_per_hour
+    return [clouds[c] for c in sorted(clouds)]
+
+
 @app.command("status")
 def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
     """Who leads, the last round, jobs by state and the moves under way (the next actions)."""
@@ -364,6 +446,7 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
             else f"{iso(last['started_at'])}" + (" (dry run)" if last["dry_run"] else ""),
         },
         {"field": "jobs", "value": ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"},
+        {"field": "swept last round", "value": _swept(last)},
     ]
     if fmt is Format.CSV:  # one CSV document: the moves as rows of the same two columns
         rows += [
@@ -384,6 +467,16 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         empty="none",
         columns=("job", "kind", "step", "reason", "since"),
     )
+
+
+def _swept(last: dict[str, Any] | None) -> str:
+    """The last round's sweep in one line: how many leftovers, ended, and their $/h."""
+    swept = (last or {}).get("swept") or []
+    if not swept:
+        return "nothing" if last is not None else "never"
+    ended = sum(1 for row in swept if row.get("action") == "terminated")
+    usd = sum(row.get("usd_per_hour") or 0.0 for row in swept)
+    return f"{len(swept)} billing with no live placement, {ended} terminated (${usd:.4f}/h)"
 
 
 @app.command("replay")

@@ -6,8 +6,10 @@ the scheduler runs every planning period); ``poll()`` is the cheap round run eve
 
 A tick, in order:
 
-1. **Reconcile** (``Executor.reconcile``): instances of ours that no live placement owns are
-   terminated, and every open move is carried on from the step its row records.
+1. **Reconcile** (``Executor.sweep``): whatever of this database's instances bills with no
+   live placement owning it is terminated (``spotopt.mover.sweep``: a leaked launch, an ended
+   placement's stopped VM, an evicted VM's NIC), and every open move is carried on from the
+   step its row records.
 2. **Watch**: per running job, the heartbeat of its placement and the provider's view: finished
    jobs are stopped and marked done; a vanished or preempted placement is *lost*; a stopping
    agent that nobody asked to stop got a *notice*.
@@ -92,6 +94,9 @@ class TickReport:
     opened: list[int] = field(default_factory=list)
     open_moves: int = 0
     leaked: list[str] = field(default_factory=list)
+    """Ids the round's sweep terminated."""
+    swept: list[dict[str, Any]] = field(default_factory=list)
+    """The sweep's leftovers (``Leftover.as_row``): what billed, why, its $/h, what was done."""
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,6 +106,7 @@ class TickReport:
             "opened_moves": self.opened,
             "open_moves": self.open_moves,
             "leaked": self.leaked,
+            "swept": self.swept,
             "notes": self.notes,
         }
 
@@ -160,7 +166,9 @@ class Daemon:
         report = TickReport(now)
         tick_id = self._begin_tick(now)
         if self.executor is not None and not self.dry_run:
-            report.leaked = self.executor.reconcile()
+            swept = self.executor.sweep()
+            report.leaked = [leftover.instance_id for leftover in swept if leftover.ended]
+            report.swept = [leftover.as_row() for leftover in swept]
             self.executor.advance_all()
         observed = self._watch()
         for name, obs in observed.items():

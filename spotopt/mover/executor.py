@@ -22,9 +22,13 @@ old one (a preempted instance is already checkpointing on its notice, or gone).
 
 Crash safety, by construction: the placement row and the journal intent are written in one
 transaction before the launch call, so an instance the provider started is always findable by
-its key (``reconcile`` terminates any instance of ours that no open placement owns); the lease
-epoch fences the old placement the moment the new one may write, so two placements never train
-into the store at once; and progress is lost only back to the newest verified checkpoint.
+its key (the sweep of every round, ``Executor.sweep``, ends whatever of this database's still
+bills with no live placement owning it: ``spotopt.mover.sweep``); the lease epoch fences the
+old placement the moment the new one may write, so two placements never train into the store
+at once; and progress is lost only back to the newest verified checkpoint. A placement that
+ends by itself (the job exited, the instance was preempted or vanished) has its instance
+terminated as well: a VM the guest powered off is still billed on Azure until deleted, a
+stopped GCP VM keeps its disk.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,6 +59,7 @@ from spotopt.checkpoints import (
     trusted_checkpoints,
 )
 from spotopt.db.engine import Database
+from spotopt.db.identity import database_id_of
 from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market, Meta, Placement
 from spotopt.errors import CapacityUnavailableError, SpotoptError
 from spotopt.jobspec import Job
@@ -63,7 +68,8 @@ from spotopt.mover.billing import billed_seconds
 from spotopt.mover.eventlog import log_event
 from spotopt.mover.ledger import market_key, price_entry_egress, record_entry_egress, spent_usd
 from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity, record_lifetime, record_throughput
-from spotopt.providers.base import InstanceState, LaunchSpec, Provider, market_label
+from spotopt.mover.sweep import Leftover, find_leftovers
+from spotopt.providers.base import DATABASE_TAG, Billing, InstanceState, LaunchSpec, Provider, market_label
 from spotopt.times import parse_duration
 from spotopt.types import MarketKey
 
@@ -154,6 +160,14 @@ class Executor:
         self.period_h = period_h
         self.max_usd_per_hour = max_usd_per_hour
         self.failpoint = failpoint or (lambda _key, _phase: None)
+        self._database_id: str | None = None
+
+    @property
+    def database_id(self) -> str:
+        """This database's id (``spotopt.db.identity``), tagged on every instance launched."""
+        if self._database_id is None:
+            self._database_id = database_id_of(self.db)
+        return self._database_id
 
     # -- opening moves -----------------------------------------------------------------------
 
@@ -598,7 +612,12 @@ class Executor:
             checkpoint_every_s=parse_duration(every, "checkpoint.every").total_seconds() if every else None,
             env={**self.agent_env, "SPOTOPT_MARKET": market_label(market), "SPOTOPT_GPUS": str(move.gpus)},
             workdir=job.workdir,
-            tags={"spotopt:job": job.name, "spotopt:epoch": str(move.epoch), "spotopt:move": str(move.id)},
+            tags={
+                "spotopt:job": job.name,
+                "spotopt:epoch": str(move.epoch),
+                "spotopt:move": str(move.id),
+                DATABASE_TAG: self.database_id,
+            },
             max_usd_per_instance_hour=(
                 job.max_usd_per_hour / (move.instances or 1.0) if job.max_usd_per_hour is not None else None
             ),
@@ -691,32 +710,58 @@ class Executor:
             return Observation(notice=stopping and not why.startswith("daemon request"))
         if status.state is InstanceState.EXITED and status.exit_code not in (0, None):
             self._end_placement(placement.id, "ended", "exited")
+            self._end_billing(job.name, placement.instance_id, status.billing)
             return Observation(failed=f"the job exited with status {status.exit_code}; see its log")
         # Saved on the notice and ended before the cloud reclaimed it ("noticed"): a preemption,
         # billed as an instance we ended (``PREEMPTION_ENDS``).
         reason = "preempted" if status.state is InstanceState.PREEMPTED else "noticed" if noticed else "lost"
         self._end_placement(placement.id, "ended", reason)
         log_event("placement-lost", job=job.name, instance=placement.instance_id, state=str(status.state))
+        self._end_billing(job.name, placement.instance_id, status.billing)
         return Observation(lost=True)
 
-    def reconcile(self) -> list[str]:
-        """Terminate instances of ours that no live placement owns (launched just before a crash
-        whose move then failed, or left by a rolled-back move); returns their ids."""
-        with self.db.session() as session:
-            live = set(
-                session.scalars(select(Placement.key).where(Placement.state.in_(("launching", "running"))))
-            )
-        leaked = []
-        for instance in self.provider.list_instances():
-            if "spotopt:job" not in instance.tags or instance.idempotency_key in live:
+    def _end_billing(self, job: str, instance_id: str, billing: Billing) -> None:
+        """Terminate the instance of a placement that just ended when some of it still bills (a
+        VM the guest powered off, its disk, an evicted VM's NIC). The placement is ended first:
+        a terminate that fails is logged and left to the next round's sweep (``sweep``)."""
+        if billing is Billing.NONE:
+            return
+        if not self.still_leader():
+            raise LostLeadership("lost leadership before terminating an ended placement's instance")
+        try:
+            self.provider.terminate(instance_id)
+        except SpotoptError as exc:
+            log_event("terminate-ended", job=job, instance=instance_id, outcome="failed", error=str(exc))
+            return
+        log_event("terminate-ended", job=job, instance=instance_id, bills=str(billing), outcome="done")
+
+    def sweep(self, dry_run: bool = False) -> list[Leftover]:
+        """Find what of this database bills with no live placement (``spotopt.mover.sweep``) and,
+        unless ``dry_run``, terminate each under the leader's lock; a terminate that fails is
+        reported on its leftover (``error``) and tried again at the next sweep."""
+        found = find_leftovers(self.db, self.provider, self.clock())
+        if dry_run:
+            return found
+        done = []
+        for leftover in found:
+            if not self.still_leader():
+                raise LostLeadership("lost leadership before terminating a leaked instance")
+            try:
+                self.provider.terminate(leftover.instance_id)
+            except SpotoptError as exc:
+                log_event("terminate-leaked", instance=leftover.instance_id, outcome="failed", error=str(exc))
+                done.append(replace(leftover, error=str(exc)))
                 continue
-            if self.provider.status(instance.instance_id).state.is_live:
-                if not self.still_leader():
-                    raise LostLeadership("lost leadership before terminating a leaked instance")
-                self.provider.terminate(instance.instance_id)
-                log_event("terminate-leaked", job=instance.job, instance=instance.instance_id)
-                leaked.append(instance.instance_id)
-        return leaked
+            log_event(
+                "terminate-leaked",
+                job=leftover.job,
+                instance=leftover.instance_id,
+                bills=str(leftover.billing),
+                why=leftover.why,
+                usd_per_hour=leftover.usd_per_hour,
+            )
+            done.append(replace(leftover, ended=True))
+        return done
 
 
 def _open_move(session: Session, job_id: int) -> JobMove | None:

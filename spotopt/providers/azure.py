@@ -6,18 +6,23 @@ resource name is idempotent by design (create or update), so the VM name, derive
 idempotency key, is what makes a retried launch land on the same VM; the launch reads the VM
 first and returns it when it exists, so a retry never re-sends a body to a running VM.
 
-- Spot markets: ``priority=Spot``, ``evictionPolicy=Delete`` (an evicted VM and its disk are
-  deleted: nothing of a dead placement is left to pay for; the next placement resumes from the
-  store), ``billingProfile.maxPrice``: the job's cap (``LaunchSpec.max_usd_per_instance_hour``
-  as ``base.price_cap`` rounds it) when it has a ``max_usd_per_hour``, else -1 (pay up to the
-  on-demand price: evicted for capacity, never for price). maxPrice "is in US Dollars", Azure
-  evicts the VM "if the current Azure Spot price goes beyond the maxPrice", and a create while
-  the price is above it fails (azure-mgmt-compute ``BillingProfile.max_price``); that refusal's
-  ARM error code is not documented there, so it is not in ``CAPACITY_CODES`` and fails the
-  launch as a ``ProviderError``. Other markets: ``priority=Regular``, no cap.
+- Spot markets: ``priority=Spot``, ``evictionPolicy=Delete`` ("the evicted VMs are deleted
+  together with their underlying disks": Azure docs, "Azure Spot Virtual Machines"; the next
+  placement resumes from the store), ``billingProfile.maxPrice``: the job's cap
+  (``LaunchSpec.max_usd_per_instance_hour`` as ``base.price_cap`` rounds it) when it has a
+  ``max_usd_per_hour``, else -1 (pay up to the on-demand price: evicted for capacity, never for
+  price). maxPrice "is in US Dollars", Azure evicts the VM "if the current Azure Spot price goes
+  beyond the maxPrice" (azure-mgmt-compute ``BillingProfile.max_price``), and a create while the
+  price is above it fails with ``SpotPriceGreaterThanProvidedMaxPrice`` ("Error messages for
+  Azure Spot Virtual Machines and scale sets"): the market is out of reach at this cap, a
+  ``CapacityUnavailableError`` like a capacity shortfall. Other markets: ``priority=Regular``.
 - The NIC reference and the OS disk have ``deleteOption=Delete``, so deleting the VM deletes
-  them; ``terminate`` also deletes the NIC explicitly (a NIC left by a failed create, or by an
-  API version that ignored the option, must not outlive the placement).
+  them; ``terminate`` also deletes the NIC explicitly, whether or not the VM is still there: an
+  eviction deletes the VM and its disks, and the docs promise nothing for the NIC, which keeps
+  an address of the subnet; a NIC left by a failed create must not outlive the placement either.
+  ``list_instances`` lists such orphan NICs (tagged like their VM) as instances of their own.
+- The throwaway admin key is ssh-rsa of 3072 bits: ``SshPublicKey.keyData`` "needs to be at
+  least 2048-bit and in ssh-rsa format" (Azure Compute REST reference).
 - ``customData`` is the base64 of the start-up script (a ``#!`` script cloud-init runs at first
   boot); the VM runs as the user-assigned identity ``azure_identity_id``, which is the agent's
   only credential for the store.
@@ -26,9 +31,11 @@ first and returns it when it exists, so a retry never re-sends a body to a runni
   ``spotopt:tags`` (the spec's tags as JSON, exact), ``spotopt:move`` (when the spec's tags carry
   ``move``) and the spec's tags themselves.
 
-Capacity errors (``SkuNotAvailable``, ``OverconstrainedAllocationRequest``,
-``ZonalAllocationFailed``, ``AllocationFailed``, …) become ``CapacityUnavailableError`` after the
-NIC (and a VM left in a failed state) is deleted.
+Capacity and price errors (``CAPACITY_CODES``: ``SkuNotAvailable``,
+``OverconstrainedAllocationRequest``, ``ZonalAllocationFailed``, ``AllocationFailed``, the Spot
+codes ``SpotPriceGreaterThanProvidedMaxPrice`` and ``AzureSpotIsNotSupportedForThisVMSize``, …)
+become ``CapacityUnavailableError`` after the NIC (and a VM left in a failed state) is deleted;
+a launch that fails for any other reason is cleaned up the same way.
 
 Status and eviction: with ``evictionPolicy=Delete`` an evicted VM disappears, so absence alone
 cannot tell eviction from our own delete. The rule: a VM this provider object deleted is
@@ -36,6 +43,18 @@ cannot tell eviction from our own delete. The rule: a VM this provider object de
 without our delete was evicted: ``PREEMPTED``; any other unknown name is ``GONE`` (after a
 daemon restart the journal knows what it launched and terminated: a journaled live instance
 reported ``GONE`` was lost, the same as preempted).
+
+Billing (Azure docs, "States and billing status of Azure Virtual Machines"): a VM the guest
+powered off is ``PowerState/stopped``, still allocated and billed as running, until it is
+deallocated or deleted; a deallocated VM bills its disks. So an ended VM that exists bills
+``COMPUTE`` (stopped) or ``STORAGE`` (deallocated, failed), and a NIC without its VM
+``STORAGE``: ``terminate`` deletes them all.
+
+SDK versions: the bodies sent are the ARM REST JSON (the msrest serializer of the older
+azure-mgmt-compute/-network accepts them as it accepts models, the TypeSpec models of the newer
+ones are that JSON), and every answer is read as REST JSON through ``AzureClients`` (which
+converts either kind of model), so the code runs on every version the ``azure`` extra allows;
+CI runs these tests on the floor versions (``.ci/sdk-floors``).
 """
 
 from __future__ import annotations
@@ -52,6 +71,7 @@ from spotopt.adaptors.azure import AzureClients
 from spotopt.cloud_calls import Retry
 from spotopt.errors import ConfigError, ProviderError
 from spotopt.providers.base import (
+    Billing,
     Instance,
     InstanceState,
     InstanceStatus,
@@ -74,10 +94,18 @@ CAPACITY_CODES = frozenset(
         "OverconstrainedZonalAllocationRequest",
         "ZonalAllocationFailed",
         "AllocationFailed",
+        "SpotPriceGreaterThanProvidedMaxPrice",
+        "AzureSpotIsNotSupportedForThisVMSize",
     }
 )
-"""ARM error codes meaning "no capacity for this size here now"."""
+"""ARM error codes meaning "not this market for this launch now": no capacity for the size
+here, or (the two Spot codes of "Error messages for Azure Spot Virtual Machines and scale
+sets") a Spot price above the job's cap, a size that takes no Spot VM."""
+RSA_BITS = 3072
+"""The throwaway key's size: ssh-rsa of at least 2048 bits is what the API reference asks."""
 TAG = "spotopt:"
+NIC_SUFFIX = "-nic"
+"""A VM's NIC is named after it: ``<vm>-nic``."""
 TAG_VALUE_MAX = 256
 _BAD_TAG_NAME = re.compile(r"[<>%&\\?/]")
 POWER = {
@@ -86,6 +114,8 @@ POWER = {
 }
 """Power states of a live VM; stopping/stopped (the guest powered off after the job) and
 deallocating/deallocated are a VM whose job ended."""
+ALLOCATED = frozenset({"PowerState/stopping", "PowerState/stopped"})
+"""Power states of an ended VM that is still allocated, so billed as running (module doc)."""
 URN = re.compile(r"(?P<publisher>[^:\s]+):(?P<offer>[^:\s]+):(?P<sku>[^:\s]+):(?P<version>[^:\s]+)")
 
 
@@ -115,12 +145,13 @@ def _image_reference(image: str) -> dict[str, str]:
 
 
 def _throwaway_ssh_key() -> str:
-    """An OpenSSH public key whose private half is never kept: Azure wants a key when password
-    login is off, and nobody needs to log in to a worker (set ``azure_ssh_public_key`` to)."""
+    """An OpenSSH ssh-rsa public key whose private half is never kept: Azure wants a key when
+    password login is off, and nobody needs to log in to a worker (set ``azure_ssh_public_key``
+    to). RSA of ``RSA_BITS``: the format and size the API reference asks for (module doc)."""
     from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.hazmat.primitives.asymmetric import rsa
 
-    public = ed25519.Ed25519PrivateKey.generate().public_key()
+    public = rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS).public_key()
     raw = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     return raw.decode() + " spotopt-throwaway"
 
@@ -184,7 +215,7 @@ class AzureProvider:
             nic = self._call(
                 "networkInterfaces.createOrUpdate",
                 lambda: self.clients.create_nic(
-                    self.group, f"{name}-nic", self._nic(market, tags), self.poll_s
+                    self.group, name + NIC_SUFFIX, self._nic(market, tags), self.poll_s
                 ),
             )
             body = self._vm(spec, market, name, tags, nic["id"])
@@ -196,7 +227,7 @@ class AzureProvider:
                 _capacity_code,
                 label,
             )
-        except ProviderError as exc:
+        except Exception as exc:  # a ProviderError, or anything else: the NIC must not stay
             try:  # no NIC (or failed VM) outlives a launch that did not happen
                 self._delete(name)
             except ProviderError as cleanup:  # keep the launch's error (capacity stays capacity)
@@ -227,17 +258,19 @@ class AzureProvider:
             if instance_id in self._terminated or not spot:
                 return InstanceStatus(instance, instance_id, InstanceState.TERMINATED, detail=detail)
             return InstanceStatus(instance, instance_id, InstanceState.PREEMPTED, detail=detail)
+        left = Billing.COMPUTE if power in ALLOCATED else Billing.STORAGE  # module doc: billing
         if provisioning == "Failed":
-            return InstanceStatus(instance, instance_id, InstanceState.EXITED, detail=detail)
+            return InstanceStatus(instance, instance_id, InstanceState.EXITED, detail=detail, leftover=left)
         if not power or power in POWER:  # no power state yet: still being created
             return InstanceStatus(
                 instance, instance_id, POWER.get(power, InstanceState.PENDING), detail=detail
             )
-        return InstanceStatus(instance, instance_id, InstanceState.EXITED, detail=detail)
+        return InstanceStatus(instance, instance_id, InstanceState.EXITED, detail=detail, leftover=left)
 
     def terminate(self, instance_id: str) -> InstanceStatus:
-        """Delete the VM (its NIC and OS disk go with it), then the NIC explicitly; idempotent.
-        A VM whose job had ended keeps the state it ended in."""
+        """Delete the VM (its NIC and OS disk go with it), then the NIC explicitly, also when the
+        VM is gone already (evicted: its NIC stays); idempotent. A VM whose job had ended keeps
+        the state it ended in. A VM or NIC spotopt did not launch is left alone."""
         before = self.status(instance_id)
         if before.instance is None:
             return before
@@ -252,16 +285,22 @@ class AzureProvider:
         self.clients.subscription()
 
     def list_instances(self, job: str | None = None, tags: Mapping[str, str] | None = None) -> list[Instance]:
-        """The resource group's VMs that carry spotopt's key tag, filtered by job and tags."""
+        """The resource group's VMs that carry spotopt's key tag, and the NICs so tagged whose VM
+        is gone (an eviction leaves them), filtered by job and tags."""
         vms = self._call("virtualMachines.list", lambda: self.clients.list_vms(self.group))
-        found = []
+        found: dict[str, Instance] = {}
         for vm in vms:
             instance = self._instance(vm)
-            if instance is not None and matches(instance, job, tags):
+            if instance is not None:
                 if (vm.get("properties") or {}).get("priority") == "Spot":
                     self._spot.add(instance.instance_id)
-                found.append(instance)
-        return sorted_instances(found)
+                found[instance.instance_id] = instance
+        nics = self._call("networkInterfaces.list", lambda: self.clients.list_nics(self.group))
+        for nic in nics:
+            orphan = self._instance(nic, str(nic["name"]).removesuffix(NIC_SUFFIX))
+            if orphan is not None and orphan.instance_id not in found:
+                found[orphan.instance_id] = orphan
+        return sorted_instances([i for i in found.values() if matches(i, job, tags)])
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -281,16 +320,35 @@ class AzureProvider:
         )
         self._call(
             "networkInterfaces.delete",
-            lambda: none_if_missing(lambda: self.clients.delete_nic(self.group, f"{name}-nic", self.poll_s)),
+            lambda: none_if_missing(
+                lambda: self.clients.delete_nic(self.group, name + NIC_SUFFIX, self.poll_s)
+            ),
         )
 
     def _absent(self, name: str) -> InstanceStatus:
+        """A VM name the group has no VM of: how it ended, and whether its NIC is still there."""
+        nic = self._call(
+            "networkInterfaces.get",
+            lambda: none_if_missing(lambda: self.clients.get_nic(self.group, name + NIC_SUFFIX)),
+        )
+        orphan = self._instance(nic, name) if nic is not None else None
+        if orphan is not None:
+            self._terminated.discard(name)  # our delete did not finish: it is to be done again
+            self._ended.pop(name, None)
+            left = Billing.STORAGE
+        else:
+            left = Billing.NONE
         if name in self._ended:
             return self._ended[name]
         if name in self._terminated:
             return InstanceStatus(None, name, InstanceState.TERMINATED, detail="deleted")
         if name in self._spot:
-            return InstanceStatus(None, name, InstanceState.PREEMPTED, detail="evicted (Spot VM deleted)")
+            detail = "evicted (Spot VM deleted)" + (", its NIC left" if orphan else "")
+            return InstanceStatus(orphan, name, InstanceState.PREEMPTED, detail=detail, leftover=left)
+        if orphan is not None:
+            return InstanceStatus(
+                orphan, name, InstanceState.GONE, detail="no VM, its NIC left", leftover=left
+            )
         return InstanceStatus(None, name, InstanceState.GONE, detail="no such Azure VM")
 
     def _tags(self, spec: LaunchSpec, market: MarketKey, key: str) -> dict[str, str]:
@@ -364,13 +422,14 @@ class AzureProvider:
         return body
 
     @staticmethod
-    def _instance(vm: Any) -> Instance | None:
-        """The spotopt instance a VM is, from its tags; None for a VM spotopt did not launch."""
-        tags = vm.get("tags") or {}
+    def _instance(resource: Any, name: str | None = None) -> Instance | None:
+        """The spotopt instance a VM (or its NIC, carrying the same tags: ``name`` is then the
+        VM's) is, from its tags; None for a resource spotopt did not launch."""
+        tags = resource.get("tags") or {}
         if f"{TAG}key" not in tags:
             return None
         return Instance(
-            instance_id=vm["name"],
+            instance_id=name or resource["name"],
             provider="azure",
             job=tags[f"{TAG}job"],
             epoch=int(tags[f"{TAG}epoch"]),

@@ -7,10 +7,16 @@ Contract (every provider; ``tests/provider_contract.py`` checks it and each prov
   ``request_id``, Azure to the VM name, ``local`` to its state file). Capacity shortfalls raise
   ``CapacityUnavailableError``, other failures ``ProviderError``.
 - ``status(instance_id)`` never raises for an id the provider does not know: it is ``GONE``.
+  Its ``billing`` says what of the instance still costs money: a live instance bills at its
+  market's price, and an ended one may still hold resources the cloud bills (a VM the guest
+  powered off, its disk, a NIC): see ``Billing``.
 - ``terminate(instance_id)`` is idempotent: terminating a gone or already terminated instance
-  succeeds and returns its status.
+  succeeds and returns its status. It deletes everything of the instance that still bills,
+  whatever state it is in (an ended placement's VM too).
 - ``list_instances(job=None, tags=None)`` lists instances this provider launched (for
-  reconciliation with the daemon's journal after a restart), filtered by job and by tags.
+  reconciliation with the daemon's journal after a restart), filtered by job and by tags, in
+  every state in which they may still bill. ``Instance.tags`` are the launch spec's tags,
+  exactly (``DATABASE_TAG`` among them for the daemon's placements).
 
 Checkpoints are not the provider's business: the provider only passes the agent its
 environment (``agent_environment``); the daemon and the agent talk through the store.
@@ -27,6 +33,22 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from spotopt.types import MarketKey
+
+DATABASE_TAG = "spotopt:db"
+"""The tag holding the id of the database whose daemon launched an instance
+(``spotopt.db.identity``): the leak sweep ends only its own database's instances."""
+
+
+class Billing(StrEnum):
+    """What of an instance still costs money."""
+
+    NONE = "none"
+    """Nothing: it is deleted, or ended in a state the cloud does not bill."""
+    COMPUTE = "compute"
+    """The instance itself, at its market's hourly price: live, or still allocated (an Azure VM
+    the guest powered off is billed until deallocated or deleted)."""
+    STORAGE = "storage"
+    """Only what it left: the disk of a stopped VM, a NIC (and its subnet IP)."""
 
 
 class InstanceState(StrEnum):
@@ -88,11 +110,20 @@ class Instance:
 @dataclass(frozen=True, slots=True)
 class InstanceStatus:
     instance: Instance | None
-    """None when the state is ``GONE``."""
+    """None when the state is ``GONE``, unless part of it still bills (``leftover``: a NIC
+    whose VM is gone), which ``terminate`` then deletes."""
     instance_id: str
     state: InstanceState
     exit_code: int | None = None
     detail: str = ""
+    leftover: Billing = Billing.NONE
+    """What still bills while the instance is not live (a provider sets it for an ended instance
+    whose VM, disk or NIC the cloud keeps); ignored while it is live."""
+
+    @property
+    def billing(self) -> Billing:
+        """What of the instance costs money now: ``COMPUTE`` while it is live, else ``leftover``."""
+        return Billing.COMPUTE if self.state.is_live else self.leftover
 
 
 @runtime_checkable

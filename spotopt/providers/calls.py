@@ -10,11 +10,12 @@ planner tries the next market), anything else a ``ProviderError`` naming the cal
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
 
 from spotopt.cloud_calls import MissingCredentials, Retry, error_codes
 from spotopt.errors import CapacityUnavailableError, CollectorError, ProviderError
-from spotopt.providers.base import InstanceState, InstanceStatus, LaunchSpec
+from spotopt.providers.base import Billing, InstanceState, InstanceStatus, LaunchSpec
 from spotopt.types import MarketKey
 
 T = TypeVar("T")
@@ -36,11 +37,12 @@ def provider_call(
     region: str | None = None,
 ) -> T:
     """``fn()`` under ``retry``. ``capacity(exc)`` names the capacity error an SDK exception
-    carries (None if it is not one); ``market`` (``market_label``) goes in that message.
+    carries (None if it is not one): such an error is never retried, whatever its HTTP status
+    (``Retry.run``'s ``final``); ``market`` (``market_label``) goes in that message.
     ``region`` goes in every message (``aws/us-east-1: ec2.run_instances failed: …``) where the
     API is regional and the call alone does not say where it failed (EC2)."""
     try:
-        return retry.run(fn, cloud, api, region)
+        return retry.run(fn, cloud, api, region, final=lambda exc: capacity(exc) is not None)
     except MissingCredentials:
         raise
     except CollectorError as exc:
@@ -68,8 +70,9 @@ def none_if_missing(fn: Callable[[], T], codes: frozenset[str] = frozenset()) ->
 def after_delete(before: InstanceStatus, ended: dict[str, InstanceStatus]) -> InstanceStatus:
     """What ``terminate`` reports once the delete is done: ``TERMINATED`` for an instance that
     was live; one that had ended (job exit, preemption) keeps how it ended, remembered in
-    ``ended`` because the cloud forgets a deleted instance."""
+    ``ended`` because the cloud forgets a deleted instance (or records the delete as ours).
+    Either way nothing of it bills any more."""
     if before.state.is_live:
         return InstanceStatus(before.instance, before.instance_id, InstanceState.TERMINATED, detail="deleted")
-    ended[before.instance_id] = before
-    return before
+    ended[before.instance_id] = replace(before, leftover=Billing.NONE)
+    return ended[before.instance_id]

@@ -25,10 +25,24 @@ Markets are region-wide (GCP prices are per region): without a zone, the provide
 region's zones that offer the machine (or accelerator) type, in name order, and falls through
 to the next zone on ``ZONE_RESOURCE_POOL_EXHAUSTED``; only when every zone is out of capacity
 (or a quota is exceeded, which holds in every zone) does it raise ``CapacityUnavailableError``.
+A ``rateLimitExceeded`` (HTTP 403) is neither: it is the API's request-rate limit, retried with
+backoff ("wait until some requests complete and try your request again": Compute Engine docs,
+"Troubleshooting bulk instance creation"; ``spotopt.cloud_calls.TRANSIENT_CODES``).
 
 The instance id is ``ZONE/NAME``. ``status`` reads the instance; once it is deleted, the zone's
 operations tell why: a ``compute.instances.preempted`` operation means ``PREEMPTED``, a delete
-means ``TERMINATED``, neither means ``GONE`` (GCP keeps operations for a limited time).
+means ``TERMINATED``, neither means ``GONE`` (GCP keeps operations for a limited time). The
+operations are asked for with the documented filter syntax only (``zoneOperations.list``
+``filter``: a field, one of ``= != > < <= >=``, a value; several expressions each in
+parentheses, joined by ``AND``/``OR``): ``(operationType = "compute.instances.preempted") OR
+(operationType = "delete")``, and the target link is compared exactly here. The reference
+documents ``:`` only as ``:*`` (is the key set), not as the substring match the official sample
+relies on.
+
+Billing (Compute Engine docs, "Stop and start a compute instance"): a stopped instance (status
+``TERMINATED``, what the guest's power-off at the end of the job leaves) is not charged for
+its vCPUs and memory, but its disks (and a static IP) are: an ended VM that still exists bills
+``STORAGE`` until ``terminate`` deletes it, with its boot disk (``autoDelete``).
 """
 
 from __future__ import annotations
@@ -45,6 +59,7 @@ from spotopt.catalog import GCP_ATTACHED_GPUS
 from spotopt.cloud_calls import Retry
 from spotopt.errors import CapacityUnavailableError, ProviderError
 from spotopt.providers.base import (
+    Billing,
     Instance,
     InstanceState,
     InstanceStatus,
@@ -61,14 +76,17 @@ from spotopt.types import MarketKey, MarketKind
 
 ZONE_EXHAUSTED = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"})
 """Operation error codes that mean "this zone has no capacity now": try the region's next zone."""
-QUOTA = frozenset({"QUOTA_EXCEEDED", "QUOTAEXCEEDED", "RATELIMITEXCEEDED"})
+QUOTA = frozenset({"QUOTA_EXCEEDED", "QUOTAEXCEEDED"})
 """Quota errors (the operation's ``QUOTA_EXCEEDED``, the HTTP 403 reason ``quotaExceeded``):
-capacity is unavailable to us in every zone of the region."""
+capacity is unavailable to us in every zone of the region. Not ``rateLimitExceeded``: that is a
+request rate, retried (module doc)."""
 LIVE = {"PROVISIONING": InstanceState.PENDING, "STAGING": InstanceState.PENDING}
 LIVE |= {"REPAIRING": InstanceState.PENDING, "RUNNING": InstanceState.RUNNING}
 """Instance statuses of a live VM; every other status (STOPPING, TERMINATED, SUSPENDING,
 SUSPENDED) is a VM that stopped: preempted if GCP says so, else the job ended and shut it down."""
 PREEMPTED_OP = "compute.instances.preempted"
+ENDING_OPS = f'(operationType = "{PREEMPTED_OP}") OR (operationType = "delete")'
+"""The ``zoneOperations.list`` filter of the operations that tell how an instance ended."""
 META = "spotopt-"
 """Prefix of the metadata keys holding the exact job, epoch, key, market and tags."""
 
@@ -344,14 +362,13 @@ class GcpProvider:
         return found
 
     def _history(self, zone: str, name: str) -> set[str]:
-        """Operation types GCP still keeps for this instance (``:`` matches a substring, so the
-        target link is compared exactly)."""
+        """The ending operations (``ENDING_OPS``) GCP still keeps for this instance, by type; the
+        target link is compared by its path, whatever host the API writes in it."""
         kinds = set()
-        flt = f"targetLink:instances/{name}"
+        target = f"/projects/{self.clients.project()}/zones/{zone}/instances/{name}"
         for page in self._pages(
-            "zoneOperations.list", lambda token: self.clients.zone_operations_page(zone, flt, token)
+            "zoneOperations.list", lambda token: self.clients.zone_operations_page(zone, ENDING_OPS, token)
         ):
-            target = f"/zones/{zone}/instances/{name}"
             kinds |= {op.operation_type for op in page.items if op.target_link.endswith(target)}
         return kinds
 
@@ -360,15 +377,21 @@ class GcpProvider:
     ) -> InstanceStatus:
         """A stopped or deleted instance (``instance`` None once deleted): the zone's operations
         say whether it was preempted or deleted; a stopped one otherwise ended by itself (the
-        start-up script powers it off after the job), a deleted one is unknown."""
+        start-up script powers it off after the job), a deleted one is unknown. One that still
+        exists bills its disks (module doc)."""
         kinds = self._history(zone, name)
+        left = Billing.STORAGE if instance is not None else Billing.NONE
         if PREEMPTED_OP in kinds:
-            return InstanceStatus(instance, instance_id, InstanceState.PREEMPTED, detail=detail)
+            return InstanceStatus(
+                instance, instance_id, InstanceState.PREEMPTED, detail=detail, leftover=left
+            )
         if "delete" in kinds:
-            return InstanceStatus(instance, instance_id, InstanceState.TERMINATED, detail=detail)
+            return InstanceStatus(
+                instance, instance_id, InstanceState.TERMINATED, detail=detail, leftover=left
+            )
         if instance is None:
             return InstanceStatus(None, instance_id, InstanceState.GONE, detail=detail)
-        return InstanceStatus(instance, instance_id, InstanceState.EXITED, detail=detail)
+        return InstanceStatus(instance, instance_id, InstanceState.EXITED, detail=detail, leftover=left)
 
     @staticmethod
     def _instance(vm: Any, zone: str) -> Instance | None:
