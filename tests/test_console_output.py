@@ -46,12 +46,24 @@ jobs:
     gpus: 1
 """
 
+AVAILABILITY = """\
+timestamp,cloud,region,zone,instance_type,available
+2020-02-01T00:00:00Z,aws,us-east-1,us-east-1a,p3.2xlarge,1
+2020-02-01T01:00:00Z,aws,us-east-1,us-east-1a,p3.2xlarge,0
+"""
+LIFETIMES = """\
+cloud,region,zone,instance_type,instance_id,launched_at,ended_at,end_reason
+aws,us-east-1,us-east-1a,p3.2xlarge,i-1,2020-02-01T00:00:00Z,2020-02-01T05:00:00Z,preempted
+"""
+
 # command → its arguments before --format ("{work}" is the test's directory). Exit 3 is allowed
 # where the command reports partial failure in its output (collect without credentials).
 COMMANDS: dict[str, tuple[list[str], set[int]]] = {
     "import aws-spot-history": ([str(EXAMPLES / "aws-spot-price-history.json")], {0}),
     "import azure-retail": ([str(EXAMPLES / "azure-retail-prices.json")], {0}),
     "import csv": ([str(EXAMPLES / "prices.csv")], {0}),
+    "import availability": (["{work}/availability.csv"], {0}),
+    "import lifetimes": (["{work}/lifetimes.csv"], {0}),
     "catalog list": ([], {0}),
     "prices show": ([], {0}),
     "prices cheapest": (["--gpu", "V100"], {0}),
@@ -65,6 +77,7 @@ COMMANDS: dict[str, tuple[list[str], set[int]]] = {
     "jobs cost": (["resnet"], {0}),
     "daemon run": (["--dry-run", "--state-dir", "{work}/state"], {0}),
     "daemon status": ([], {0}),
+    "daemon sweep": (["--dry-run", "--provider", "local", "--state-dir", "{work}/state"], {0}),
     "daemon replay": (["{work}/small.yaml", "--example"], {0}),
     "agent run-local": ([str(EXAMPLES / "train_numpy.py"), "--store", "{work}/store"], {0}),
     "collect": (["aws", "--dry-run"], {0, 3}),
@@ -116,6 +129,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
     env |= {"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull}
     env |= {"AWS_SHARED_CREDENTIALS_FILE": os.devnull}  # collect finds no credentials, quickly
     (work / "small.yaml").write_text(SMALL_JOBS)
+    (work / "availability.csv").write_text(AVAILABILITY)
+    (work / "lifetimes.csv").write_text(LIFETIMES)
     (work / "job.yaml").write_text(MANAGED_JOB)
     for name in ("import aws-spot-history", "import azure-retail", "import csv"):
         subprocess.run(
