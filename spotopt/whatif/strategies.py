@@ -221,8 +221,9 @@ class DeadlineRuleDecider:
         fastest = priced & (speed >= top[sim.job[idx]])
         return best_among(idx, np.where(fastest, per_step, np.nan), sim)
 
-    def _spot_order(self, t: int, st: SimState) -> list[list[int]]:
-        """Per job, the spot options to try now, in order (refused markets left out)."""
+    def _spot_now(self, t: int, st: SimState) -> Array:
+        """Per job, the spot option to try now (-1: none left): its one market's, or for
+        ``up-failover`` the cheapest per step of those that have not refused it in this tick."""
         sim = self.sim
         score = np.where(self.spot_mask, usd_per_step(self.tl, sim, t), np.nan)
         if self.rule != "up-failover":
@@ -232,12 +233,7 @@ class DeadlineRuleDecider:
             keep = np.zeros(sim.n_options, dtype=bool)
             keep[self.market_of[self.market_of >= 0]] = True
             score = np.where(keep, score, np.nan)
-        score = np.where(st.refused[sim.market], np.nan, score)
-        order = np.lexsort((np.arange(sim.n_options), score, sim.job))
-        out: list[list[int]] = [[] for _ in range(sim.n_jobs)]
-        for e in order[np.isfinite(score[order])].tolist():
-            out[int(sim.job[e])].append(e)
-        return out
+        return best_per_job(np.where(st.refused[sim.market], np.nan, score), sim)
 
     def __call__(self, t: int, state: SimState) -> Array:
         if self.start is None:
@@ -246,30 +242,34 @@ class DeadlineRuleDecider:
         g = tl.tick_h
         elapsed = (t - self.start) * g
         od = self._fastest_od(t)
-        spots = self._spot_order(t, state)
-        out = np.full(sim.n_jobs, -1, dtype=np.int64)
-        for j in np.flatnonzero(~state.done).tolist():
-            cur = int(state.option[j]) if state.alive[j] else -1
-            on_spot = cur >= 0 and not sim.on_demand[cur]
-            on_od = cur >= 0 and bool(sim.on_demand[cur])
-            spot = cur if on_spot else (spots[j][0] if spots[j] else -1)
-            deadline = float(sim.deadline_h[j])
-            if not np.isfinite(deadline) or od[j] < 0:
-                out[j] = spot if spot >= 0 else best_per_job(usd_per_step(tl, sim, t), sim)[j]
-                continue
-            speed = float(sim.steps_per_hour[od[j]] * sim.checkpoint_eff[od[j]])
-            whole, done = float(sim.work[j]) / speed, float(state.progress[j]) / speed
-            d = float(sim.restart_h[j])
-            want = "spot" if spot >= 0 else "none"
-            if self.rule != "greedy":
-                if done < whole * elapsed / deadline:
-                    want = "spot" if spot >= 0 else "od"
-                if on_od and (spot < 0 or done <= whole * (elapsed + 2 * d) / deadline):
-                    want = "od"
+        cur = np.where(state.alive, state.option, -1)
+        kind_od = sim.on_demand[np.maximum(cur, 0)]
+        on_spot, on_od = (cur >= 0) & ~kind_od, (cur >= 0) & kind_od
+        spot = np.where(on_spot, cur, self._spot_now(t, state))
+        deadline = sim.deadline_h
+        ruled = np.isfinite(deadline) & (od >= 0)
+        at = np.maximum(od, 0)
+        speed = sim.steps_per_hour[at] * sim.checkpoint_eff[at]
+        whole, done, d = sim.work / speed, state.progress / speed, sim.restart_h
+        with np.errstate(invalid="ignore", divide="ignore"):
+            line_now = whole * elapsed / deadline
+            line_ahead = whole * (elapsed + 2 * d) / deadline
+        want = np.where(spot >= 0, _SPOT, _NONE)
+        if self.rule != "greedy":
+            want = np.where(done < line_now, np.where(spot >= 0, _SPOT, _OD), want)
+            want = np.where(on_od & ((spot < 0) | (done <= line_ahead)), _OD, want)
+        with np.errstate(invalid="ignore"):
             time_left = np.floor((deadline - elapsed) / g + 1e-9) * g
-            if np.ceil((whole - done + 2 * d) / g - 1e-9) * g >= time_left and not on_spot:
-                want = "od"
-            if np.ceil((whole - done + d) / g - 1e-9) * g >= time_left:
-                want = "spot" if on_spot and state.restart_left_h[j] < 1e-3 else "od"
-            out[j] = {"spot": spot, "none": -1, "od": cur if on_od else int(od[j])}[want]
-        return out
+            net = np.ceil((whole - done + 2 * d) / g - 1e-9) * g >= time_left
+            hard = np.ceil((whole - done + d) / g - 1e-9) * g >= time_left
+        want = np.where(net & ~on_spot, _OD, want)
+        want = np.where(hard, np.where(on_spot & (state.restart_left_h < 1e-3), _SPOT, _OD), want)
+        out = np.select([want == _SPOT, want == _OD], [spot, np.where(on_od, cur, od)], -1)
+        free = ~ruled & ~state.done
+        if free.any():
+            fallback = np.where(spot >= 0, spot, best_per_job(usd_per_step(tl, sim, t), sim))
+            out = np.where(free, fallback, out)
+        return np.where(state.done, -1, out)
+
+
+_NONE, _SPOT, _OD = 0, 1, 2
