@@ -9,24 +9,31 @@ relaunch; a budget cap → over-budget with spend ≤ cap; a deadline spot canno
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import select
 
+from spotopt.checkpoints import AgentState, Location, read_heartbeat
 from spotopt.cloud_calls import MissingCredentials
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id_of
-from spotopt.db.models import InstanceLifetime, JournalEntry, Throughput
+from spotopt.db.models import DaemonTick, InstanceLifetime, JournalEntry, Market, Throughput
 from spotopt.errors import CapacityUnavailableError, ProviderError
+from spotopt.mover import daemon as daemon_module
 from spotopt.mover import jobs as jobstore
-from spotopt.mover.daemon import Daemon
+from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.eventlog import parse
+from spotopt.mover.executor import job_location
+from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import intervals
-from spotopt.mover.observed import PREEMPTION_ENDS
+from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity
 from spotopt.providers.base import DATABASE_TAG, Instance, LaunchSpec
 from spotopt.providers.local import LocalProvider
-from spotopt.types import MarketKey
+from spotopt.types import MarketKey, MarketKind
 from tests.mover_world import (
     AGENT_ENV,
     World,
@@ -327,3 +334,114 @@ def test_a_launch_without_credentials_fails_the_move_not_the_round(db: Database,
         report.opened == [move.id] and move.outcome == "failed" and "AWS credentials" in (move.detail or "")
     )
     assert world.job().state == "pending" and world.placements()[0].state == "failed"
+
+
+def test_a_notice_is_acted_on_at_the_next_poll_not_the_next_tick(world: World, tmp_path: Path) -> None:
+    world.prices(*world.markets.history())
+    jobstore.submit(world.db, world.markets.job_yaml(tmp_path))
+    started(world, 120)
+    (first,) = world.placements()
+    assert first.instance_id is not None
+    ticks = _ticks(world.db)
+    noticed_at = now()
+    assert isinstance(world.provider, LocalProvider)
+    world.provider.notify(first.instance_id, 30.0)
+    job = world.job()
+    world.until(
+        "the agent to stop on the notice",
+        lambda: _stopping(job_location(job), "mlp", first.epoch),
+        poll=False,
+    )
+    world.daemon.poll()  # one poll: the recovery is opened and its instance launched
+    recover = world.moves()[-1]
+    assert (recover.kind, recover.reason.split(":")[0]) == ("recover", "preempted")
+    new = world.placements()[-1]
+    assert new.id != first.id and new.state == "running" and new.started_at is not None
+    print(f"notice to new placement launched: {(new.started_at - noticed_at).total_seconds():.2f} s")
+    world.hold("mlp", 300)
+    world.until("the recovery", lambda: world.moves()[-1].outcome is not None)
+    assert world.moves()[-1].outcome == "done" and world.moves()[-1].checkpoint_step == 120
+    assert _ticks(world.db) == ticks  # no planning round was needed
+    assert world.placements()[0].end_reason == "noticed"  # a preemption, in the lifetimes too
+    with world.db.session() as session:
+        life = session.query(InstanceLifetime).filter_by(instance_ref=first.key).one()
+        assert life.end_reason == "preempted"
+    world.release("mlp")
+    world.until("the job to finish", lambda: world.job().state == "done")
+    assert np.array_equal(np.load(tmp_path / "mlp-out" / "weights.npy"), uninterrupted_weights(tmp_path))
+
+
+def _ticks(db: Database) -> int:
+    with db.session() as session:
+        return session.query(DaemonTick).count()
+
+
+def _stopping(loc: Location, name: str, epoch: int) -> bool:
+    beat = read_heartbeat(loc, name, epoch)
+    return beat is not None and beat.state in (AgentState.STOPPING, AgentState.STOPPED)
+
+
+def test_a_launch_refused_for_capacity_starts_on_the_next_market_in_the_same_round(
+    db: Database, tmp_path: Path
+) -> None:
+    world = make_world(db, tmp_path)
+    no_capacity = CapacityUnavailableError("InsufficientInstanceCapacity in us-east-1b")
+    world.provider = RefusedIn(tmp_path / "local", "us-east-1b", no_capacity)
+    world.daemon = Daemon(db, world.provider, world.settings, agent_env=AGENT_ENV)
+    try:
+        world.prices(
+            spot("us-east-1a", 0.9, a_day_ago()),
+            spot("us-east-1b", 0.3, a_day_ago()),
+            on_demand(3.06, a_day_ago()),
+        )
+        jobstore.submit(db, job_yaml(tmp_path))
+        world.hold("mlp", 30)
+        report = world.daemon.tick()
+        assert [(d["kind"], "/us-east-1b/" in d["to"]) for d in report.decisions] == [
+            ("start", True),
+            ("start", False),
+        ]
+        assert "/us-east-1a/" in report.decisions[1]["to"]
+        refused, started_ = world.moves()
+        assert refused.outcome == "failed" and (refused.detail or "").startswith("no capacity")
+        assert world.placements()[-1].state == "running" and "us-east-1a" in started_.reason
+        assert [(z, up) for z, _t, _s, up, *_ in stored_capacity(db)] == [
+            ("us-east-1a", True),
+            ("us-east-1b", False),
+        ]
+        world.until("the job to run", lambda: world.job().state == "running")
+    finally:
+        world.stop_all()
+
+
+def test_the_daemon_decides_with_the_capacity_it_observed(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The core gets the capacity recorded before now, sampled at the planning period, as the
+    # what-if's ``spotopt`` strategy gets it (``Availability.known``): here spot refused a launch
+    # every hour for two days, then nothing was recorded for the last three hours.
+    world = make_world(db, tmp_path)
+    world.prices(spot("us-east-1a", 0.9, a_day_ago() - timedelta(days=2)), on_demand(3.06, a_day_ago()))
+    jobstore.submit(db, job_yaml(tmp_path, deadline="12h"))
+    settings = DaemonSettings(period_h=1.0, guardrails=Guardrails(min_dwell_h=0.0))
+    at = now()
+    dry = Daemon(db, None, settings, clock=lambda: at)
+    seen: list[Any] = []
+    monkeypatch.setattr(daemon_module, "decide", lambda _s, opts, *_a: seen.append(opts.availability) or [])
+    dry.tick()
+    assert seen == [None]  # nothing observed: every priced market is taken as available
+    with db.session() as session:
+        spot_id = session.scalar(select(Market.id).where(Market.kind == MarketKind.SPOT))
+        assert spot_id is not None
+        for hours in range(50, 2, -1):
+            record_capacity(session, spot_id, at - timedelta(hours=hours, minutes=30), available=False)
+        record_capacity(session, spot_id, at - timedelta(hours=2, minutes=30), available=True)
+    dry.tick()
+    av = seen[-1]
+    assert av is not None and av.step_h == 1.0 and not av.refused.any()
+    spot_row = int(np.flatnonzero(av.observed)[0])
+    assert av.observed.tolist().count(True) == 1
+    # Each step holds what was recorded before it: out ... out, then the last record (up).
+    assert av.history[spot_row, -3:].tolist() == [1.0, 1.0, 1.0]
+    assert av.history[spot_row, -5:-3].tolist() == [0.0, 0.0]
+    assert np.isnan(av.history[spot_row, :-52]).all() and (av.history[spot_row, -51:-3] == 0).all()

@@ -4,6 +4,7 @@ same state and market, make the same choices through ``spotopt.mover.core.decide
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -166,3 +167,39 @@ def test_a_job_no_policy_can_place_does_not_stop_the_others() -> None:
     moves = decide(state, opts, Guardrails(), memory)
     assert {state.names[m.job] for m in moves} >= {"resnet", "a3c"}
     assert any("no policy solution" in n for n in memory.notes)
+
+
+def test_a_recovery_takes_the_market_that_became_cheaper_not_its_old_one() -> None:
+    # Issue 20: a job whose instance died after a market 4x cheaper appeared was relaunched on
+    # its old $0.80/h market. Its old market's expected speed is a little higher only because
+    # the job's life there taught the rate estimate it preempts less (0.01/h against 0.05/h).
+    at = AT
+    rows = [
+        ("us-east-1a", "spot", 0.80, 0.01),
+        ("us-east-1b", "spot", 0.20, 0.05),
+        (None, "on-demand", 3.06, 0.0),
+    ]
+    markets = [
+        MarketState(
+            Quote(i + 1, "aws", "us-east-1", zone, "p3.2xlarge", kind, "V100-16GB", 1, usd, at, "t"),
+            rate,
+            "default" if rate else "on-demand",
+            None,
+        )
+        for i, (zone, kind, usd, rate) in enumerate(rows)
+    ]
+    spec = parse_jobs(
+        {"jobs": [{"name": "mlp", "throughput": {"V100": 1.0}, "work": {"steps": 40000}, "deadline": "40h"}]}
+    )
+    table = enumerate_options(spec, markets, at)
+    state, opts = initial_state(spec, table, markets, at)
+    old, cheap = (int(opts.key[opts.market == m][0]) for m in (0, 1))
+    assert opts.steps_per_hour[opts.market == 0][0] > opts.steps_per_hour[opts.market == 1][0]
+    guard, memory = Guardrails(min_dwell_h=0.0), Memory()
+    without_cheap = replace(opts, usd_per_hour=np.where(opts.market == 1, np.nan, opts.usd_per_hour))
+    assert [m.to for m in decide(state, without_cheap, guard, memory)] == [old]
+    state.option[0], state.location[0], state.dwell_h[0], state.clock_h = old, 0, 1.0, 1.0
+    decide(state, opts, guard, memory)  # the cheaper market appears
+    state.lost[0] = True  # the instance dies
+    (recovery,) = decide(state, opts, guard, memory)
+    assert (recovery.reason, recovery.to) == ("preempted", cheap)

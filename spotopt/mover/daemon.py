@@ -42,17 +42,17 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spotopt.db.engine import Database
-from spotopt.db.models import DaemonTick, ManagedJob, Meta, Placement
+from spotopt.db.models import DaemonTick, JobMove, ManagedJob, Meta, Placement
 from spotopt.db.queries import MarketFilter
 from spotopt.jobspec import Job, JobSpec
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.core import Memory, decide
 from spotopt.mover.eventlog import log_event
-from spotopt.mover.executor import Executor, Observation, Timeouts, open_move_jobs, utcnow
+from spotopt.mover.executor import NO_CAPACITY, Executor, Observation, Timeouts, open_move_jobs, utcnow
 from spotopt.mover.fleet import FleetState, Move
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
-from spotopt.mover.market_view import MarketView, market_view
+from spotopt.mover.market_view import MarketView, market_availability, market_view
 from spotopt.plan import location_index, option_key
 from spotopt.providers.base import Provider
 from spotopt.throughput_store import stored_figures
@@ -62,6 +62,9 @@ MEMORY_KEY = "mover_memory"
 """``meta`` row holding the decision core's ``Memory`` (JSON)."""
 ACTIVE = ("pending", "running", "recovering")
 """Job states the decision core plans for (the others are under way or final)."""
+LAUNCH_ATTEMPTS = 4
+"""Decisions per round for a job whose launch was refused for capacity (each tries the
+next-best market, the refused ones out); past them the job waits for the next round."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,10 @@ class DaemonSettings:
     clouds: tuple[str, ...] | None = None
     """Plan with the markets of these clouds only (None: every market). The CLI leaves out a
     cloud whose provider cannot be built (no credentials, a setting missing)."""
+    recover_at_poll: bool = True
+    """Place a job that lost its instance or got a notice at the next poll (seconds), not the
+    next tick. The replay turns it off while the what-if engine still places a preempted job
+    again only at the next tick (``spotopt.whatif.engine``), so the two keep agreeing."""
 
     def __post_init__(self) -> None:
         if self.clouds is not None and not self.clouds:  # an empty filter would mean "all"
@@ -148,16 +155,21 @@ class Daemon:
     # -- rounds ------------------------------------------------------------------------------
 
     def poll(self) -> None:
-        """The frequent round: carry open moves on, notice finished, lost or warned jobs, and
-        stop any job a price spike would take past its budget."""
+        """The frequent round: carry open moves on, notice finished, lost or warned jobs, stop
+        any job a price spike would take past its budget, and place at once the jobs that must
+        be placed (a notice, a lost instance, a job never started): through the same decision
+        as a tick, acting on those jobs' moves only (voluntary moves wait for the period)."""
         if self.executor is None or self.dry_run:
             return
         self.executor.advance_all()
-        for name, obs in self._watch().items():
+        observed = self._watch()
+        for name, obs in observed.items():
             if obs.finished or obs.failed or obs.lost or obs.notice:
                 self._react(name, obs)
         # Budgets every poll, not only every period: a price spike is caught within seconds.
         self._enforce_budgets()
+        if self.settings.recover_at_poll and self._must_place(observed):
+            self._place(TickReport(self.clock()), observed, forced_only=True)
         self.executor.advance_all()
 
     def tick(self) -> TickReport:
@@ -176,7 +188,7 @@ class Daemon:
         if not self.dry_run:
             self._stop_cancelled()
             self._enforce_budgets()
-        self._decide(report, observed)
+        self._place(report, observed)
         if self.executor is not None and not self.dry_run:
             report.open_moves = self.executor.advance_all()
         with self.db.session() as session:
@@ -277,7 +289,57 @@ class Daemon:
 
     # -- deciding ----------------------------------------------------------------------------
 
-    def _decide(self, report: TickReport, observed: dict[str, Observation]) -> None:
+    def _must_place(self, observed: dict[str, Observation]) -> bool:
+        """Whether a poll has a forced placement to make: a running job lost its instance or got
+        a notice, or a job waits that no round has tried to place yet (a job whose start or
+        recovery failed waits for the next tick: each round already tried every market that
+        was open, ``_place``)."""
+        if any(obs.lost or obs.notice for obs in observed.values()):
+            return True
+        with self.db.session() as session:
+            tried = select(JobMove.job_id)
+            return (
+                session.scalar(
+                    select(func.count())
+                    .select_from(ManagedJob)
+                    .where(ManagedJob.state == "pending", ManagedJob.id.not_in(tried))
+                )
+                or 0
+            ) > 0
+
+    def _place(
+        self, report: TickReport, observed: dict[str, Observation], *, forced_only: bool = False
+    ) -> None:
+        """Decide and launch; a launch refused for capacity is decided again at once with that
+        market out (``Executor.unavailable_markets``), up to ``LAUNCH_ATTEMPTS`` decisions a
+        round, so the job goes to the next-best market in the same round."""
+        retry: set[str] | None = None
+        for _ in range(LAUNCH_ATTEMPTS):
+            opened = self._decide(report, observed, forced_only=forced_only, only=retry)
+            if self.executor is None or self.dry_run or not opened:
+                return
+            self.executor.advance_all()
+            with self.db.session() as session:
+                retry = set(
+                    session.scalars(
+                        select(ManagedJob.name)
+                        .join(JobMove, JobMove.job_id == ManagedJob.id)
+                        .where(JobMove.id.in_(opened), JobMove.detail.like(f"{NO_CAPACITY}%"))
+                    )
+                )
+            if not retry:
+                return
+
+    def _decide(
+        self,
+        report: TickReport,
+        observed: dict[str, Observation],
+        *,
+        forced_only: bool = False,
+        only: set[str] | None = None,
+    ) -> list[int]:
+        """Decide for every job through the core; act on the moves of ``only`` (None: all), and
+        with ``forced_only`` on forced placements only. The moves opened."""
         now = self.clock()
         with self.db.session() as session:
             busy = open_move_jobs(session)
@@ -289,7 +351,7 @@ class Daemon:
                 if j.id not in busy and not observed.get(j.name, Observation()).finished
             ]
             if not jobs:
-                return
+                return []
             specs = [_absolute_deadline(jobstore.job_spec(j), j.created_at) for j in jobs]
             current = {
                 p.id: p
@@ -313,13 +375,29 @@ class Daemon:
             )
             state = self._fleet_state(session, jobs, specs, placements, view, locations, observed, now)
             memory = self._memory(session)
-        opts = self._without_unavailable(view)
+            refused = self._refused(view)
+            running = np.isin(
+                [m.quote.market_id for m in view.markets],
+                [p.market_id for p in current.values() if p.state == "running"],
+            )
+            availability = market_availability(
+                session, view.markets, now, self.settings.period_h, refused, running
+            )
+        opts = replace(self._without(view, refused), availability=availability)
         moves = decide(state, opts, self.settings.guardrails, memory, self.settings.policy)
         if not self.dry_run:
             with self.db.session() as session:
                 _save_memory(session, memory)
+        opened: list[int] = []
         for mv in moves:
-            self._act(report, jobs[mv.job], placements.get(jobs[mv.job].id), mv, view, opts)
+            if forced_only and not state.forced[mv.job]:
+                continue
+            if only is not None and state.names[mv.job] not in only:
+                continue
+            move_id = self._act(report, jobs[mv.job], placements.get(jobs[mv.job].id), mv, view, opts)
+            if move_id is not None:
+                opened.append(move_id)
+        return opened
 
     def _fleet_state(
         self,
@@ -395,17 +473,19 @@ class Daemon:
             clock_h=now.timestamp() / 3600.0,
         )
 
-    def _without_unavailable(self, view: MarketView) -> Any:
-        """The view's options with recently refused markets priced NaN (unavailable)."""
-        if self.executor is None:
-            return view.options
-        refused = self.executor.unavailable_markets()
-        if not refused:
-            return view.options
+    def _refused(self, view: MarketView) -> Any:
+        """Per market of ``view``: a launch there was refused recently (``Executor.unavailable_markets``)."""
+        marks = self.executor.unavailable_markets() if self.executor is not None else set()
+        return np.isin([m.quote.market_id for m in view.markets], list(marks))
+
+    @staticmethod
+    def _without(view: MarketView, refused: Any) -> Any:
+        """The view's options with the ``refused`` markets priced NaN (unavailable): the move
+        test of jobs the capacity rule does not decide must not pick them again either."""
         opts = view.options
-        ids = np.array([view.markets[m].quote.market_id for m in opts.market], dtype=np.int64)
-        price = np.where(np.isin(ids, list(refused)), np.nan, opts.usd_per_hour)
-        return replace(opts, usd_per_hour=price)
+        if not refused.any():
+            return opts
+        return replace(opts, usd_per_hour=np.where(refused[opts.market], np.nan, opts.usd_per_hour))
 
     def _act(
         self,
@@ -415,7 +495,7 @@ class Daemon:
         mv: Move,
         view: MarketView,
         opts: Any,
-    ) -> None:
+    ) -> int | None:
         e = int(opts.position(np.array([mv.to]))[0])
         market = view.markets[int(opts.market[e])]
         info = view.table.infos[int(np.searchsorted(view.table.key, mv.to))]
@@ -440,7 +520,7 @@ class Daemon:
         report.decisions.append(decision)
         log_event("decide", dry_run=self.dry_run, **decision)
         if self.dry_run or self.executor is None:
-            return
+            return None
         move_id = self.executor.open_move(
             job.name,
             kind,
@@ -454,6 +534,7 @@ class Daemon:
         )
         if move_id is not None:
             report.opened.append(move_id)
+        return move_id
 
     # -- records -----------------------------------------------------------------------------
 

@@ -93,6 +93,9 @@ STEPS: dict[str, tuple[str, ...]] = {
 
 JOB_STATE_DURING = {"start": "launching", "move": "moving", "recover": "recovering"}
 UNAVAILABLE_KEY = "mover_unavailable"
+NO_CAPACITY = "no capacity: "
+"""How the detail of a move whose launch was refused for capacity begins (the daemon decides
+such a job again in the same round)."""
 """``meta`` row: market id → until when (ISO) a market that refused capacity is skipped."""
 
 
@@ -424,7 +427,7 @@ class Executor:
                 record_capacity(session, move.market_id, self.clock(), available=False)
             self._end_placement(placement_id, "failed", "capacity")
             self._mark_unavailable(move.market_id)
-            self._finish(move_id, "aborted" if move.kind == "move" else "failed", f"no capacity: {exc}")
+            self._finish(move_id, "aborted" if move.kind == "move" else "failed", f"{NO_CAPACITY}{exc}")
             return False
         except LostLeadership:
             raise
@@ -501,7 +504,10 @@ class Executor:
     def _terminate_old(self, move_id: int) -> bool:
         move, _job = self._load(move_id)
         if move.from_placement_id is not None:
-            self._terminate(move, move.from_placement_id, "terminate-old")
+            # A recovery still finding its old instance up was opened on the cloud's notice (the
+            # daemon acts at the next poll, before the reclaim): a preemption, ended by us.
+            ended = "noticed" if move.kind == "recover" else "terminated"
+            self._terminate(move, move.from_placement_id, "terminate-old", ended)
         return self._next(move_id)
 
     def _confirm(self, move_id: int) -> bool:
@@ -528,16 +534,16 @@ class Executor:
         self._finish(move.id, "failed" if moved_lease else "aborted", detail)
         return False
 
-    def _terminate(self, move: JobMove, placement_id: int, action: str) -> None:
+    def _terminate(self, move: JobMove, placement_id: int, action: str, ended: str = "terminated") -> None:
         placement = self._placement(placement_id)
         if placement.instance_id is not None:
             instance_id = placement.instance_id
             status = self._effect(
                 move, action, lambda _key: self.provider.terminate(instance_id), instance=instance_id
             )
-            reason = "preempted" if status.state is InstanceState.PREEMPTED else "terminated"
+            reason = "preempted" if status.state is InstanceState.PREEMPTED else ended
         else:
-            reason = "terminated"
+            reason = ended
         self._end_placement(placement_id, "ended", reason)
 
     # -- helpers -----------------------------------------------------------------------------

@@ -117,6 +117,20 @@ class Availability:
     step_h: float
     refused: Array
 
+    @classmethod
+    def known(
+        cls, observed: Array, seen: Array, step_h: float, refused: Array, running: Array
+    ) -> Availability:
+        """What a decider knows now: ``seen`` (``(M, H)``, what was recorded before each step,
+        the last step now) corrected by its own launches: a market ``refused`` just now is out,
+        one it has an instance ``running`` on is available. The what-if's ``spotopt`` strategy
+        and the daemon both build their ``Availability`` here."""
+        history = np.array(seen, dtype=float, copy=True)
+        if history.shape[1]:
+            history[refused, -1] = 0.0
+            history[running, -1] = 1.0
+        return cls(np.asarray(observed, dtype=bool), history, step_h, np.asarray(refused, dtype=bool))
+
 
 @dataclass(frozen=True)
 class Options:

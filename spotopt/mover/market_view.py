@@ -5,7 +5,9 @@ the daemon builds them here from the SQL history at the moment it decides: the s
 (``spotopt.market.snapshot``: prices and preemption rates known then), the options of the jobs
 (``spotopt.plan.enumerate_options``, the builder ``spotopt plan`` uses) and, per market, the
 forecast of ``spotopt.mover.forecast`` learnt from the ``history_h`` hours before ``at``, sampled
-every planning period as the what-if engine samples its ticks. Nothing after ``at`` is read.
+every planning period as the what-if engine samples its ticks, and the markets' spot capacity as
+recorded before ``at`` (``market_availability``: the what-if's ``Capacity.seen``, over the same
+look-back). Nothing after ``at`` is read.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from spotopt.db.models import PricePoint
-from spotopt.db.queries import MarketFilter, prices_at
+from spotopt.db.queries import MarketFilter, capacity_history, prices_at
 from spotopt.jobspec import JobSpec
 from spotopt.market import MarketState, snapshot
-from spotopt.mover.fleet import Options
+from spotopt.mover.fleet import Availability, Options
 from spotopt.mover.forecast import forecast, step_prices
 from spotopt.plan import OptionTable, enumerate_options, price_options
 from spotopt.throughput import StoredFigure
+from spotopt.whatif.timeline import Capacity
 
 Array = np.ndarray[Any, Any]
 
@@ -35,7 +38,12 @@ FORECAST_STEP_MIN_H = 0.5
 with a period of seconds (tests, demos) would otherwise sample 30 days into millions of steps.
 Prices change hourly at the finest, so a half-hour step loses nothing."""
 HISTORY_H = 30 * 24.0
-"""Hours of history the forecast learns excursion lengths from (its baseline uses its own 72 h)."""
+"""Hours of history the forecast learns excursion lengths from (its baseline uses its own 72 h),
+and the capacity rule outage and run lengths."""
+CAPACITY_STEPS_MAX = 4096
+"""Capacity is sampled at the planning period itself (the capacity rule's tables tick at it),
+over ``HISTORY_H`` or this many steps, whichever is shorter: a daemon run with a period of
+seconds (tests, demos) learns from its last few hours rather than from millions of steps."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,36 @@ def market_view(
     baseline, revert = market_forecast(session, markets, at, period_h, history_h, flt)
     opts = price_options(table, markets, at, locations, baseline, revert)
     return MarketView(at, markets, table, opts)
+
+
+def market_availability(
+    session: Session,
+    markets: Sequence[MarketState],
+    at: datetime,
+    step_h: float,
+    refused: Array,
+    running: Array,
+    history_h: float = HISTORY_H,
+) -> Availability | None:
+    """The spot capacity known at ``at`` of ``markets`` (``None``: none observed): per step of
+    ``step_h`` hours ending at ``at`` what had been recorded before it (``Capacity.seen``, the
+    what-if's own rule), corrected by the caller's launches (``refused``/``running``, masks over
+    ``markets``; ``Availability.known``)."""
+    spot = {m.quote.market_id: i for i, m in enumerate(markets) if m.quote.market == "spot"}
+    n_steps = min(int(np.floor(history_h / step_h + 1e-9)) + 1, CAPACITY_STEPS_MAX)
+    since = at - timedelta(hours=(n_steps - 1) * step_h)
+    rows = capacity_history(session, list(spot), since, at)
+    if not rows:
+        return None
+    cap = Capacity.from_observations(
+        len(markets),
+        n_steps,
+        step_h,
+        np.array([spot[r.market_id] for r in rows], dtype=np.int64),
+        np.array([(r.observed_at - since).total_seconds() / 3600.0 for r in rows]),
+        np.array([r.available for r in rows], dtype=bool),
+    )
+    return Availability.known(cap.observed, cap.seen, step_h, refused, running)
 
 
 def market_forecast(

@@ -41,7 +41,8 @@ job on an option that is no longer affordable moves at once (reason ``deadline``
 policy's target if a faster affordable spot option, else to the faster affordable spot option
 cheapest per step now (none: it stays, and deadline safety is the last resort); voluntary
 moves only go to affordable options, and a job with a deadline never goes back to a slower
-option, by choice or after a preemption (its slow leg is over). So the switch from the slow to
+option, by choice or after a preemption (its slow leg is over; after a preemption an option
+within ``SAME_LEG_SPREAD`` of the lost one's speed is the same leg). So the switch from the slow to
 the fast leg happens in time whatever the policy's re-solve period.
 
 **Forced placements** (a job not yet started, a preemption notice, a lost instance, a market
@@ -95,6 +96,13 @@ def move_cost_usd(state: FleetState, opts: Options, cur: Array) -> Array:
     )
     return np.asarray((state.restart_h[j] + redo_h) * opts.usd_per_hour + egress)
 
+
+SAME_LEG_SPREAD = 0.05
+"""A job replacing a lost instance takes any option at most this much slower than the one it
+ran on as the same leg: expected speeds differ by their markets' preemption discounts, not by
+their GPUs, and a market the job has run on a while looks faster than a fresh one only because
+its rate estimate has learnt from that life (the capacity rule's ``POOL_SPREAD`` for the same
+reason). Without it a recovery went back to its old market when a 4x cheaper one had appeared."""
 
 RESERVE_SIGMAS = 3.0
 """How many standard deviations of preemption losses a deadline plan keeps in reserve."""
@@ -243,7 +251,7 @@ def plan_moves(
                 pool = pool[od[pool]]
             else:
                 if c >= 0 and np.isfinite(state.deadline_h[j]):  # replacing an instance: no slower leg
-                    fast = opts.steps_per_hour[pool] >= opts.steps_per_hour[c] * (1 - 1e-9)
+                    fast = opts.steps_per_hour[pool] >= opts.steps_per_hour[c] * (1 - SAME_LEG_SPREAD)
                     pool = pool[fast] if fast.any() else pool
                 if affordable[pool].any():
                     pool = pool[affordable[pool]]

@@ -195,7 +195,11 @@ def replay_daemon(
             jobstore.submit(db, _managed_spec(job.model_dump(mode="json"), rates, workdir), now=start)
         provider = LocalProvider(workdir / "local", grace_s=5.0)
         guard = Guardrails(period_h=request.tick_h)
-        settings = DaemonSettings(period_h=request.tick_h, guardrails=guard, timeouts=Timeouts())
+        # The what-if engine places a preempted job again at the next tick: the replayed daemon
+        # does the same (``DaemonSettings.recover_at_poll``) so that the two stay comparable.
+        settings = DaemonSettings(
+            period_h=request.tick_h, guardrails=guard, timeouts=Timeouts(), recover_at_poll=False
+        )
         env = {**AGENT_ENV, CLOCK_ENV: str(clock.path)}
         daemon = Daemon(db, provider, settings, clock=clock.now, agent_env=env)
         cloud = notices(result.timeline, result.events)

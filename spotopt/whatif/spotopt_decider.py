@@ -96,11 +96,11 @@ class SpotoptDecider:
         cap = self.tl.capacity
         if cap is None:
             return None
-        seen = cap.seen[:, : t + 1].copy()
-        seen[st.refused, -1] = 0.0
-        running = self.sim.market[st.option[st.alive & (st.option >= 0)]]
-        seen[running, -1] = 1.0
-        return Availability(cap.observed, seen, self.tl.tick_h, st.refused.copy())
+        running = np.zeros(self.tl.n_markets, dtype=bool)
+        running[self.sim.market[st.option[st.alive & (st.option >= 0)]]] = True
+        return Availability.known(
+            cap.observed, cap.seen[:, : t + 1], self.tl.tick_h, st.refused.copy(), running
+        )
 
     def options(self, t: int, sub: Array, rates: Array | None = None) -> Options:
         """Options ``sub`` (sorted ``SimJobs`` indices) priced at tick ``t``, with the markets'
