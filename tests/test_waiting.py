@@ -160,7 +160,7 @@ def test_a_job_waits_when_its_slack_covers_the_outages_ahead_and_pays_when_it_do
 
 def test_the_chain_is_learnt_from_the_runs_seen() -> None:
     series = np.array([1.0] * 10 + [0.0] * 2 + [1.0] * 10 + [0.0] * 2 + [np.nan] * 3)
-    chain = chain_from_history(series, series, 1.0)
+    chain = chain_from_history(series, series, 1.0, 1.0)
     # 20 h up over 2 losses (+ the prior's 24 h over 1), 4 h down over 1 return (+ 1 h over 1).
     assert chain.p_lose == pytest.approx(1 - math.exp(-1 / ((20 + 24) / 3)))
     assert chain.p_back == pytest.approx(1 - math.exp(-1 / ((4 + 1) / 2)))
@@ -236,3 +236,14 @@ def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
     assert moves == [] and decided.tolist() == [True]
     moves, decided = capacity_moves(_fleet(-1, math.inf), _options(flaky, np.zeros(3, dtype=bool)), guard)
     assert moves == [] and decided.tolist() == [False]
+
+
+def test_a_month_long_job_on_a_daemon_polling_every_few_seconds_gets_a_small_table() -> None:
+    tick = waiting.table_tick_h(5 / 3600, 30 * 24.0, 0.2)
+    assert tick == pytest.approx(30 * 24.0 / waiting.MAX_TICKS)
+    job = Job(tick, 0.2, 0.97, 3.06)
+    chain = chain_from_history(np.array([1.0, 1.0, 0.0, 1.0]), np.zeros(0), 5 / 3600, tick)
+    ticks = int(30 * 24.0 / tick)
+    assert waiting.decide(job, chain, ticks, 100.0, IDLE, 0.0, True) == SPOT
+    table = waiting._tables(job, chain.rounded(), ticks, waiting.MAX_SLACK_UNITS - 1)
+    assert table.nbytes <= 40e6

@@ -73,21 +73,23 @@ def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple
         per_step = opts.usd_per_hour / opts.steps_per_hour
         spot_pick = int(open_pool[np.argmin(per_step[open_pool])]) if len(open_pool) else -1
         market = int(opts.market[c]) if mode == waiting.SPOT else int(opts.market[max(spot_pick, pool[0])])
+        tick_h = waiting.table_tick_h(guard.period_h, float(state.deadline_h[j]), float(state.restart_h[j]))
         chain = waiting.chain_from_history(
             _pool_history(av, opts.market[pool]),
             av.history[market] if av.observed[market] else np.zeros(0),
             av.step_h,
+            tick_h,
         )
         # Prices per instance-hour: the tables price the pool's preemptions themselves (the
         # options' expected speeds carry them too, and move with every learnt rate).
         job = waiting.Job(
-            guard.period_h,
+            tick_h,
             float(state.restart_h[j]),
             float(f"{opts.usd_per_hour[pool].min():.3g}"),
             float(f"{opts.usd_per_hour[od_pick]:.3g}"),
         )
-        ticks = int(np.floor(state.deadline_h[j] / guard.period_h + 1e-9))
-        slack_h = ticks * guard.period_h - float(state.remaining_steps[j]) / od_speed
+        ticks = int(np.floor(state.deadline_h[j] / tick_h + 1e-9))
+        slack_h = ticks * tick_h - float(state.remaining_steps[j]) / od_speed
         restart_left = max(float(state.restart_h[j] - state.dwell_h[j]), 0.0) if live else 0.0
         action = waiting.decide(
             job, chain, ticks, slack_h, mode, restart_left, mode == waiting.SPOT or spot_pick >= 0

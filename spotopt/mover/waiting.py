@@ -65,29 +65,44 @@ class Chain:
         return Chain(snap(self.p_lose), snap(self.p_back), snap(self.p_switch))
 
 
-def chain_from_history(pool: Array, market: Array, tick_h: float) -> Chain:
+def chain_from_history(pool: Array, market: Array, step_h: float, tick_h: float) -> Chain:
     """The chain from the capacity seen so far: ``pool[k]`` is 1 when some market of the pool
     was seen available at step ``k`` (0 none, NaN unknown), ``market`` the same for the market
-    a spot instance would run on; steps ``tick_h`` apart. Mean run lengths with a prior
-    (``PRIOR_*``), turned into per-tick probabilities."""
-    lose = _rate(pool, tick_h)
-    own = _rate(market, tick_h) if len(market) else lose
+    a spot instance would run on; steps ``step_h`` apart. Mean run lengths with a prior
+    (``PRIOR_*``), turned into probabilities per tick of ``tick_h``."""
+    lose = _rate(pool, step_h)
+    own = _rate(market, step_h) if len(market) else lose
     p_lose = 1.0 - math.exp(-tick_h / lose[0])
     p_back = 1.0 - math.exp(-tick_h / lose[1])
     p_own = 1.0 - math.exp(-tick_h / own[0])
     return Chain(p_lose, p_back, max(p_own - p_lose, 0.0))
 
 
-def _rate(series: Array, tick_h: float) -> tuple[float, float]:
+def _rate(series: Array, step_h: float) -> tuple[float, float]:
     """Mean up-run and down-run lengths (hours) of a 0/1/NaN series, with the prior."""
     known = series[np.isfinite(series)] > 0.5
-    up_h = float(known.sum()) * tick_h
-    down_h = float((~known).sum()) * tick_h
+    up_h = float(known.sum()) * step_h
+    down_h = float((~known).sum()) * step_h
     flips = np.diff(known.astype(np.int8))
     ups, downs = int((flips == 1).sum()), int((flips == -1).sum())
     mean_up = (up_h + PRIOR_UP_H * PRIOR_WEIGHT) / (downs + PRIOR_WEIGHT)
     mean_down = (down_h + PRIOR_DOWN_H * PRIOR_WEIGHT) / (ups + PRIOR_WEIGHT)
     return mean_up, mean_down
+
+
+MAX_TICKS = 512
+MAX_RESTART_UNITS = 16
+MAX_SLACK_UNITS = 1024
+"""A table covers at most this many ticks, units of restart and units of slack (about 37 MB at
+most, a few MB for Can't Be Late's setting); a job with more slack than a table holds decides
+as one with that much (more slack only ever favours waiting for spot)."""
+
+
+def table_tick_h(period_h: float, deadline_h: float, restart_h: float) -> float:
+    """The tables' tick: the planning period, coarser where the deadline is more than
+    ``MAX_TICKS`` periods away or the restart more than ``MAX_RESTART_UNITS`` units long (a
+    daemon polling every few seconds decides on a 30-day job with a tick of hours)."""
+    return max(period_h, deadline_h / MAX_TICKS, restart_h * UNITS_PER_TICK / MAX_RESTART_UNITS)
 
 
 @dataclass(frozen=True)
@@ -109,6 +124,8 @@ def decide(
     r = max(round(job.restart_h / unit), 0)
     if ticks_left <= 0 or (slack < r and mode == IDLE) or slack < 0:
         return ON_DEMAND  # no slack left for waiting or a spot restart: finish as soon as it can
+    slack = min(slack, MAX_SLACK_UNITS - 1)
+    ticks_left = min(ticks_left, MAX_TICKS)
     table = _tables(job, chain.rounded(), ticks_left, slack)
     rho = min(math.ceil(restart_left_h / unit - 1e-9), r)
     state = 0 if mode == IDLE else (1 + rho if mode == SPOT else r + 2 + rho)
@@ -127,7 +144,7 @@ LATE_FACTOR = 1e4
 deadline they can, and finish as soon as they can where none can be met."""
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=8)
 def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
     """Backward induction: ``action[τ - 1, S, state, up]`` for τ ticks left and ``S`` units of slack.
 
