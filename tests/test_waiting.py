@@ -21,7 +21,7 @@ def reference(job: Job, chain: Chain, ticks: int, slack: int, state: tuple[int, 
     """Least expected cost by plain recursion over the model of ``spotopt.mover.waiting``
     (``state``: (IDLE|SPOT|ON_DEMAND, restart units left))."""
     unit = job.tick_h / K
-    r = round(job.restart_h / unit)
+    r = math.ceil(job.restart_h / unit - 1e-9)
     late = waiting.LATE_FACTOR * job.od_usd_per_h * unit
 
     @cache
@@ -114,7 +114,7 @@ def _value_of(job: Job, chain: Chain, tau: int, s: int, kind: int, rho: int, up:
     }
     target, q = restricted[action]
     unit = job.tick_h / K
-    r = round(job.restart_h / unit)
+    r = math.ceil(job.restart_h / unit - 1e-9)
     q = r if q is None else q
     work = tau * K - s
     price = (job.spot_usd_per_h if target == SPOT else job.od_usd_per_h) * unit

@@ -89,7 +89,11 @@ def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple
             float(f"{opts.usd_per_hour[od_pick]:.3g}"),
         )
         ticks = int(np.floor(state.deadline_h[j] / tick_h + 1e-9))
-        slack_h = ticks * tick_h - float(state.remaining_steps[j]) / od_speed
+        # The tables plan to the last unit of slack; what they do not model (a notice's lost
+        # minutes, a decision a tick late, rounding to units) comes out of a reserve of one
+        # tick and one restart, as Uniform Progress's safety net keeps one.
+        reserve_h = tick_h + float(state.restart_h[j])
+        slack_h = ticks * tick_h - float(state.remaining_steps[j]) / od_speed - reserve_h
         restart_left = max(float(state.restart_h[j] - state.dwell_h[j]), 0.0) if live else 0.0
         action = waiting.decide(
             job, chain, ticks, slack_h, mode, restart_left, mode == waiting.SPOT or spot_pick >= 0

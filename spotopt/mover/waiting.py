@@ -121,7 +121,7 @@ def decide(
     """``IDLE``, ``SPOT`` or ``ON_DEMAND`` for a job now (``mode`` what it runs on)."""
     unit = job.tick_h / UNITS_PER_TICK
     slack = math.floor(slack_h / unit + 1e-9)
-    r = max(round(job.restart_h / unit), 0)
+    r = max(math.ceil(job.restart_h / unit - 1e-9), 0)
     if ticks_left <= 0 or (slack < r and mode == IDLE) or slack < 0:
         return ON_DEMAND  # no slack left for waiting or a spot restart: finish as soon as it can
     slack = min(slack, MAX_SLACK_UNITS - 1)
@@ -154,7 +154,7 @@ def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
     """
     k = UNITS_PER_TICK
     unit = job.tick_h / k
-    r = max(round(job.restart_h / unit), 0)
+    r = max(math.ceil(job.restart_h / unit - 1e-9), 0)
     n_states = 2 * r + 3
     slack = np.arange(n_slack)
     rho = np.arange(r + 1)[:, None]
