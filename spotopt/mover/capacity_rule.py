@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from spotopt.mover import waiting
-from spotopt.mover.fleet import FleetState, Move, Options
+from spotopt.mover.fleet import Availability, FleetState, Move, Options
 from spotopt.mover.guardrails import Guardrails
 
 Array = np.ndarray[Any, Any]
@@ -110,7 +110,7 @@ def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple
     return moves, decided
 
 
-def _pool_history(av: Any, markets: Array) -> Array:
+def _pool_history(av: Availability, markets: Array) -> Array:
     """The pool's state per step: available if a market was seen available, out if every
     market seen was out, unknown otherwise; markets without observations count as available."""
     rows = av.history[markets]
