@@ -17,134 +17,104 @@ from spotopt.mover.waiting import IDLE, ON_DEMAND, SPOT, Chain, Job, chain_from_
 K = waiting.UNITS_PER_TICK
 
 
-def reference(job: Job, chain: Chain, ticks: int, slack: int, state: tuple[int, int], up: int) -> float:
+def _turns(chain: Chain, u: int, a: int) -> list[tuple[float, int, int]]:
+    """(chance, up, age) a tick on from (up, age), by the chain's hazards and age buckets."""
+    width = (waiting.AGE_EDGES[a + 1] - waiting.AGE_EDGES[a]) if a + 1 < waiting.N_AGES else math.inf
+    adv = 1 / width
+    flip = chain.lose[a] if u else chain.back[a]
+    return [
+        (flip, 1 - u, 0),
+        ((1 - flip) * (1 - adv), u, a),
+        ((1 - flip) * adv, u, min(a + 1, waiting.N_AGES - 1)),
+    ]
+
+
+def reference(
+    job: Job, chain: Chain, tau: int, s: int, kind: int, rho: int, u: int, a: int, first: int | None = None
+) -> float:
     """Least expected cost by plain recursion over the model of ``spotopt.mover.waiting``
-    (``state``: (IDLE|SPOT|ON_DEMAND, restart units left))."""
+    (``first``: the action forced now; ``None``: the best)."""
     unit = job.tick_h / K
     r = math.ceil(job.restart_h / unit - 1e-9)
     late = waiting.LATE_FACTOR * job.od_usd_per_h * unit
 
     @cache
-    def value(tau: int, s: int, kind: int, rho: int, u: int) -> float:
+    def value(tau: int, s: int, kind: int, rho: int, u: int, a: int, first: int | None) -> float:
         work = tau * K - s
         if work <= 0:
             return 0.0
-        if s < 0:
-            return math.inf  # never reached: ``after`` prices a missed deadline
-        best = math.inf
         choices = {IDLE: [IDLE, SPOT, ON_DEMAND], SPOT: [SPOT, ON_DEMAND], ON_DEMAND: [ON_DEMAND, SPOT]}[kind]
-        for a in choices:
-            if a == SPOT and not u:
+        best = math.inf
+        for act in choices if first is None else [first]:
+            if act == SPOT and not u:
                 continue
-            if a == IDLE:
-                best = min(best, moved(tau, s - K, IDLE, 0, u, work))
+            if act == IDLE:
+                best = min(
+                    best,
+                    sum(p * after(tau, s - K, IDLE, 0, u2, a2, work) for p, u2, a2 in _turns(chain, u, a)),
+                )
                 continue
-            q = rho if a == kind else r
-            price = (job.spot_usd_per_h if a == SPOT else job.od_usd_per_h) * unit
+            q = rho if act == kind else r
+            price = (job.spot_usd_per_h if act == SPOT else job.od_usd_per_h) * unit
             if q + work <= K:
                 best = min(best, price * (q + work))
                 continue
             s2, q2 = s - min(q, K), max(q - K, 0)
-            if a == SPOT:
-                keep = 1 - chain.p_lose - chain.p_switch
-                later = keep * after(tau, s2, SPOT, q2, 1, work)
-                later += chain.p_lose * after(tau, s2, IDLE, 0, 0, work)
-                later += chain.p_switch * after(tau, s2, IDLE, 0, 1, work)
+            if act == SPOT:
+                sw = min(chain.p_switch, 1 - chain.lose[a])
+                later = chain.lose[a] * after(tau, s2, IDLE, 0, 0, 0, work)
+                for p, _, a2 in _turns(chain, 1, a)[1:]:  # the pool stays up and ages
+                    share = p / (1 - chain.lose[a]) if chain.lose[a] < 1 else 0.0
+                    later += share * (1 - chain.lose[a] - sw) * after(tau, s2, SPOT, q2, 1, a2, work)
+                    later += share * sw * after(tau, s2, IDLE, 0, 1, a2, work)
             else:
-                later = moved(tau, s2, ON_DEMAND, q2, u, work)
+                later = sum(
+                    p * after(tau, s2, ON_DEMAND, q2, u2, a2, work) for p, u2, a2 in _turns(chain, u, a)
+                )
             best = min(best, price * K + later)
         return best
 
-    def moved(tau: int, s: int, kind: int, rho: int, u: int, work: int) -> float:
-        stay = 1 - chain.p_lose if u else chain.p_back
-        return stay * after(tau, s, kind, rho, 1, work) + (1 - stay) * after(tau, s, kind, rho, 0, work)
-
-    def after(tau: int, s: int, kind: int, rho: int, u: int, work: int) -> float:
+    def after(tau: int, s: int, kind: int, rho: int, u: int, a: int, work: int) -> float:
         if s < 0:
             return -s * late + max(work - K, 0) * job.od_usd_per_h * unit
-        return value(tau - 1, s, kind, rho, u)
+        return value(tau - 1, s, kind, rho, u, a, None)
 
-    return value(ticks, slack, state[0], state[1], up)
+    return value(tau, s, kind, rho, u, a, first)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_the_tables_take_the_cheapest_action_of_an_independent_recursion(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    job = Job(1.0, float(rng.choice([0.0, 1 / 6, 0.5, 1.5])), float(rng.uniform(0.5, 1.5)), 3.06)
-    chain = Chain(float(rng.uniform(0, 0.4)), float(rng.uniform(0.05, 1)), float(rng.uniform(0, 0.2)))
+    job = Job(1.0, float(rng.choice([0.0, 1 / 4, 0.5, 1.5])), float(rng.uniform(0.5, 1.5)), 3.06)
+    lose = tuple(float(x) for x in rng.uniform(0, 0.4, waiting.N_AGES))
+    back = tuple(float(x) for x in rng.uniform(0.05, 1, waiting.N_AGES))
+    chain = Chain(lose, back, float(rng.uniform(0, 0.2)))
     r = round(job.restart_h / (job.tick_h / K))
     table = waiting._solve(job, chain, 8, 32)
     for tau in range(1, 7):
         for s in range(0, min(20, tau * K), 3):  # work left: tau·K − s > 0
-            for kind, rho, up in [
-                (IDLE, 0, 0),
-                (IDLE, 0, 1),
-                (SPOT, 0, 1),
-                (ON_DEMAND, 0, 0),
-                (ON_DEMAND, 0, 1),
-            ]:
-                state = 0 if kind == IDLE else (1 + rho if kind == SPOT else r + 2 + rho)
-                act = int(table[tau - 1, s, state, up])
-                # The chosen action's value is the least of the actions allowed there.
-                values = {}
-                for a in (IDLE, SPOT, ON_DEMAND):
-                    if (a == SPOT and not up) or (a == IDLE and kind != IDLE):
-                        continue
-                    values[a] = _value_of(job, chain, tau, s, kind, rho, up, a)
-                assert values[act] <= min(values.values()) + 1e-9 * max(1.0, min(values.values()))
+            for a in (0, 1, 3, waiting.N_AGES - 1):
+                for kind, up in [(IDLE, 0), (IDLE, 1), (SPOT, 1), (ON_DEMAND, 0), (ON_DEMAND, 1)]:
+                    state = 0 if kind == IDLE else (1 if kind == SPOT else r + 2)
+                    act = int(table[tau - 1, s, state, up, a])
+                    # The chosen action's value is the least of the actions allowed there.
+                    values = {
+                        first: reference(job, chain, tau, s, kind, 0, up, a, first)
+                        for first in (IDLE, SPOT, ON_DEMAND)
+                        if not ((first == SPOT and not up) or (first == IDLE and kind != IDLE))
+                    }
+                    assert values[act] <= min(values.values()) + 1e-9 * max(1.0, min(values.values()))
 
 
-def _value_of(job: Job, chain: Chain, tau: int, s: int, kind: int, rho: int, up: int, action: int) -> float:
-    """The reference value of taking ``action`` first, then acting optimally."""
-    if action == IDLE:
-        stay = 1 - chain.p_lose if up else chain.p_back
-        if s - K < 0:
-            unit = job.tick_h / K
-            return (K - s) * waiting.LATE_FACTOR * job.od_usd_per_h * unit + max(tau * K - s - K, 0) * (
-                job.od_usd_per_h * unit
-            )
-        return stay * reference(job, chain, tau - 1, s - K, (IDLE, 0), 1) + (1 - stay) * reference(
-            job, chain, tau - 1, s - K, (IDLE, 0), 0
-        )
-    # Forcing the first action: the recursion from a state where it is the only choice that
-    # differs is the same as entering (or staying on) that kind.
-    restricted = {
-        SPOT: (SPOT, rho if kind == SPOT else None),
-        ON_DEMAND: (ON_DEMAND, rho if kind == ON_DEMAND else None),
-    }
-    target, q = restricted[action]
-    unit = job.tick_h / K
-    r = math.ceil(job.restart_h / unit - 1e-9)
-    q = r if q is None else q
-    work = tau * K - s
-    price = (job.spot_usd_per_h if target == SPOT else job.od_usd_per_h) * unit
-    if q + work <= K:
-        return price * (q + work)
-    s2, q2 = s - min(q, K), max(q - K, 0)
-
-    def after(kind2: int, rho2: int, u: int) -> float:
-        if s2 < 0:
-            return (
-                -s2 * waiting.LATE_FACTOR * job.od_usd_per_h * unit
-                + max(work - K, 0) * job.od_usd_per_h * unit
-            )
-        return reference(job, chain, tau - 1, s2, (kind2, rho2), u)
-
-    if target == SPOT:
-        keep = 1 - chain.p_lose - chain.p_switch
-        later = (
-            keep * after(SPOT, q2, 1) + chain.p_lose * after(IDLE, 0, 0) + chain.p_switch * after(IDLE, 0, 1)
-        )
-    else:
-        stay = 1 - chain.p_lose if up else chain.p_back
-        later = stay * after(ON_DEMAND, q2, 1) + (1 - stay) * after(ON_DEMAND, q2, 0)
-    return price * K + later
+def flat(lose: float, back: float, switch: float = 0.0) -> Chain:
+    """A memoryless chain: the same hazards at every age."""
+    return Chain((lose,) * waiting.N_AGES, (back,) * waiting.N_AGES, switch)
 
 
 def test_a_job_waits_when_its_slack_covers_the_outages_ahead_and_pays_when_it_does_not() -> None:
     job = Job(1 / 6, 0.2, 0.9731, 3.06)
-    rare = Chain(0.01, 0.5, 0.0)  # up 17 h at a time, out 20 minutes
-    often = Chain(0.07, 0.16, 0.0)  # up 2.3 h at a time, out an hour: 30 % of the time
+    rare = flat(0.01, 0.5)  # up 17 h at a time, out 20 minutes
+    often = flat(0.07, 0.16)  # up 2.3 h at a time, out an hour: 30 % of the time
     # 50 h left with 6 h of slack: rare outages are waited out, frequent ones need on-demand.
     assert waiting.decide(job, rare, 300, 6.0, IDLE, 0.0, False) == IDLE
     assert waiting.decide(job, often, 300, 6.0, IDLE, 0.0, False) == ON_DEMAND
@@ -158,16 +128,47 @@ def test_a_job_waits_when_its_slack_covers_the_outages_ahead_and_pays_when_it_do
     assert waiting.decide(job, rare, 300, 0.1, IDLE, 0.0, True) == ON_DEMAND
 
 
-def test_the_chain_is_learnt_from_the_runs_seen() -> None:
+def test_heavy_tails_wait_out_a_fresh_outage_pay_in_an_old_one_and_skip_blips() -> None:
+    job = Job(1 / 6, 0.2, 0.9731, 3.06)
+    old = waiting.N_AGES - 1
+    # Most outages end within 20 minutes; one that has lasted hours goes on for hours more.
+    outages = Chain((0.03,) * waiting.N_AGES, (0.6, 0.5, 0.3, 0.1, 0.02, 0.01, 0.01, 0.01), 0.0)
+    assert waiting.decide(job, outages, 300, 4.0, IDLE, 0.0, False, age=0) == IDLE
+    assert waiting.decide(job, outages, 300, 4.0, IDLE, 0.0, False, age=old) == ON_DEMAND
+    # Capacity that has just come back mostly goes again within minutes; capacity that has
+    # held for hours holds. From on-demand, a restart onto a blip does not pay.
+    blips = Chain((0.7, 0.5, 0.3, 0.05, 0.01, 0.005, 0.005, 0.005), (0.3,) * waiting.N_AGES, 0.0)
+    assert waiting.decide(job, blips, 300, 3.0, ON_DEMAND, 0.0, True, age=0) == ON_DEMAND
+    assert waiting.decide(job, blips, 300, 3.0, ON_DEMAND, 0.0, True, age=5) == SPOT
+    # A memoryless chain with the same mean outage decides the same at every age.
+    same = flat(0.01, 0.2)
+    assert waiting.decide(job, same, 300, 4.0, IDLE, 0.0, False, age=0) == waiting.decide(
+        job, same, 300, 4.0, IDLE, 0.0, False, age=old
+    )
+
+
+def test_the_hazards_are_learnt_from_the_runs_seen() -> None:
     series = np.array([1.0] * 10 + [0.0] * 2 + [1.0] * 10 + [0.0] * 2 + [np.nan] * 3)
     chain = chain_from_history(series, series, 1.0, 1.0)
-    # 20 h up over 2 losses (+ the prior's 24 h over 1), 4 h down over 1 return (+ 1 h over 1).
-    assert chain.p_lose == pytest.approx(1 - math.exp(-1 / ((20 + 24) / 3)))
-    assert chain.p_back == pytest.approx(1 - math.exp(-1 / ((4 + 1) / 2)))
+    # Up: two runs of 10 h, both ended (at ages in [8, 16)); the memoryless mean is 20 h
+    # over 2 losses with the prior's 24 h over 1. Each bucket: its ends over its hours lived,
+    # with one pseudo-end at the memoryless rate.
+    q_up = 1 - math.exp(-1 / ((20 + 24) / 3))
+    lived = [2, 2, 4, 8, 4, 0, 0, 0]
+    ends = [0, 0, 0, 0, 2, 0, 0, 0]
+    assert chain.lose == pytest.approx([(e + 1) / (x + 1 / q_up) for e, x in zip(ends, lived, strict=True)])
+    # Down: two runs of 2 h, one ended (at an age in [1, 2)), the other cut by unknown steps.
+    q_down = 1 - math.exp(-1 / ((4 + 1) / 2))
+    lived = [2, 2, 0, 0, 0, 0, 0, 0]
+    ends = [0, 1, 0, 0, 0, 0, 0, 0]
+    assert chain.back == pytest.approx([(e + 1) / (x + 1 / q_down) for e, x in zip(ends, lived, strict=True)])
     assert chain.p_switch == 0.0
-    assert chain.rounded() == Chain(
-        *(10 ** (round(math.log10(p) * 10) / 10) for p in (chain.p_lose, chain.p_back)), 0.0
-    )
+    snapped = chain.rounded()
+    assert snapped.lose[4] == pytest.approx(10 ** (round(math.log10(chain.lose[4]) * 10) / 10))
+    # The age now: the last known state and how long it has held.
+    assert waiting.age_bucket(series, False, 1.0, 1.0) == 2  # out for 2 h: bucket [2, 4)
+    assert waiting.age_bucket(series, True, 1.0, 1.0) == 0  # up now, as far as it knows: new
+    assert waiting.age_bucket(series[:22], True, 1.0, 1.0) == 4  # up 10 h: bucket [8, 16)
 
 
 def _fleet(option: int, deadline_h: float, restart_h: float = 0.2) -> FleetState:
@@ -246,4 +247,4 @@ def test_a_month_long_job_on_a_daemon_polling_every_few_seconds_gets_a_small_tab
     ticks = int(30 * 24.0 / tick)
     assert waiting.decide(job, chain, ticks, 100.0, IDLE, 0.0, True) == SPOT
     table = waiting._tables(job, chain.rounded(), ticks, waiting.MAX_SLACK_UNITS - 1)
-    assert table.nbytes <= 40e6
+    assert table.nbytes <= 48e6

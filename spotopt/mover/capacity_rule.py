@@ -74,12 +74,16 @@ def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple
         spot_pick = int(open_pool[np.argmin(per_step[open_pool])]) if len(open_pool) else -1
         market = int(opts.market[c]) if mode == waiting.SPOT else int(opts.market[max(spot_pick, pool[0])])
         tick_h = waiting.table_tick_h(guard.period_h, float(state.deadline_h[j]), float(state.restart_h[j]))
+        history = _pool_history(av, opts.market[pool])
+        learnt = _learnt_steps(history.shape[0], state.clock_h, av.step_h)
         chain = waiting.chain_from_history(
-            _pool_history(av, opts.market[pool]),
-            av.history[market] if av.observed[market] else np.zeros(0),
+            history[:learnt],
+            av.history[market, :learnt] if av.observed[market] else np.zeros(0),
             av.step_h,
             tick_h,
         )
+        spot_up = mode == waiting.SPOT or spot_pick >= 0
+        age = waiting.age_bucket(history, spot_up, av.step_h, tick_h)
         # Prices per instance-hour: the tables price the pool's preemptions themselves (the
         # options' expected speeds carry them too, and move with every learnt rate).
         job = waiting.Job(
@@ -95,9 +99,7 @@ def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple
         reserve_h = tick_h + float(state.restart_h[j])
         slack_h = ticks * tick_h - float(state.remaining_steps[j]) / od_speed - reserve_h
         restart_left = max(float(state.restart_h[j] - state.dwell_h[j]), 0.0) if live else 0.0
-        action = waiting.decide(
-            job, chain, ticks, slack_h, mode, restart_left, mode == waiting.SPOT or spot_pick >= 0
-        )
+        action = waiting.decide(job, chain, ticks, slack_h, mode, restart_left, spot_up, age)
         to = {waiting.SPOT: spot_pick, waiting.ON_DEMAND: od_pick, waiting.IDLE: -1}[action]
         if to < 0 or (live and action == mode) or not _fits(state, opts, guard, spent, j, to):
             continue
@@ -108,6 +110,19 @@ def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple
         )
         moves.append(Move(j, int(state.option[j]), int(opts.key[to]), reason, 0.0, 0.0))
     return moves, decided
+
+
+LEARN_EVERY_H = 24.0
+"""The chains are learnt from the capacity seen up to the last whole day on the decider's clock:
+capacity statistics move over days, and a chain that holds for a day keeps its tables cached
+(a what-if solves a few dozen per trace, not one per observation). The pool's state now and
+its age are always read from everything seen."""
+
+
+def _learnt_steps(n_steps: int, clock_h: float, step_h: float) -> int:
+    """How many of a history's ``n_steps`` (the last one now, at ``clock_h``) the chains learn
+    from: those before the last multiple of ``LEARN_EVERY_H`` on the clock."""
+    return max(n_steps - int(np.floor((clock_h % LEARN_EVERY_H) / step_h + 1e-9)), 0)
 
 
 def _pool_history(av: Availability, markets: Array) -> Array:

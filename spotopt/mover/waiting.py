@@ -5,12 +5,17 @@ when spot capacity is there, on on-demand at any time, or wait. Waiting costs no
 slack; every (re)start costs its restart, in slack and in money; on-demand keeps the slack and
 costs the price difference. Uniform Progress answers with a fixed line; here the answer is the
 policy of least expected cost for the capacity the job has seen, by backward induction over
-(ticks left, slack, what runs and how much of its restart is left, whether spot is there):
+(ticks left, slack, what runs and how much of its restart is left, whether spot is there, and
+for how long it has been so):
 
-- spot capacity of the job's *pool* (its spot markets: one is enough) is a two-state Markov
-  chain per tick, with ``p_lose`` (up → down) and ``p_back`` (down → up) learnt from the
-  capacity seen so far (``chain_from_history``); a spot instance whose pool stays up can
-  still be lost (``p_switch``: its own market went while another stayed; the job restarts);
+- spot capacity of the job's *pool* (its spot markets: one is enough) is a semi-Markov chain:
+  the chance that it turns within a tick depends on how long it has been up or out (its *age*,
+  in ``AGE_EDGES`` buckets). Real outages and runs are heavy-tailed (most outages last minutes,
+  a few last half a day; a market that just came back often goes again): a memoryless chain
+  waits too long in a long outage and restarts onto blips. The hazards per age are learnt from
+  the runs seen (``chain_from_history``), shrunk towards the memoryless rate where few were seen;
+- a spot instance whose pool stays up can still be lost (``p_switch``: its own market went
+  while another stayed; the job restarts);
 - a spot instance ends only at a tick boundary, keeping its work (the emergency checkpoint of
   the engine's notice rule), and on-demand never ends;
 - a job may not stop a running instance to wait (the daemon has no such move), and a job
@@ -32,70 +37,127 @@ import numpy as np
 
 Array = np.ndarray[Any, Any]
 
-UNITS_PER_TICK = 6
-"""Slack and restarts are counted in sixths of a tick (100 s for CBL's 10-minute tick)."""
+UNITS_PER_TICK = 4
+"""Slack and restarts are counted in quarters of a tick (150 s for CBL's 10-minute tick)."""
 PRIOR_UP_H = 24.0
 PRIOR_DOWN_H = 1.0
 PRIOR_WEIGHT = 1.0
 """A market that has shown nothing yet is taken as available for a day at a time and out for
 an hour, with the weight of one observed run of each (the observations soon dominate)."""
+AGE_EDGES = (0, 1, 2, 4, 8, 16, 32, 64)
+"""Age buckets in ticks: bucket ``b`` holds ages ``[AGE_EDGES[b], AGE_EDGES[b + 1])``, the last
+one every age from 64 ticks on (ten hours and more at a 10-minute tick). Octaves: a hazard
+changes with the order of magnitude of the age, and each bucket then holds enough runs."""
+SHRINK_EVENTS = 1.0
+"""Each age bucket's hazard is shrunk towards the memoryless rate by this many pseudo-events at
+that rate: a bucket seen little (the long ages) falls back on the mean run length."""
 
 GRID_PER_DECADE = 10
 
 IDLE, SPOT, ON_DEMAND = 0, 1, 2
+N_AGES = len(AGE_EDGES)
 
 
 @dataclass(frozen=True)
 class Chain:
-    """Per-tick probabilities of the job's spot pool (see the module docstring)."""
+    """Per-tick hazards of the job's spot pool by age bucket (see the module docstring):
+    ``lose[b]`` the chance an available pool goes within the tick at an age in bucket ``b``,
+    ``back[b]`` the chance an unavailable one returns, ``p_switch`` the chance a running
+    instance's own market goes while the pool stays."""
 
-    p_lose: float
-    p_back: float
+    lose: tuple[float, ...]
+    back: tuple[float, ...]
     p_switch: float
 
     def rounded(self) -> Chain:
         """On a grid of ``GRID_PER_DECADE`` steps per decade: a cache key that changes only when
-        the estimate moves by more than its own noise (a tenth of a decade is 26 %)."""
+        an estimate moves by more than its own noise (a tenth of a decade is 26 %)."""
 
         def snap(p: float) -> float:
             if p <= 1e-6:
                 return 0.0
             return float(min(10 ** (round(math.log10(p) * GRID_PER_DECADE) / GRID_PER_DECADE), 1.0))
 
-        return Chain(snap(self.p_lose), snap(self.p_back), snap(self.p_switch))
+        return Chain(tuple(map(snap, self.lose)), tuple(map(snap, self.back)), snap(self.p_switch))
 
 
 def chain_from_history(pool: Array, market: Array, step_h: float, tick_h: float) -> Chain:
     """The chain from the capacity seen so far: ``pool[k]`` is 1 when some market of the pool
     was seen available at step ``k`` (0 none, NaN unknown), ``market`` the same for the market
-    a spot instance would run on; steps ``step_h`` apart. Mean run lengths with a prior
-    (``PRIOR_*``), turned into probabilities per tick of ``tick_h``."""
-    lose = _rate(pool, step_h)
-    own = _rate(market, step_h) if len(market) else lose
-    p_lose = 1.0 - math.exp(-tick_h / lose[0])
-    p_back = 1.0 - math.exp(-tick_h / lose[1])
-    p_own = 1.0 - math.exp(-tick_h / own[0])
-    return Chain(p_lose, p_back, max(p_own - p_lose, 0.0))
+    a spot instance would run on; steps ``step_h`` apart, hazards per tick of ``tick_h``."""
+    mean_up, mean_down = _mean_runs(pool, step_h)
+    lose = _hazards(pool, True, step_h, tick_h, mean_up)
+    back = _hazards(pool, False, step_h, tick_h, mean_down)
+    own_up = _mean_runs(market, step_h)[0] if len(market) else mean_up
+    p_switch = max((1.0 - math.exp(-tick_h / own_up)) - (1.0 - math.exp(-tick_h / mean_up)), 0.0)
+    return Chain(lose, back, p_switch)
 
 
-def _rate(series: Array, step_h: float) -> tuple[float, float]:
-    """Mean up-run and down-run lengths (hours) of a 0/1/NaN series, with the prior."""
+def age_bucket(series: Array, up: bool, step_h: float, tick_h: float) -> int:
+    """The age bucket of the pool's current state ``up``: how long ``series`` (as in
+    ``chain_from_history``) has shown it, 0 when its last known state is the other."""
     known = series[np.isfinite(series)] > 0.5
-    up_h = float(known.sum()) * step_h
-    down_h = float((~known).sum()) * step_h
-    flips = np.diff(known.astype(np.int8))
-    ups, downs = int((flips == 1).sum()), int((flips == -1).sum())
+    if not len(known) or known[-1] != up:
+        return 0
+    flips = np.flatnonzero(known != up)
+    steps = len(known) - (int(flips[-1]) + 1 if len(flips) else 0)
+    return _bucket(steps * step_h / tick_h)
+
+
+def _bucket(age_ticks: float) -> int:
+    return int(np.searchsorted(AGE_EDGES, age_ticks, side="right") - 1)
+
+
+def _runs(series: Array) -> tuple[Array, Array, Array]:
+    """The runs of a 0/1/NaN series: state, length in steps and whether it ended by turning
+    (a run cut by an unknown step or by the series' end is censored)."""
+    finite = np.isfinite(series)
+    code = np.where(finite, series > 0.5, -1).astype(np.int8)
+    if not len(code):
+        empty = np.zeros(0)
+        return empty.astype(bool), empty, empty.astype(bool)
+    starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+    lengths = np.diff(np.r_[starts, len(code)])
+    state = code[starts]
+    turned = np.r_[(state[:-1] >= 0) & (state[1:] >= 0), False]
+    keep = state >= 0
+    return state[keep] == 1, lengths[keep].astype(float), turned[keep]
+
+
+def _mean_runs(series: Array, step_h: float) -> tuple[float, float]:
+    """Mean up-run and down-run lengths (hours) of a 0/1/NaN series, with the prior."""
+    state, length, turned = _runs(series)
+    up_h = float(length[state].sum()) * step_h
+    down_h = float(length[~state].sum()) * step_h
+    downs, ups = int(turned[state].sum()), int(turned[~state].sum())
     mean_up = (up_h + PRIOR_UP_H * PRIOR_WEIGHT) / (downs + PRIOR_WEIGHT)
     mean_down = (down_h + PRIOR_DOWN_H * PRIOR_WEIGHT) / (ups + PRIOR_WEIGHT)
     return mean_up, mean_down
 
 
-MAX_TICKS = 512
-MAX_RESTART_UNITS = 16
-MAX_SLACK_UNITS = 1024
-"""A table covers at most this many ticks, units of restart and units of slack (about 37 MB at
-most, a few MB for Can't Be Late's setting); a job with more slack than a table holds decides
-as one with that much (more slack only ever favours waiting for spot)."""
+def _hazards(series: Array, up: bool, step_h: float, tick_h: float, mean_h: float) -> tuple[float, ...]:
+    """Per age bucket, the chance per tick that a run of state ``up`` ends: its ends over its
+    exposure (ticks lived at those ages), shrunk towards the memoryless ``mean_h``."""
+    state, length, turned = _runs(series)
+    ticks = length[state == up] * step_h / tick_h
+    ended = turned[state == up]
+    lo = np.asarray(AGE_EDGES, dtype=float)
+    hi = np.r_[lo[1:], np.inf]
+    exposure = np.clip(ticks[:, None] - lo[None, :], 0.0, hi - lo).sum(axis=0)
+    # A run of L ticks turned in the tick that started at age just under L.
+    at = np.searchsorted(lo, ticks[ended], side="left") - 1
+    events = np.bincount(np.clip(at, 0, N_AGES - 1), minlength=N_AGES).astype(float)
+    q = 1.0 - math.exp(-tick_h / mean_h)
+    prior = SHRINK_EVENTS / q
+    return tuple(float(x) for x in np.clip((events + SHRINK_EVENTS) / (exposure + prior), 0.0, 1.0))
+
+
+MAX_TICKS = 384
+MAX_RESTART_UNITS = 8
+MAX_SLACK_UNITS = 384
+"""A table covers at most this many ticks, units of restart and units of slack (45 MB at most,
+about 20 MB for Can't Be Late's setting); a job with more slack than a table holds decides as
+one with that much (more slack only ever favours waiting for spot)."""
 
 
 def table_tick_h(period_h: float, deadline_h: float, restart_h: float) -> float:
@@ -116,9 +178,17 @@ class Job:
 
 
 def decide(
-    job: Job, chain: Chain, ticks_left: int, slack_h: float, mode: int, restart_left_h: float, spot_up: bool
+    job: Job,
+    chain: Chain,
+    ticks_left: int,
+    slack_h: float,
+    mode: int,
+    restart_left_h: float,
+    spot_up: bool,
+    age: int = 0,
 ) -> int:
-    """``IDLE``, ``SPOT`` or ``ON_DEMAND`` for a job now (``mode`` what it runs on)."""
+    """``IDLE``, ``SPOT`` or ``ON_DEMAND`` for a job now (``mode`` what it runs on, ``age`` the
+    bucket of how long the pool has been as ``spot_up`` says)."""
     unit = job.tick_h / UNITS_PER_TICK
     slack = math.floor(slack_h / unit + 1e-9)
     r = max(math.ceil(job.restart_h / unit - 1e-9), 0)
@@ -129,13 +199,17 @@ def decide(
     table = _tables(job, chain.rounded(), ticks_left, slack)
     rho = min(math.ceil(restart_left_h / unit - 1e-9), r)
     state = 0 if mode == IDLE else (1 + rho if mode == SPOT else r + 2 + rho)
-    return int(table[ticks_left - 1, slack, state, int(spot_up)])
+    return int(table[ticks_left - 1, slack, state, int(spot_up), min(max(age, 0), N_AGES - 1)])
+
+
+BLOCK = 32
 
 
 def _tables(job: Job, chain: Chain, ticks: int, slack: int) -> Array:
-    """The action table for up to ``ticks`` ticks left and ``slack`` units (cached in blocks)."""
-    t_cap = 1 << max(math.ceil(math.log2(max(ticks, 1))), 4)
-    s_cap = 1 << max(math.ceil(math.log2(max(slack + 1, 1))), 4)
+    """The action table for up to ``ticks`` ticks left and ``slack`` units (cached in blocks
+    of ``BLOCK``, so the later decisions of a job, with fewer ticks and less slack, reuse it)."""
+    t_cap = min(-(-max(ticks, 1) // BLOCK) * BLOCK, MAX_TICKS)
+    s_cap = min(-(-(slack + 1) // BLOCK) * BLOCK, MAX_SLACK_UNITS)
     return _solve(job, chain, t_cap, s_cap)
 
 
@@ -144,13 +218,15 @@ LATE_FACTOR = 1e4
 deadline they can, and finish as soon as they can where none can be met."""
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=4)
 def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
-    """Backward induction: ``action[τ - 1, S, state, up]`` for τ ticks left and ``S`` units of slack.
+    """Backward induction: ``action[τ - 1, S, state, up, age]`` for τ ticks left and ``S``
+    units of slack.
 
     States: 0 idle; ``1 + ρ`` on spot with ``ρ`` restart units left; ``r + 2 + ρ`` on
     on-demand. With τ ticks left and ``S`` units of slack, ``τ·k − S`` units of work are left;
     running a tick spends ``min(ρ, k)`` units of slack on the restart, waiting spends ``k``.
+    Values are kept per (up, age); a state on spot is only ever reached with the pool up.
     """
     k = UNITS_PER_TICK
     unit = job.tick_h / k
@@ -161,53 +237,64 @@ def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
     spent = np.minimum(rho, k)
     rho_after = np.maximum(rho - k, 0)
     on_spot, on_od = 1 + rho_after, r + 2 + rho_after
-    p_lose, p_back, p_switch = chain.p_lose, chain.p_back, chain.p_switch
+    lose, back = np.asarray(chain.lose), np.asarray(chain.back)
+    switch = np.minimum(chain.p_switch, 1.0 - lose)
+    width = np.diff(np.r_[AGE_EDGES, np.inf])
+    advance = 1.0 / width  # an age in a bucket ``w`` ticks wide moves on with chance 1/w
     late = LATE_FACTOR * job.od_usd_per_h * unit
-    # What each state's choices are, in the order ``costs`` holds them below.
+
+    def aged(v: Array) -> Array:
+        """``v[..., age]`` one tick older, without turning."""
+        return v * (1.0 - advance) + np.concatenate([v[..., 1:], v[..., -1:]], axis=-1) * advance
+
+    def turn(v: Array) -> Array:
+        """The expected value a tick on of ``v[..., up, age]`` for each (up, age) now."""
+        out = np.empty_like(v)
+        out[..., 1, :] = (1.0 - lose) * aged(v[..., 1, :]) + lose * v[..., 0, :1]
+        out[..., 0, :] = (1.0 - back) * aged(v[..., 0, :]) + back * v[..., 1, :1]
+        return out
+
     labels = np.full((n_states, 3), IDLE, dtype=np.int8)
     labels[IDLE] = [IDLE, SPOT, ON_DEMAND]
     labels[1 : r + 2, :2] = [SPOT, ON_DEMAND]
     labels[r + 2 :, :2] = [ON_DEMAND, SPOT]
-    labels = np.broadcast_to(labels[:, :, None], (n_states, 3, n_slack))
-    value = np.zeros((n_slack, n_states, 2))  # no tick left and no slack missing: done
-    actions = np.zeros((n_ticks, n_slack, n_states, 2), dtype=np.int8)
+    value = np.zeros((n_slack, n_states, 2, N_AGES))  # no tick left and no slack missing: done
+    actions = np.zeros((n_ticks, n_slack, n_states, 2, N_AGES), dtype=np.int8)
     for tau in range(1, n_ticks + 1):
         work = tau * k - slack
 
-        def later(
-            s_after: Array, state: Array | int, up: int, work: Array = work, value: Array = value
-        ) -> Array:
-            """Value one tick on at slack ``s_after``; below 0 the deadline is missed."""
+        def later(s_after: Array, state: Array | int, work: Array = work, value: Array = value) -> Array:
+            """Values one tick on at slack ``s_after`` per (up, age); below 0 the deadline is missed."""
             missed = np.maximum(-s_after, 0) * late + np.maximum(work - k, 0) * job.od_usd_per_h * unit
-            return np.where(s_after >= 0, value[np.clip(s_after, 0, n_slack - 1), state, up], missed)
-
-        def moved(up: int, state: Array | int, s_after: Array) -> Array:
-            stay = 1.0 - p_lose if up else p_back
-            return stay * later(s_after, state, 1) + (1.0 - stay) * later(s_after, state, 0)
+            kept = value[np.clip(s_after, 0, n_slack - 1), state]
+            return np.where((s_after >= 0)[..., None, None], kept, missed[..., None, None])
 
         def run(usd_per_h: float, then: Array, work: Array = work) -> Array:
-            """Cost of a tick on an instance (per ρ, slack) given the value after it."""
+            """Cost of a tick on an instance (per ρ, slack, up, age) given the value after it."""
             price = usd_per_h * unit
-            finish = rho + work[None, :] <= k
-            return np.where(finish, price * (rho + np.maximum(work, 0)[None, :]), price * k + then)
+            finish = (rho + work[None, :] <= k)[..., None, None]
+            done = (price * (rho + np.maximum(work, 0)[None, :]))[..., None, None]
+            return np.where(finish, done, price * k + then)
 
         s_run = slack[None, :] - spent
-        spot_then = (1.0 - p_lose - p_switch) * later(s_run, on_spot, 1)
-        spot_then += p_lose * later(s_run, IDLE, 0) + p_switch * later(s_run, IDLE, 1)
-        spot = run(job.spot_usd_per_h, spot_then)  # (ρ, S): spot is up while it runs
-        new = np.empty((n_slack, n_states, 2))
-        act = np.empty((n_slack, n_states, 2), dtype=np.int8)
-        for up in (0, 1):
-            od = run(job.od_usd_per_h, moved(up, on_od, s_run))
-            enter_spot = spot[r] if up else np.full(n_slack, np.inf)
-            costs = np.full((n_states, 3, n_slack), np.inf)
-            costs[IDLE] = [moved(up, IDLE, slack - k), enter_spot, od[r]]
-            costs[1 : r + 2, 0], costs[1 : r + 2, 1] = spot, od[r]
-            costs[r + 2 :, 0], costs[r + 2 :, 1] = od, enter_spot
-            pick = np.argmin(costs, axis=1)
-            best = np.take_along_axis(costs, pick[:, None, :], axis=1)[:, 0, :]
-            new[:, :, up] = np.where(work <= 0, 0.0, best).T
-            act[:, :, up] = np.take_along_axis(labels, pick[:, None, :], axis=1)[:, 0, :].T
-        value = new
-        actions[tau - 1] = act
+        gone = later(s_run, IDLE)  # (ρ, S, up, age)
+        stays = later(s_run, on_spot)
+        spot_then = (1.0 - lose - switch) * aged(stays[..., 1, :]) + switch * aged(gone[..., 1, :])
+        spot_then = spot_then + lose * gone[..., 0, :1]
+        spot = run(job.spot_usd_per_h, np.stack([spot_then, spot_then], axis=-2))
+        spot[..., 0, :] = np.inf  # no spot to run on while the pool is out
+        od = run(job.od_usd_per_h, turn(later(s_run, on_od)))
+        wait = turn(later(slack - k, IDLE))  # (S, up, age)
+        costs = np.full((n_states, 3, n_slack, 2, N_AGES), np.inf)
+        costs[IDLE] = [wait, spot[r], od[r]]
+        costs[1 : r + 2, 0], costs[1 : r + 2, 1] = spot, od[r]
+        costs[r + 2 :, 0], costs[r + 2 :, 1] = od, spot[r]
+        pick = np.argmin(costs, axis=1)
+        best = np.take_along_axis(costs, pick[:, None], axis=1)[:, 0]
+        value = np.where((work <= 0)[None, :, None, None], 0.0, best).transpose(1, 0, 2, 3)
+        # A state on spot with the pool out is never reached; keep its value finite.
+        value = np.where(np.isfinite(value), value, 0.0)
+        actions[tau - 1] = np.take_along_axis(
+            np.broadcast_to(labels[:, :, None, None, None], costs.shape), pick[:, None], axis=1
+        )[:, 0].transpose(1, 0, 2, 3)
     return actions
