@@ -16,8 +16,8 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
-from spotopt.db.engine import Database
-from spotopt.db.models import InstanceLifetime, ManagedJob, Market, Placement
+from spotopt.db.engine import Database, make_engine
+from spotopt.db.models import CapacityObservation, InstanceLifetime, ManagedJob, Market, Placement
 from spotopt.mover.standin import Rates, Workload
 from tests.helpers import cli, ingest, strict_json
 from tests.mover_world import on_demand, spot
@@ -275,3 +275,60 @@ def test_the_replay_table_sets_each_prediction_beside_what_happened() -> None:
     never = {**row, "predicted_cost_usd": math.inf, "predicted_finish_hours": math.inf, "cost_diff": None}
     assert _side_by_side(never)["cost $"] == "– → 2.14"
     assert _side_by_side(never)["finish h"] == "never → 3.4" and _side_by_side(never)["Δ cost"] == "–"
+
+
+def test_recorded_capacity_refuses_the_replayed_launch_as_the_whatif_refuses_it(
+    db: Database, db_url: str, tmp_path: Path
+) -> None:
+    # Zone a, the cheapest, was probed out from the start to 02:00, after a day seen available:
+    # its outage is not yet recorded when the job starts. Both the engine and the replayed
+    # daemon try zone a first, are refused (the daemon by the local provider standing in for
+    # the cloud's capacity error), and run the job on zone b, which stays cheaper than
+    # on-demand. A deadline puts the job under the capacity rule.
+    before = START - timedelta(days=1)
+    ingest(db, [spot("us-east-1a", 0.90, before), spot("us-east-1b", 1.20, before), on_demand(3.06, before)])
+    probes = tmp_path / "probes.csv"
+    rows = [
+        (START - timedelta(days=1), "us-east-1a", 1),
+        (START, "us-east-1a", 0),
+        (START + timedelta(hours=2), "us-east-1a", 1),
+        (START - timedelta(days=1), "us-east-1b", 1),
+    ]
+    probes.write_text(
+        "timestamp,cloud,region,zone,instance_type,available\n"
+        + "".join(f"{at.isoformat()},aws,us-east-1,{zone},p3.2xlarge,{up}\n" for at, zone, up in rows),
+        encoding="utf-8",
+    )
+    assert cli("--db", db_url, "import", "availability", probes)[0] == 0
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump({"jobs": [{**JOB, "deadline": "8h"}]}), encoding="utf-8")
+    keep = tmp_path / "kept"
+    args = ("daemon", "replay", jobs, "--start", START.isoformat(), "--preemptions", "replay", "--keep", keep)
+    code, out, err = cli("--db", db_url, *args, "--format", "json")
+    assert code == 0, err
+    (row,) = strict_json(out)
+    assert row["predicted_moves"] == row["realised_moves"] == 0
+    assert row["predicted_preemptions"] == row["realised_preemptions"] == 0
+    assert abs(row["cost_diff"]) < 0.02 and abs(row["finish_diff"]) < 0.02
+    replayed = Database(make_engine(f"sqlite:///{keep / 'replay.sqlite'}"))
+    try:
+        with replayed.session() as session:
+            zones = session.execute(
+                select(Market.zone, Placement.started_at)
+                .join(Placement, Placement.market_id == Market.id)
+                .order_by(Placement.id)
+            ).all()
+            refused = session.scalars(
+                select(Market.zone)
+                .join(CapacityObservation, CapacityObservation.market_id == Market.id)
+                .where(CapacityObservation.source == "daemon", ~CapacityObservation.available)
+            ).all()
+    finally:
+        replayed.dispose()
+    # The daemon tried zone a (recorded before the call), ran the job on zone b only, and its
+    # refused launch is a capacity observation.
+    assert [(zone, started is not None) for zone, started in zones] == [
+        ("us-east-1a", False),
+        ("us-east-1b", True),
+    ]
+    assert refused == ["us-east-1a"]

@@ -193,12 +193,15 @@ def replay_daemon(
             rates = workdir / f"{job.name}.rates.json"
             job_rates(result, j).dump(rates)
             jobstore.submit(db, _managed_spec(job.model_dump(mode="json"), rates, workdir), now=start)
-        provider = LocalProvider(workdir / "local", grace_s=5.0)
+        capacity = replayed_capacity(result.timeline, clock.now)
+        provider = LocalProvider(workdir / "local", grace_s=5.0, capacity=capacity)
         guard = Guardrails(period_h=request.tick_h)
-        # The what-if engine places a preempted job again at the next tick: the replayed daemon
-        # does the same (``DaemonSettings.recover_at_poll``) so that the two stay comparable.
+        # The what-if engine places a preempted job again at the next tick, and a market that
+        # refused a launch is out for the rest of the tick: the replayed daemon does the same
+        # (``DaemonSettings.recover_at_poll``, ``Timeouts.unavailable_s``) to stay comparable.
+        timeouts = Timeouts(unavailable_s=request.tick_h * 3600.0)
         settings = DaemonSettings(
-            period_h=request.tick_h, guardrails=guard, timeouts=Timeouts(), recover_at_poll=False
+            period_h=request.tick_h, guardrails=guard, timeouts=timeouts, recover_at_poll=False
         )
         env = {**AGENT_ENV, CLOCK_ENV: str(clock.path)}
         daemon = Daemon(db, provider, settings, clock=clock.now, agent_env=env)
@@ -215,6 +218,29 @@ def replay_daemon(
     finally:
         db.dispose()
     return ReplayedDaemon(result, realised, rounds, time.monotonic() - began, path, clock.now())
+
+
+def replayed_capacity(tl: Timeline, now: Callable[[], datetime]) -> Callable[[MarketKey], bool] | None:
+    """The recorded availability as the replay's cloud capacity (``LocalProvider``'s
+    ``capacity``): a market with observations launches only while the engine's ``Capacity.up``
+    says so at the tick of ``now``; ``None`` when nothing was observed (``--preemptions`` other
+    than ``replay`` load no capacity)."""
+    cap = tl.capacity
+    if cap is None or not cap.observed.any():
+        return None
+    index = {
+        (q.cloud, q.region, q.zone, q.instance_type, q.market): k
+        for k, q in enumerate(m.quote for m in tl.markets)
+    }
+
+    def available(market: MarketKey) -> bool:
+        k = index.get((market.cloud, market.region, market.zone, market.instance_type, market.kind))
+        if k is None or not cap.observed[k]:
+            return True
+        t = math.floor((now() - tl.start).total_seconds() / 3600.0 / tl.tick_h + 1e-9)
+        return bool(cap.up[k, min(max(t, 0), tl.n_ticks - 1)])
+
+    return available
 
 
 def _end_open_placements(db: Database, at: datetime) -> None:

@@ -6,6 +6,10 @@ mistaken for ours), ``log`` (the job's stdout and stderr), ``exit_code`` (writte
 ``RUNNER``) and ``notice`` (written by ``notify``). A restarted daemon builds a new
 ``LocalProvider`` on the same directory and finds every instance again.
 
+A ``capacity`` callable stands in for a cloud's spot capacity (the daemon's replay hands it the
+recorded availability): a new launch on a market it says is out raises
+``CapacityUnavailableError``, as a cloud's capacity error does.
+
 The instance id is derived from the idempotency key, and launches are serialised by a file
 lock, so the same key launches one process even from two processes at once. The record is
 written before the process starts and completed with its pid right after; a crash in between
@@ -21,14 +25,14 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-from spotopt.errors import ProviderError
+from spotopt.errors import CapacityUnavailableError, ProviderError
 from spotopt.providers.base import (
     Instance,
     InstanceState,
@@ -86,9 +90,15 @@ class LocalProvider:
     name = "local"
     runs_on_market = False
 
-    def __init__(self, state_dir: str | Path, grace_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        state_dir: str | Path,
+        grace_s: float = 30.0,
+        capacity: Callable[[MarketKey], bool] | None = None,
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.grace_s = grace_s
+        self.capacity = capacity
         (self.state_dir / "instances").mkdir(parents=True, exist_ok=True)
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -103,6 +113,8 @@ class LocalProvider:
             record = self._read(instance_id)
             if record is not None and record.get("pid") is not None:
                 return self._instance(record)
+            if self.capacity is not None and not self.capacity(market):
+                raise CapacityUnavailableError(f"{market_label(market)}: no capacity (replayed)")
             home = self._dir(instance_id)
             home.mkdir(parents=True, exist_ok=True)
             record = {
