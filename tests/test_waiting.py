@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 from spotopt.mover import waiting
 from spotopt.mover.capacity_rule import capacity_moves
+from spotopt.mover.core import Memory, decide
 from spotopt.mover.fleet import Availability, FleetState, Options
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.waiting import IDLE, ON_DEMAND, SPOT, Chain, Job, chain_from_history
@@ -221,22 +223,37 @@ def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
     often = np.tile(np.array([1.0] * 14 + [0.0] * 6), (3, 20))  # out an hour in every 3.3
     often[2] = np.nan
     # Idle, both zones open: the cheaper one per step (key 1).
-    moves, decided = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
-    assert decided.tolist() == [True] and [(m.to, m.reason) for m in moves] == [(1, "start")]
+    rule = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
+    assert rule.decided.tolist() == [True] and [(m.to, m.reason) for m in rule.moves] == [(1, "start")]
     # Zone b refused just now: zone a.
-    moves, _ = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.array([False, True, False])), guard)
-    assert [m.to for m in moves] == [0]
+    rule = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.array([False, True, False])), guard)
+    assert [m.to for m in rule.moves] == [0]
     # Both refused, 20 h of slack and short outages: wait (no move).
-    moves, decided = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.array([True, True, False])), guard)
-    assert decided.tolist() == [True] and moves == []
+    rule = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.array([True, True, False])), guard)
+    assert rule.decided.tolist() == [True] and rule.moves == []
     # Both refused, outages of an hour in every 3.3 and 6 h of slack in 46: on-demand now.
-    moves, _ = capacity_moves(_fleet(-1, 46.0), _options(often, np.array([True, True, False])), guard)
-    assert [(m.to, m.reason) for m in moves] == [(2, "start")]
-    # A job on spot stays; one without a deadline is left to the price rules.
-    moves, decided = capacity_moves(_fleet(1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
-    assert moves == [] and decided.tolist() == [True]
-    moves, decided = capacity_moves(_fleet(-1, math.inf), _options(flaky, np.zeros(3, dtype=bool)), guard)
-    assert moves == [] and decided.tolist() == [False]
+    rule = capacity_moves(_fleet(-1, 46.0), _options(often, np.array([True, True, False])), guard)
+    assert [(m.to, m.reason) for m in rule.moves] == [(2, "start")]
+    # A job on spot stays on spot (its pool is left to the price rules); one without a
+    # deadline is left to the price rules altogether.
+    rule = capacity_moves(_fleet(1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
+    assert rule.moves == [] and rule.decided.tolist() == [True]
+    assert rule.pools.tolist() == [True, True, False]
+    rule = capacity_moves(_fleet(-1, math.inf), _options(flaky, np.zeros(3, dtype=bool)), guard)
+    assert rule.moves == [] and rule.decided.tolist() == [False] and not rule.pools.any()
+
+
+def test_a_job_the_tables_keep_on_spot_still_moves_to_a_cheaper_zone_of_its_pool() -> None:
+    flaky = np.tile(np.array([1.0] * 12 + [0.0] * 2), (3, 20))
+    flaky[2] = np.nan
+    # On zone a ($0.97/h); zone b now costs $0.40/h: the price rules move it, within the pool.
+    opts = replace(_options(flaky, np.zeros(3, dtype=bool)), usd_per_hour=np.array([0.97, 0.40, 3.06]))
+    moves = decide(_fleet(0, 60.0), opts, Guardrails(period_h=1 / 6), Memory())
+    assert [(m.to, m.reason) for m in moves] == [(1, "price")]
+    # Zone b dearer: it stays where it is.
+    opts = replace(opts, usd_per_hour=np.array([0.97, 1.20, 3.06]))
+    moves = decide(_fleet(0, 60.0), opts, Guardrails(period_h=1 / 6), Memory())
+    assert moves == []
 
 
 def test_a_month_long_job_on_a_daemon_polling_every_few_seconds_gets_a_small_table() -> None:

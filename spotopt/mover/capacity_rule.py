@@ -13,7 +13,8 @@ capacity, not price, is what such a market's decisions turn on. Per job:
   tick), what it runs on and the restart it still pays: spot (stay, or the pool's option
   cheapest per step now), on-demand (stay, or the fastest on-demand option, cheapest of those),
   or wait. No fallback is permanent: a job on on-demand goes back to spot when its slack is
-  worth more than the restart, which the tables weigh.
+  worth more than the restart, which the tables weigh. A job the tables keep on spot may still
+  move to a cheaper market of its pool: the price rules decide that, within the pool.
 
 A job is placed only within the spend-rate cap and the budget (spent plus the expected cost to
 finish on the option); a job that cannot be placed waits, as in the planner.
@@ -21,6 +22,7 @@ finish on the option); a job that cannot be placed waits, as in the planner.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,12 +38,25 @@ POOL_SPREAD = 0.05
 expected speeds differ by their markets' preemption discounts, not by their GPUs)."""
 
 
-def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple[list[Move], Array]:
-    """The moves of the jobs this rule decides, and which jobs those are (a mask over jobs)."""
+@dataclass(frozen=True)
+class CapacityDecision:
+    """What the rule decided: its ``moves``; ``decided``, the jobs it took (a mask over jobs);
+    ``pools``, for each job it keeps on spot, its pool's options (a mask over options): which
+    spot market of the pool the job runs on is a question of price, which the price rules
+    answer within the pool (a job with a deadline still moves to a cheaper zone)."""
+
+    moves: list[Move]
+    decided: Array
+    pools: Array
+
+
+def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> CapacityDecision:
+    """The rule's decisions for the jobs it takes (see ``CapacityDecision``)."""
     decided = np.zeros(state.n_jobs, dtype=bool)
+    pools = np.zeros(opts.n_options, dtype=bool)
     av = opts.availability
     if av is None or not av.observed.any():
-        return [], decided
+        return CapacityDecision([], decided, pools)
     moves: list[Move] = []
     priced = np.isfinite(opts.usd_per_hour)
     if guard.max_usd_per_hour is not None:
@@ -100,6 +115,8 @@ def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple
         slack_h = ticks * tick_h - float(state.remaining_steps[j]) / od_speed - reserve_h
         restart_left = max(float(state.restart_h[j] - state.dwell_h[j]), 0.0) if live else 0.0
         action = waiting.decide(job, chain, ticks, slack_h, mode, restart_left, spot_up, age)
+        if live and mode == action == waiting.SPOT:
+            pools[pool] = True
         to = {waiting.SPOT: spot_pick, waiting.ON_DEMAND: od_pick, waiting.IDLE: -1}[action]
         if to < 0 or (live and action == mode) or not _fits(state, opts, guard, spent, j, to):
             continue
@@ -109,7 +126,7 @@ def capacity_moves(state: FleetState, opts: Options, guard: Guardrails) -> tuple
             else ("preempted" if not live else ("price" if action == waiting.SPOT else "deadline"))
         )
         moves.append(Move(j, int(state.option[j]), int(opts.key[to]), reason, 0.0, 0.0))
-    return moves, decided
+    return CapacityDecision(moves, decided, pools)
 
 
 LEARN_EVERY_H = 24.0

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -223,10 +223,20 @@ def decide(
     reserve_h = deadline_reserve_h(state, opts, guard)
     _refresh_targets(state, opts, guard, memory, policy, cur, move_usd, reserve_h)
     keys = np.array([memory.target.get(name, -1) for name in state.names], dtype=np.int64)
-    moves, decided = capacity_moves(state, opts, guard)
-    return moves + plan_moves(
-        state, opts, cur, opts.position(keys), guard, move_usd=move_usd, reserve_h=reserve_h, skip=decided
+    target = opts.position(keys)
+    rule = capacity_moves(state, opts, guard)
+    moves = rule.moves + plan_moves(
+        state, opts, cur, target, guard, move_usd=move_usd, reserve_h=reserve_h, skip=rule.decided
     )
+    if rule.pools.any():
+        # Jobs the capacity rule keeps on spot: the price rules pick the zone, within the pool.
+        kept = np.zeros(state.n_jobs, dtype=bool)
+        kept[opts.job[rule.pools]] = True
+        in_pool = replace(opts, usd_per_hour=np.where(rule.pools, opts.usd_per_hour, np.nan))
+        moves += plan_moves(
+            state, in_pool, cur, target, guard, move_usd=move_usd, reserve_h=reserve_h, skip=~kept
+        )
+    return moves
 
 
 def _fingerprint(state: FleetState) -> str:
