@@ -29,8 +29,8 @@ replay solves each a handful of times; a decision is a table lookup. Pure: no cl
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -203,14 +203,24 @@ def decide(
 
 
 BLOCK = 32
+CACHED_TABLES = 4
+_cache: OrderedDict[tuple[Job, Chain], Array] = OrderedDict()
 
 
 def _tables(job: Job, chain: Chain, ticks: int, slack: int) -> Array:
-    """The action table for up to ``ticks`` ticks left and ``slack`` units (cached in blocks
-    of ``BLOCK``, so the later decisions of a job, with fewer ticks and less slack, reuse it)."""
-    t_cap = min(-(-max(ticks, 1) // BLOCK) * BLOCK, MAX_TICKS)
-    s_cap = min(-(-(slack + 1) // BLOCK) * BLOCK, MAX_SLACK_UNITS)
-    return _solve(job, chain, t_cap, s_cap)
+    """The action table for at least ``ticks`` ticks left and ``slack`` units: the cached one of
+    this job and chain when it covers them (a job's later decisions have fewer ticks and less
+    slack), else a new one rounded up to blocks of ``BLOCK``; the last ``CACHED_TABLES`` kept."""
+    key = (job, chain)
+    table = _cache.pop(key, None)
+    if table is None or table.shape[0] < ticks or table.shape[1] <= slack:
+        t_cap = min(-(-max(ticks, 1) // BLOCK) * BLOCK, MAX_TICKS)
+        s_cap = min(-(-(slack + 1) // BLOCK) * BLOCK, MAX_SLACK_UNITS)
+        table = _solve(job, chain, t_cap, s_cap)
+    _cache[key] = table
+    while len(_cache) > CACHED_TABLES:
+        _cache.popitem(last=False)
+    return table
 
 
 LATE_FACTOR = 1e4
@@ -218,7 +228,6 @@ LATE_FACTOR = 1e4
 deadline they can, and finish as soon as they can where none can be met."""
 
 
-@lru_cache(maxsize=4)
 def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
     """Backward induction: ``action[τ - 1, S, state, up, age]`` for τ ticks left and ``S``
     units of slack.
