@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotopt import pip_install_hint
-from spotopt.errors import ConfigError
+from spotopt.errors import ConfigError, one_line
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -138,4 +138,26 @@ class Location:
             raise ConfigError(
                 f"{self.setting}: cannot write to {self.url} ({type(exc).__name__}: {exc}); "
                 "point it at a directory or bucket this process may write"
+            ) from exc
+
+    def check_reachable(self) -> None:
+        """Like ``check_writable``, without creating anything that stays: a local store's nearest
+        existing directory must take a file, an object store's bucket must take an object. What
+        ``spotopt jobs submit`` checks (no directory or bucket made on the submitter's side)."""
+        if self.is_local:
+            existing = Path(self.root)
+            while not existing.exists():
+                existing = existing.parent
+            probe = str(existing / f".spotopt-probe-{uuid.uuid4().hex[:8]}")
+        else:
+            probe = self.path(f".spotopt-probe-{uuid.uuid4().hex[:8]}")
+        try:
+            if self.is_local and not Path(probe).parent.is_dir():
+                raise NotADirectoryError(f"{Path(probe).parent} is not a directory")
+            self.fs.pipe_file(probe, b"ok")
+            self.fs.rm(probe)
+        except Exception as exc:  # any back-end's permission / missing-bucket / network error
+            raise ConfigError(
+                f"{self.setting}: cannot write to {self.url} ({one_line(exc)}); "
+                "point it at a directory or bucket that exists and may be written"
             ) from exc

@@ -48,7 +48,15 @@ from spotopt.jobspec import Job, JobSpec
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.core import Memory, decide
 from spotopt.mover.eventlog import log_event
-from spotopt.mover.executor import NO_CAPACITY, Executor, Observation, Timeouts, open_move_jobs, utcnow
+from spotopt.mover.executor import (
+    NO_CAPACITY,
+    Executor,
+    LostLeadership,
+    Observation,
+    Timeouts,
+    open_move_jobs,
+    utcnow,
+)
 from spotopt.mover.fleet import FleetState, Move
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
@@ -221,7 +229,17 @@ class Daemon:
             ]
         if self.executor is None or self.dry_run:
             return {}
-        return {name: self.executor.observe(name) for name in names}
+        observed = {}
+        for name in names:
+            try:
+                observed[name] = self.executor.observe(name)
+            except LostLeadership:
+                raise
+            except Exception as exc:  # one job's store must not blind the daemon to the others
+                self.executor.job_fault(name, exc)
+                continue
+            self.executor.job_ok(name)
+        return observed
 
     def _react(self, name: str, obs: Observation) -> None:
         """Finished jobs are stopped and done; a job whose script failed is failed."""

@@ -61,7 +61,7 @@ from spotopt.checkpoints import (
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id_of
 from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market, Meta, Placement
-from spotopt.errors import CapacityUnavailableError, SpotoptError
+from spotopt.errors import CapacityUnavailableError, ConfigError, SpotoptError, one_line
 from spotopt.jobspec import Job
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.billing import billed_seconds
@@ -97,6 +97,11 @@ NO_CAPACITY = "no capacity: "
 """How the detail of a move whose launch was refused for capacity begins (the daemon decides
 such a job again in the same round)."""
 """``meta`` row: market id → until when (ISO) a market that refused capacity is skipped."""
+
+
+FAULTS_TO_FAIL = 3
+"""Rounds in a row a job's own step may fail (its store unreachable) before the job is failed:
+a network blip heals within them, a bucket that does not exist does not."""
 
 
 class LostLeadership(SpotoptError):
@@ -164,6 +169,7 @@ class Executor:
         self.max_usd_per_hour = max_usd_per_hour
         self.failpoint = failpoint or (lambda _key, _phase: None)
         self._database_id: str | None = None
+        self._faults: dict[str, int] = {}
 
     @property
     def database_id(self) -> str:
@@ -245,9 +251,80 @@ class Executor:
             )
         still_open = 0
         for move_id in ids:
-            if not self.advance(move_id):
+            try:
+                ended = self.advance(move_id)
+                if self._faults:
+                    self.job_ok(self._job_name_of(move_id))
+            except LostLeadership:
+                raise
+            except Exception as exc:  # one job's store or spec must not stop the other jobs' moves
+                ended = self.job_fault(self._job_name_of(move_id), exc)
+            if not ended:
                 still_open += 1
         return still_open
+
+    def _job_name_of(self, move_id: int) -> str:
+        with self.db.session() as session:
+            name = session.scalar(
+                select(ManagedJob.name)
+                .join(JobMove, JobMove.job_id == ManagedJob.id)
+                .where(JobMove.id == move_id)
+            )
+        assert name is not None
+        return name
+
+    def job_fault(self, job_name: str, exc: Exception) -> bool:
+        """Account for an error that one job's step or watch raised (its store unreachable, a
+        back-end missing on the daemon's machine): logged in one line, and after
+        ``FAULTS_TO_FAIL`` rounds in a row (at once for a ``ConfigError``, which never heals by
+        itself) the job is failed with that line as its reason (``fail_job``). The other jobs
+        go on either way. True once the job was failed."""
+        line = one_line(exc)
+        count = self._faults.get(job_name, 0) + 1
+        self._faults[job_name] = count
+        log_event("job-error", job=job_name, error=line, rounds=count)
+        if isinstance(exc, ConfigError) or count >= FAULTS_TO_FAIL:
+            self.fail_job(job_name, line)
+            return True
+        return False
+
+    def job_ok(self, job_name: str) -> None:
+        """A round of ``job_name`` went through: its run of errors (``job_fault``) is over."""
+        self._faults.pop(job_name, None)
+
+    def fail_job(self, job_name: str, reason: str) -> None:
+        """End everything of ``job_name`` that is under way and mark it failed with ``reason``:
+        its open move closed, its live placements ended and their instances terminated (a job
+        the daemon cannot watch must not bill unwatched). A job already final keeps its state
+        (a cancelled job whose store broke is still cancelled, its instance stopped)."""
+        now = self.clock()
+        with self.db.session() as session:
+            job = jobstore.find_job(session, job_name, lock=True)
+            move = _open_move(session, job.id)
+            if move is not None:
+                move.outcome, move.finished_at, move.updated_at, move.detail = "failed", now, now, reason
+            live = list(
+                session.scalars(
+                    select(Placement).where(
+                        Placement.job_id == job.id, Placement.state.in_(("launching", "running"))
+                    )
+                )
+            )
+            instances = [p.instance_id for p in live if p.instance_id is not None]
+            for placement in live:
+                placement.state, placement.end_reason, placement.ended_at = "ended", "failed", now
+                record_lifetime(session, placement)
+            if job.state not in jobstore.TERMINAL:
+                jobstore.record_transition(session, job, "failed", reason, now)
+        log_event("job-failed", job=job_name, reason=reason)
+        self._faults.pop(job_name, None)
+        for instance_id in instances:
+            if not self.still_leader():
+                raise LostLeadership("lost leadership before terminating a failed job's instance")
+            try:
+                self.provider.terminate(instance_id)
+            except SpotoptError as exc:  # the next round's sweep tries again
+                log_event("terminate-failed-job", job=job_name, instance=instance_id, error=str(exc))
 
     def advance(self, move_id: int) -> bool:
         """Run move ``move_id`` step by step until it waits or ends; True once it has ended."""

@@ -28,9 +28,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from spotopt.agent.config import JOB_NAME
+from spotopt.checkpoints.location import Location, store_url
 from spotopt.db.engine import Database
 from spotopt.db.models import JOB_STATES, JobEvent, ManagedJob
-from spotopt.errors import InputError
+from spotopt.errors import ConfigError, InputError, one_line
 from spotopt.jobspec import MAX_USD, Job, load_jobs, parse_jobs, yaml_problem
 from spotopt.mover.ledger import spent_usd
 
@@ -141,7 +142,34 @@ def _load(spec: str | Path) -> tuple[Job, str | None, str]:
             f"{source}: {where}.name: {job.name!r} is not a managed job name; "
             "use letters, digits, '.', '_' and '-' (it names the checkpoint directory)"
         )
+    _check_store(job, Path(workdir) if workdir else Path.cwd(), f"{source}: {where}.checkpoint.uri")
     return job, workdir, source
+
+
+def _check_store(job: Job, base: Path, field: str) -> None:
+    """Refuse a checkpoint store the job could never use, before it is stored: an unknown URL
+    scheme, a back-end that is not installed, a local directory that cannot be made, a bucket
+    that does not exist or refuses this process.
+
+    Caught here, such a store fails the submit in one line; caught at run time it used to fail
+    every daemon round, for every job. Where this machine cannot tell (no credentials for the
+    cloud, no network: the daemon's machine may have both) the store is accepted with a
+    warning."""
+    assert job.checkpoint is not None
+    url = store_url(job.checkpoint.uri, base)
+    try:
+        loc = Location(url, setting=field)
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+    except Exception as exc:  # a back-end that cannot even be built here (Azure without an account)
+        log.warning("%s: %s not checked (%s)", field, url, one_line(exc))
+        return
+    try:
+        loc.check_reachable()
+    except ConfigError as exc:
+        if loc.is_local or isinstance(exc.__cause__, (FileNotFoundError, PermissionError)):
+            raise InputError(str(exc)) from None
+        log.warning("%s: %s not checked (%s)", field, url, one_line(exc.__cause__ or exc))
 
 
 def _canonical(spec: dict[str, Any]) -> str:
