@@ -149,6 +149,29 @@ class Checkpoint(_Strict):
         return value
 
 
+FAIL_FAST_EXIT_CODES = (2, 126, 127)
+"""Exit statuses a retry cannot cure: a usage error, a command that is not executable, one that
+does not exist (the shell's 126 and 127). Retrying them only bills another start each time."""
+
+
+class Retry(_Strict):
+    """What the daemon does when the training process exits with an error: relaunch it from the
+    newest verified checkpoint, at most ``max`` times in a row (``spotopt jobs retry`` starts a
+    new run of tries). ``on_exit_codes``: only these statuses are retried (none given: every
+    status but ``FAIL_FAST_EXIT_CODES``; an OOM kill is 137, a crash 1 or 134)."""
+
+    max: Annotated[int, Field(ge=0, le=100, strict=True)] = 3
+    on_exit_codes: list[Annotated[int, Field(ge=1, le=255, strict=True)]] | None = None
+
+    def retries(self, exit_code: int | None) -> bool:
+        """Whether an exit with ``exit_code`` (None: no status, the process was killed) is retried."""
+        if exit_code is None:
+            return True
+        if self.on_exit_codes is not None:
+            return exit_code in self.on_exit_codes
+        return exit_code not in FAIL_FAST_EXIT_CODES
+
+
 StepsPerS = Annotated[float, Field(ge=MIN_STEPS_PER_S, le=MAX_STEPS_PER_S)]
 GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
 Throughputs = dict[str, StepsPerS | dict[GpuCount, StepsPerS]]
@@ -183,6 +206,8 @@ class Job(_Strict):
     checkpoint: Checkpoint | None = None
     budget_usd: Annotated[float, Field(gt=0, le=MAX_USD)] | None = None
     max_usd_per_hour: Annotated[float, Field(gt=0, le=MAX_USD)] | None = None
+    retry: Retry | None = None
+    """How a failed training process is retried (None: ``Retry()``'s defaults)."""
 
     @field_validator("run")
     @classmethod

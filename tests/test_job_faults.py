@@ -17,7 +17,9 @@ from spotopt.errors import InputError
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.executor import FAULTS_TO_FAIL
 from tests.mover_world import World, a_day_ago, job_yaml, make_world, on_demand, spot
-from tests.stores import moto_s3  # noqa: F401  (the session's moto server)
+from tests.stores import moto_s3
+
+__all__ = ["moto_s3"]  # the fixture, imported for pytest
 
 
 @pytest.fixture
@@ -59,7 +61,7 @@ def test_a_missing_bucket_is_refused_at_submit_and_a_real_one_accepted(
     db: Database,
     tmp_path: Path,
     moto_s3: str,
-    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import boto3
 

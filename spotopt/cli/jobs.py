@@ -171,7 +171,9 @@ def submit(
     """Submit one job to the mover (pending until the daemon launches it). Re-submitting an
     identical spec is a no-op; another spec under the same name is refused."""
     job = jobs.submit(state(ctx).db(), file, dry_run=dry_run)
-    if dry_run:
+    if job.state in ("failed", "cancelled"):
+        say(f"{job.name}: {job.state} (already submitted); `spotopt jobs retry {job.name}` resumes it")
+    elif dry_run:
         say(f"{job.name}: valid; would be stored as {job.state} (dry run, nothing stored)")
     else:
         say(
@@ -348,3 +350,20 @@ def cancel(
     """Cancel a job (recorded with its time and reason); a finished or cancelled job is an error."""
     job = jobs.cancel(state(ctx).db(), name, reason)
     say(f"{job.name}: cancelled ({reason})")
+
+
+@app.command("retry")
+def retry(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+) -> None:
+    """Resume a failed or cancelled job from its newest verified checkpoint (pending until the
+    daemon places it); its automatic retries count from zero again."""
+    job = jobs.resume(state(ctx).db(), name)
+    say(f"{job.name}: pending (resumes from {_resumes_from(job)})")
+
+
+def _resumes_from(job: ManagedJob) -> str:
+    if job.checkpoint_name:
+        return f"checkpoint {job.checkpoint_name}, step {job.checkpoint_step:,}"
+    return "the start: no verified checkpoint yet"

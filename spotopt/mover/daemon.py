@@ -173,7 +173,7 @@ class Daemon:
         observed = self._watch()
         for name, obs in observed.items():
             if obs.finished or obs.failed or obs.lost or obs.notice:
-                self._react(name, obs)
+                observed[name] = self._react(name, obs)
         # Budgets every poll, not only every period: a price spike is caught within seconds.
         self._enforce_budgets()
         if self.settings.recover_at_poll and self._must_place(observed):
@@ -192,7 +192,7 @@ class Daemon:
             self.executor.advance_all()
         observed = self._watch()
         for name, obs in observed.items():
-            self._react(name, obs)
+            observed[name] = self._react(name, obs)
         if not self.dry_run:
             self._stop_cancelled()
             self._enforce_budgets()
@@ -241,20 +241,29 @@ class Daemon:
             self.executor.job_ok(name)
         return observed
 
-    def _react(self, name: str, obs: Observation) -> None:
-        """Finished jobs are stopped and done; a job whose script failed is failed."""
+    def _react(self, name: str, obs: Observation) -> Observation:
+        """Finished jobs are stopped and done. A job whose training process failed is retried
+        from its newest verified checkpoint as its ``retry`` policy says (then it is *lost*, as
+        the observation returned says, and placed again like a preempted job), else failed."""
         assert self.executor is not None
         if obs.finished:
             self.executor.open_move(
                 name, "stop", "finished: the agent marked the job complete", then_state="done"
             )
         elif obs.failed:
+            assert obs.exit_code is not None
             with self.db.session() as session:
                 job = session.scalar(select(ManagedJob).where(ManagedJob.name == name).with_for_update())
                 assert job is not None
-                if job.state == "running":
-                    jobstore.record_transition(session, job, "failed", obs.failed, self.clock())
-            log_event("job-failed", job=name, reason=obs.failed)
+                if job.state != "running":
+                    return obs
+                after = jobstore.after_failure(
+                    session, job, obs.failed, obs.exit_code, self.clock(), obs.log_path
+                )
+            log_event("job-retry" if after == "recovering" else "job-failed", job=name, reason=obs.failed)
+            if after == "recovering":
+                return Observation(lost=True)
+        return obs
 
     def _stop_cancelled(self) -> None:
         """A cancelled job whose placement still runs is checkpointed and stopped."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -129,6 +130,26 @@ class Observation:
     lost: bool = False
     finished: bool = False
     failed: str | None = None
+    """Why the training process failed (its exit status, where its log is), when it did."""
+    exit_code: int | None = None
+    log_path: str | None = None
+
+
+def exit_meaning(code: int) -> str:
+    """An exit status with what it usually means: ``137 (killed by SIGKILL, as an OOM kill
+    is)``; the shell's 126/127 and 128 + a signal number."""
+    if code == 127:
+        return "127 (command not found)"
+    if code == 126:
+        return "126 (command not executable)"
+    if 128 < code < 128 + 65:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            return str(code)
+        oom = ", as an out-of-memory kill is" if name == "SIGKILL" else ""
+        return f"{code} (killed by {name}{oom})"
+    return str(code)
 
 
 def utcnow() -> datetime:
@@ -353,9 +374,20 @@ class Executor:
         self._finish(move_id, "done", "")
         return False
 
-    def _finish(self, move_id: int, outcome: str, detail: str, after: str | None = None) -> None:
+    def _finish(
+        self,
+        move_id: int,
+        outcome: str,
+        detail: str,
+        after: str | None = None,
+        *,
+        exit_code: int | None = None,
+        log_path: str | None = None,
+    ) -> None:
         """Close the move and put the job in the state its outcome leaves it in (``after``, when
-        the caller knows better: a start the budget refuses leaves the job over budget)."""
+        the caller knows better: a start the budget refuses leaves the job over budget; with an
+        ``exit_code``, the new placement's training process failed and the job's retry policy
+        decides, ``jobs.after_failure``)."""
         now = self.clock()
         with self.db.session() as session:
             move = session.get(JobMove, move_id)
@@ -364,6 +396,9 @@ class Executor:
             assert job is not None
             move.outcome, move.finished_at, move.updated_at = outcome, now, now
             move.detail = detail or move.detail
+            if exit_code is not None:
+                after = jobstore.after_failure(session, job, detail, exit_code, now, log_path)
+                detail = f"{detail} → job {after}"
             after = after or _state_after(move, job, outcome)
             if after is not None and after != job.state and job.state not in jobstore.TERMINAL:
                 why = move.reason if outcome == "done" else f"{move.kind} {outcome}: {detail}"
@@ -601,15 +636,37 @@ class Executor:
 
     def _wait_or_abort(self, move: JobMove, new: Placement, why: str, factor: float = 1.0) -> bool:
         """Wait while the new placement is alive and within its time; else end the move."""
-        alive = new.instance_id is not None and self.provider.status(new.instance_id).state.is_live
+        status = self.provider.status(new.instance_id) if new.instance_id is not None else None
+        alive = status is not None and status.state.is_live
         waited = (self.clock() - (new.started_at or move.created_at)).total_seconds()
         if alive and waited < factor * self.timeouts.launch_s:
             return False
         detail = why if alive else f"{why}: the instance is gone"
         self._terminate(move, new.id, "terminate-new")
         moved_lease = move.kind != "move" or STEPS["move"].index(move.step) > STEPS["move"].index("grant")
+        if moved_lease and status is not None and status.state is InstanceState.EXITED and status.exit_code:
+            # The training process itself failed (a missing command, a crash at start-up): its
+            # retry policy decides, as for a running job (``spotopt.mover.jobs.after_failure``).
+            assert new.instance_id is not None
+            self._finish(
+                move.id,
+                "failed",
+                self.exit_reason(status.exit_code),
+                exit_code=status.exit_code,
+                log_path=self.log_path(new.instance_id),
+            )
+            return False
         self._finish(move.id, "failed" if moved_lease else "aborted", detail)
         return False
+
+    def exit_reason(self, exit_code: int) -> str:
+        """Why a training process failed, in one line."""
+        return f"the training process exited with status {exit_meaning(exit_code)}"
+
+    def log_path(self, instance_id: str) -> str | None:
+        """Where the job's output is, when this machine can read it (the local provider's log)."""
+        path = getattr(self.provider, "log_path", None)
+        return None if path is None else str(path(instance_id))
 
     def _terminate(self, move: JobMove, placement_id: int, action: str, ended: str = "terminated") -> None:
         placement = self._placement(placement_id)
@@ -794,7 +851,11 @@ class Executor:
         if status.state is InstanceState.EXITED and status.exit_code not in (0, None):
             self._end_placement(placement.id, "ended", "exited")
             self._end_billing(job.name, placement.instance_id, status.billing)
-            return Observation(failed=f"the job exited with status {status.exit_code}; see its log")
+            return Observation(
+                failed=self.exit_reason(status.exit_code),
+                exit_code=status.exit_code,
+                log_path=self.log_path(placement.instance_id),
+            )
         # Saved on the notice and ended before the cloud reclaimed it ("noticed"): a preemption,
         # billed as an instance we ended (``PREEMPTION_ENDS``).
         reason = "preempted" if status.state is InstanceState.PREEMPTED else "noticed" if noticed else "lost"

@@ -30,9 +30,9 @@ from sqlalchemy.orm import Session
 from spotopt.agent.config import JOB_NAME
 from spotopt.checkpoints.location import Location, store_url
 from spotopt.db.engine import Database
-from spotopt.db.models import JOB_STATES, JobEvent, ManagedJob
+from spotopt.db.models import JOB_STATES, JobEvent, ManagedJob, Placement
 from spotopt.errors import ConfigError, InputError, one_line
-from spotopt.jobspec import MAX_USD, Job, load_jobs, parse_jobs, yaml_problem
+from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, yaml_problem
 from spotopt.mover.ledger import spent_usd
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "TRANSITIONS",
     "BudgetChange",
     "TransitionError",
+    "after_failure",
     "cancel",
     "check_transition",
     "events",
@@ -50,6 +51,8 @@ __all__ = [
     "job_spec",
     "list_jobs",
     "record_transition",
+    "resume",
+    "retries_in_a_row",
     "set_budget",
     "submit",
 ]
@@ -73,13 +76,14 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     # Stopped at its budget; runs again only when the budget is raised (back to pending).
     "over-budget": frozenset({"pending", "cancelled"}),
     "done": frozenset(),
-    "failed": frozenset(),
-    "cancelled": frozenset(),
+    # Final for the daemon; ``spotopt jobs retry`` (``resume``) alone takes them back to pending.
+    "failed": frozenset({"pending"}),
+    "cancelled": frozenset({"pending"}),
 }
 """Which state may follow which; the only source of truth (the CLI and the executor use it)."""
 
-TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
-"""States a job never leaves."""
+TERMINAL = frozenset({"done", "failed", "cancelled"})
+"""States the daemon never takes a job out of (a person may resume a failed or cancelled one)."""
 
 
 class TransitionError(InputError):
@@ -93,7 +97,14 @@ def check_transition(from_state: str, to_state: str) -> None:
             raise TransitionError(f"state: {state!r} is not a job state; use one of {', '.join(JOB_STATES)}")
     allowed = TRANSITIONS[from_state]
     if to_state not in allowed:
-        after = f"it may only become {', '.join(sorted(allowed))}" if allowed else "that state is final"
+        if from_state in TERMINAL:
+            after = "that state is final" + (
+                " (`spotopt jobs retry NAME` resumes it from its newest verified checkpoint)"
+                if allowed
+                else ""
+            )
+        else:
+            after = f"it may only become {', '.join(sorted(allowed))}"
         raise TransitionError(f"a {from_state} job cannot become {to_state}: {after}")
 
 
@@ -195,6 +206,8 @@ def submit(db: Database, spec: str | Path, dry_run: bool = False, now: datetime 
     job, workdir, source = _load(spec)
     assert job.run is not None and job.checkpoint is not None and job.budget_usd is not None
     dumped = job.model_dump(mode="json")
+    if dumped["retry"] is None:  # left out as before it existed: a stored job stays the same job
+        del dumped["retry"]
     at = now or datetime.now(UTC)
     created = ManagedJob(
         name=job.name,
@@ -297,6 +310,79 @@ def cancel(db: Database, name: str, reason: str, now: datetime | None = None) ->
     with db.session() as session:
         job = find_job(session, name, lock=True)
         record_transition(session, job, "cancelled", reason, now)
+    return job
+
+
+RETRY_REASON = "retry "
+"""How the reason of an automatic retry's transition begins (``retry 2 of 3: …``): counted by
+``retries_in_a_row``."""
+
+
+def retries_in_a_row(session: Session, job: ManagedJob) -> int:
+    """Automatic retries of ``job`` since it was submitted or last resumed by hand."""
+    count = 0
+    for event in job_events(session, job):
+        if event.to_state == "pending" and event.from_state in TERMINAL:
+            count = 0
+        elif event.reason.startswith(RETRY_REASON):
+            count += 1
+    return count
+
+
+def after_failure(
+    session: Session, job: ManagedJob, why: str, exit_code: int, at: datetime, log_path: str | None = None
+) -> str:
+    """Apply ``job``'s retry policy to a failed training process (``why``: its exit status in
+    one line; ``log_path``: where its output is, when known), inside the caller's transaction;
+    the state it leaves the job in.
+
+    A retry is a recorded transition whose reason begins ``retry N of M:``: back to
+    ``recovering`` from a running job (the daemon places it again at once, like a preempted
+    one), to ``pending`` from a start or recovery (the next round places it). The agent of the
+    new placement resumes from the newest verified checkpoint. Otherwise the job fails, the
+    reason saying why it was not retried."""
+    policy = job_spec(job).retry or Retry()
+    done = retries_in_a_row(session, job)
+    if policy.retries(exit_code) and done < policy.max:
+        to_state = "pending" if job.state in ("pending", "launching", "recovering") else "recovering"
+        reason = f"{RETRY_REASON}{done + 1} of {policy.max}: {why}"
+    else:
+        to_state = "failed"
+        if done:
+            reason = f"{why} (after {done} retr{'y' if done == 1 else 'ies'})"
+        elif policy.retries(exit_code):
+            reason = f"{why} (retry.max is 0)"
+        elif policy.on_exit_codes is not None:
+            reason = f"{why} (not retried: not in retry.on_exit_codes)"
+        else:
+            reason = f"{why} (not retried: a retry does not cure that status)"
+    if log_path is not None:
+        reason += f"; its log: {log_path}"
+    record_transition(session, job, to_state, reason, at)
+    log.info("job %s: %s", job.name, reason)
+    return to_state
+
+
+def resume(db: Database, name: str, reason: str = "", now: datetime | None = None) -> ManagedJob:
+    """Take a failed or cancelled job back to ``pending`` (``spotopt jobs retry``): the daemon
+    places it again and its agent resumes from the newest verified checkpoint, which the store
+    kept. A job whose instance the daemon is still stopping is refused until it has stopped."""
+    with db.session() as session:
+        job = find_job(session, name, lock=True)
+        if job.state not in ("failed", "cancelled"):
+            raise InputError(
+                f"NAME: job {name!r} is {job.state}; only a failed or cancelled job can be retried"
+            )
+        busy = session.scalar(
+            select(Placement.id).where(
+                Placement.job_id == job.id, Placement.state.in_(("launching", "running"))
+            )
+        )
+        if busy is not None:
+            raise InputError(
+                f"NAME: job {name!r} still has an instance the daemon is stopping; retry once it has stopped"
+            )
+        record_transition(session, job, "pending", reason or "retried by hand", now)
     return job
 
 
