@@ -487,7 +487,7 @@ class Executor:
         move, job = self._load(move_id)
         spec = jobstore.job_spec(job)
         assert move.market_id is not None and move.gpus is not None and move.epoch is not None
-        key = f"{job.name}-m{move.id}"
+        key = launch_key(self.database_id, job, move.id)
         if move.to_placement_id is None:  # not re-done after a crash: the launch may have happened
             problem = self._over_budget_for(move, job, spec)
             if problem:
@@ -906,6 +906,15 @@ class Executor:
             )
             done.append(replace(leftover, ended=True))
         return done
+
+
+def launch_key(database_id: str, job: ManagedJob, move_id: int) -> str:
+    """The idempotency key of a move's launch: the job's name (readable in a console), this
+    database's id and the job's and move's ids. Move ids restart in every database, and a name
+    comes back (a fresh database, a job submitted again): without the database's id a launch
+    would be answered with another history's instance (the local provider's record, an EC2
+    ``ClientToken`` already used)."""
+    return f"{job.name}-{database_id[:12]}-j{job.id}-m{move_id}"
 
 
 def _open_move(session: Session, job_id: int) -> JobMove | None:
