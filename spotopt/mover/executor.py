@@ -120,6 +120,9 @@ class Timeouts:
     anyway (progress since the newest verified checkpoint is lost, nothing worse)."""
     unavailable_s: float = 3600.0
     """A market that refused capacity is left out of the options for this long."""
+    silent_s: float = 180.0
+    """An agent heard from within this (its heartbeat, every 30 s by default) is alive even where
+    the provider has no record of its instance; silent longer, its placement is lost."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -840,6 +843,12 @@ class Executor:
         if finished is not None and int(str(finished.get("epoch", -1))) == placement.epoch:
             return Observation(finished=True)
         status = self.provider.status(placement.instance_id)
+        if status.state is InstanceState.GONE and self._heard_lately(beat):
+            # This provider has no record of the instance (another daemon's local state
+            # directory, a listing that lags), yet its agent still writes to the store: the
+            # store decides. Declared lost, it would be launched again beside itself.
+            log_event("instance-unknown", job=job.name, instance=placement.instance_id, epoch=placement.epoch)
+            return Observation()
         # A stop the daemon did not ask for: the agent's reason names a cloud's notice
         # (``spotopt.agent.core``: "<cloud> <kind> notice: …") or SIGTERM; only the first is a
         # preemption.
@@ -863,6 +872,13 @@ class Executor:
         log_event("placement-lost", job=job.name, instance=placement.instance_id, state=str(status.state))
         self._end_billing(job.name, placement.instance_id, status.billing)
         return Observation(lost=True)
+
+    def _heard_lately(self, beat: Heartbeat | None) -> bool:
+        """Whether an agent's newest heartbeat says it is alive: training, waiting or stopping,
+        written within ``Timeouts.silent_s``."""
+        if beat is None or beat.state in (AgentState.STOPPED, AgentState.FINISHED):
+            return False
+        return (self.clock() - beat.at).total_seconds() < self.timeouts.silent_s
 
     def _end_billing(self, job: str, instance_id: str, billing: Billing) -> None:
         """Terminate the instance of a placement that just ended when some of it still bills (a
