@@ -266,8 +266,20 @@ class Daemon:
         return obs
 
     def _stop_cancelled(self) -> None:
-        """A cancelled job whose placement still runs is checkpointed and stopped."""
+        """A cancelled job's move under way is abandoned (its new instance terminated: a start
+        must not run on until its launch times out), and a placement that still runs is
+        checkpointed and stopped."""
         assert self.executor is not None
+        with self.db.session() as session:
+            abandoned = list(
+                session.scalars(
+                    select(JobMove.id)
+                    .join(ManagedJob, ManagedJob.id == JobMove.job_id)
+                    .where(ManagedJob.state == "cancelled", JobMove.outcome.is_(None), JobMove.kind != "stop")
+                )
+            )
+        for move_id in abandoned:
+            self.executor.abandon(move_id, "cancelled: the job was cancelled while this move was under way")
         with self.db.session() as session:
             busy = open_move_jobs(session)
             names = [

@@ -363,6 +363,15 @@ class Executor:
             if not handler(move_id):
                 return False
 
+    def abandon(self, move_id: int, why: str) -> None:
+        """End an open move at once: its new placement, if launched, is terminated and the move
+        aborted (the job of a cancelled move stays cancelled). What the old placement does is
+        the caller's business (a cancelled job's is checkpointed and stopped by a stop move)."""
+        move, _job = self._load(move_id)
+        if move.to_placement_id is not None:
+            self._terminate(move, move.to_placement_id, "terminate-new")
+        self._finish(move_id, "aborted", why)
+
     def _next(self, move_id: int, session: Session | None = None) -> bool:
         """Move to the following step, or finish the move after the last one. True: go on."""
         with self.db.session() as s:
