@@ -124,3 +124,35 @@ def test_a_running_job_whose_store_breaks_is_failed_and_stopped_while_the_other_
     # The other job is still watched: it finishes and is marked done.
     world.release("mlp")
     world.until("the other job to finish", lambda: world.job().state == "done")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("    restart_s: 10", "    restart_s: 10\n    deadline: 2020-01-01T00:00Z"),
+            r"deadline: .* is already past",
+        ),
+        (("    throughput: {V100: 0.02}\n", ""), r"throughput: no steps/s figure for this job"),
+    ],
+)
+def test_submit_refuses_a_job_plan_would_refuse(
+    db: Database, tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    path = job_yaml(tmp_path)
+    text = path.read_text(encoding="utf-8")
+    assert change[0] in text
+    path.write_text(text.replace(*change), encoding="utf-8")
+    with pytest.raises(InputError, match=message):
+        jobstore.submit(db, path)
+    assert jobstore.list_jobs(db) == []
+
+
+def test_submit_warns_of_markets_the_history_has_never_priced(
+    world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = job_yaml(tmp_path, instance_types="[p3.2xlarg]")
+    jobstore.submit(world.db, path)
+    assert "allow.instance_types: 'p3.2xlarg' has no market in this history; did you mean 'p3.2xlarge'?" in (
+        caplog.text
+    )

@@ -13,6 +13,7 @@ executor and the CLI share that one path, so no transition goes unrecorded or un
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
@@ -30,10 +31,12 @@ from sqlalchemy.orm import Session
 from spotopt.agent.config import JOB_NAME
 from spotopt.checkpoints.location import Location, store_url
 from spotopt.db.engine import Database
-from spotopt.db.models import JOB_STATES, JobEvent, ManagedJob, Placement
+from spotopt.db.models import JOB_STATES, InstanceType, JobEvent, ManagedJob, Market, Placement
 from spotopt.errors import ConfigError, InputError, one_line
 from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, yaml_problem
 from spotopt.mover.ledger import spent_usd
+from spotopt.throughput import JobThroughput
+from spotopt.throughput_store import stored_figures
 
 __all__ = [
     "JOB_STATES",
@@ -183,6 +186,49 @@ def _check_store(job: Job, base: Path, field: str) -> None:
         log.warning("%s: %s not checked (%s)", field, url, one_line(exc.__cause__ or exc))
 
 
+def _check_placeable(session: Session, job: Job, where: str, at: datetime) -> None:
+    """The checks ``spotopt plan`` makes, made at submit so a job the daemon could never place
+    is refused in one line rather than left pending for ever: a deadline already past, no
+    steps/s figure anywhere (the spec, or stored for its workload) are refused; ``allow``
+    naming regions or instance types this history has never priced is warned about (their
+    prices may be collected after the submit). On a history with no market at all (nothing
+    collected yet) that check is skipped."""
+    due = job.deadline_hours(at)
+    if due is not None and due <= 0:
+        raise InputError(
+            f"{where}.deadline: {job.deadline} is already past (now {at:%Y-%m-%dT%H:%MZ}); give a later one"
+        )
+    if not JobThroughput(job, stored_figures(session)).points:
+        raise InputError(
+            f"{where}.throughput: no steps/s figure for this job in the spec or stored for workload "
+            f"{job.store_name!r}; add throughput: {{V100: 2.4}} (steps/s on one GPU) or "
+            "`spotopt throughput import`"
+        )
+    priced = session.execute(
+        select(InstanceType.cloud, InstanceType.name, Market.region).join(
+            Market, Market.instance_type_id == InstanceType.id
+        )
+    ).all()
+    if not priced:
+        return
+    for field, wanted, known in (
+        ("allow.regions", job.allow.regions, {region for *_c, region in priced}),
+        ("allow.instance_types", job.allow.instance_types, {name for _c, name, _r in priced}),
+    ):
+        unknown = [value for value in wanted if value not in known]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            log.warning(
+                "%s.%s: %r has no market in this history; %sthe job waits until one is priced "
+                "(`spotopt prices show` lists the priced ones)",
+                where,
+                field,
+                unknown[0],
+                hint,
+            )
+
+
 def _canonical(spec: dict[str, Any]) -> str:
     """A spec as JSON with sorted keys: the same spec always gives the same text."""
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
@@ -222,6 +268,8 @@ def submit(db: Database, spec: str | Path, dry_run: bool = False, now: datetime 
         created_at=at,
         updated_at=at,
     )
+    with db.session() as session:
+        _check_placeable(session, job, f"{source}: jobs[0] ({job.name})", at)
     try:
         return _store(db, created, source, dry_run)
     except IntegrityError:
