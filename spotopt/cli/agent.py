@@ -15,7 +15,7 @@ import typer
 
 from spotopt.agent.config import JOB_NAME
 from spotopt.checkpoints import Location, grant_lease, read_finished, store_url
-from spotopt.cli.common import FormatOption, parse_duration
+from spotopt.cli.common import FormatOption, directory, parse_duration
 from spotopt.errors import InputError, ProviderError
 from spotopt.providers import get_provider
 from spotopt.providers.base import InstanceStatus, LaunchSpec
@@ -75,7 +75,7 @@ def run_local(
     options = _options(storage_options)
     loc = Location(store_url(store, Path.cwd()), options, setting="--store")
     loc.check_writable()
-    provider = get_provider("local", state_dir=state_dir.resolve(), grace_s=grace_s)
+    provider = get_provider("local", state_dir=directory(state_dir, "--state-dir").resolve(), grace_s=grace_s)
     assert isinstance(provider, LocalProvider)
     command = (sys.executable, str(script.resolve()), *(args or []))
     rows: list[dict[str, Any]] = []

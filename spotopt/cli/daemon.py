@@ -17,10 +17,11 @@ import platformdirs
 import typer
 from sqlalchemy import func, select
 
-from spotopt.cli.common import FormatOption, WideOption, parse_duration, parse_time, state
+from spotopt.cli.common import FormatOption, WideOption, directory, parse_duration, parse_time, state
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, InstanceType, JobMove, ManagedJob, Market
 from spotopt.errors import ConfigError, InputError, ProviderError
+from spotopt.jobspec import MAX_USD
 from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
 from spotopt.mover.executor import Executor, Timeouts
 from spotopt.mover.guardrails import Guardrails
@@ -47,6 +48,8 @@ StateDirOption = Annotated[
 def _provider(name: str, state_dir: Path | None) -> Provider:
     if name != "local":
         return get_provider(name)  # the registry's own error: the names and a suggestion
+    if state_dir is not None:
+        directory(state_dir, "--state-dir")
     where = state_dir or Path(platformdirs.user_data_dir("spotopt")) / "local"
     return get_provider("local", state_dir=where)
 
@@ -153,6 +156,13 @@ def run(
     poll_s = parse_duration(poll, "--poll").total_seconds()
     if period_h <= 0 or poll_s <= 0:
         raise InputError("--period/--poll: give a duration above zero, e.g. 1h or 5s")
+    if poll_s > period_h * 3600.0:
+        raise InputError(f"--poll {poll}: longer than --period {period}; poll at least once a period")
+    if max_usd_per_hour is not None and not (0 < max_usd_per_hour <= MAX_USD):
+        raise InputError(
+            f"--max-usd-per-hour: {max_usd_per_hour!r} is not a spend rate; give dollars per hour > 0 "
+            f"(at most {MAX_USD:g})"
+        )
     if collect_cron is not None:
         _check_cron(collect_cron)
     db = state(ctx).db()
@@ -527,8 +537,8 @@ def replay_cmd(
         preemptions=_preemption_mode(preemptions),
         seed=seed,
     )
-    if keep is not None and keep.exists():
-        raise InputError(f"--keep {keep}: already exists; name a new directory")
+    if keep is not None:
+        directory(keep, "--keep", new=True)
     history: AbstractContextManager[Database] = example_history() if example else nullcontext(state(ctx).db())
     workdir: AbstractContextManager[str] = (
         nullcontext(str(keep)) if keep is not None else tempfile.TemporaryDirectory(prefix="spotopt-replay-")

@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -33,7 +32,7 @@ from spotopt.checkpoints.location import Location, store_url
 from spotopt.db.engine import Database
 from spotopt.db.models import JOB_STATES, InstanceType, JobEvent, ManagedJob, Market, Placement
 from spotopt.errors import ConfigError, InputError, one_line
-from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, yaml_problem
+from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, read_yaml
 from spotopt.mover.ledger import spent_usd
 from spotopt.throughput import JobThroughput
 from spotopt.throughput_store import stored_figures
@@ -135,11 +134,7 @@ def _load(spec: str | Path) -> tuple[Job, str | None, str]:
         parsed, workdir, source = load_jobs(spec), str(spec.resolve().parent), str(spec)
     else:
         source = "the job spec"
-        try:
-            data = yaml.safe_load(spec)
-        except yaml.YAMLError as exc:
-            raise InputError(f"{source}: not valid YAML: {yaml_problem(exc)}") from None
-        parsed, workdir = parse_jobs(data, source), None
+        parsed, workdir = parse_jobs(read_yaml(spec, source), source), None
     if len(parsed.jobs) != 1:
         raise InputError(
             f"{source}: jobs: a managed job spec holds exactly one job (found {len(parsed.jobs)}); "
