@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -25,7 +27,7 @@ from spotopt.jobspec import MAX_USD
 from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
 from spotopt.mover.executor import Executor, Timeouts
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.leader import Leadership, read_leader
+from spotopt.mover.leader import LeaderRecord, Leadership, read_leader
 from spotopt.mover.sweep import Leftover
 from spotopt.providers import PROVIDERS, get_provider
 from spotopt.providers.artifacts import check_install
@@ -208,8 +210,11 @@ def run(
             leadership.release()
         _show(report, fmt, "Moves started this round")
         return
-    say("waiting to lead (another daemon may hold the lock)…", label="daemon:", err=True)
-    leadership.acquire()
+    if not leadership.try_acquire():
+        holder = read_leader(db)
+        who = f"host {holder.host}, pid {holder.pid}" if holder else "another process"
+        say(f"another daemon leads ({who}); standing by to take over", label="daemon:", err=True)
+        leadership.acquire()
     from spotopt.mover.scheduler import Schedule, run_forever
 
     daemon = Daemon(db, placements, settings, still_leader=leadership.still_leader)
@@ -437,8 +442,11 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
             if tick is not None
             else None
         )
+    alive = None if leader is None else _alive(leader)
     data = {
-        "leader": None if leader is None else {"host": leader.host, "pid": leader.pid, "since": leader.since},
+        "leader": None
+        if leader is None
+        else {"host": leader.host, "pid": leader.pid, "since": leader.since, "alive": alive},
         "last_tick": last,
         "jobs": by_state,
         "open_moves": open_moves,
@@ -446,15 +454,27 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
     if fmt is Format.JSON:
         sys.stdout.write(to_json(data) + "\n")
         return
-    lead = f"{leader.host} pid {leader.pid} since {iso(leader.since)}" if leader else "none recorded"
+    now = datetime.now(UTC)
+    if leader is None:
+        lead = "none: no daemon runs now (`spotopt daemon run` starts one)"
+    else:
+        lead = (
+            f"{leader.host} pid {leader.pid}, since {_when(leader.since, now)}"
+            + {
+                True: "",
+                False: " (that process is gone: it died without handing over; the next daemon takes over)",
+                None: " (on another host: not checked)",
+            }[alive]
+        )
+    if last is None:
+        round_ = "never"
+    elif last["finished_at"] is None:
+        round_ = f"started {_when(last['started_at'], now)}, did not finish (see the daemon's log)"
+    else:
+        round_ = f"{_when(last['started_at'], now)}, finished" + (" (dry run)" if last["dry_run"] else "")
     rows = [
         {"field": "leader", "value": lead},
-        {
-            "field": "last round",
-            "value": "never"
-            if last is None
-            else f"{iso(last['started_at'])}" + (" (dry run)" if last["dry_run"] else ""),
-        },
+        {"field": "last round", "value": round_},
         {"field": "jobs", "value": ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"},
         {"field": "swept last round", "value": _swept(last)},
     ]
@@ -477,6 +497,26 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         empty="none",
         columns=("job", "kind", "step", "reason", "since"),
     )
+
+
+def _alive(leader: LeaderRecord) -> bool | None:
+    """Whether the recorded leader's process still runs (None: on another host, not checked)."""
+    if leader.host != socket.gethostname():
+        return None
+    try:
+        os.kill(leader.pid, 0)  # signal 0: no signal, only the check that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
+
+
+def _when(at: datetime, now: datetime) -> str:
+    """A time for a person: ``2026-11-25 05:19 UTC (3 min ago)``."""
+    ago = max(0.0, (now - at).total_seconds())
+    span = f"{ago:.0f} s" if ago < 120 else f"{ago / 60:.0f} min" if ago < 7200 else f"{ago / 3600:.1f} h"
+    return f"{at:%Y-%m-%d %H:%M} UTC ({span} ago)"
 
 
 def _swept(last: dict[str, Any] | None) -> str:

@@ -184,7 +184,7 @@ class Daemon:
         """One reconcile + rebalance round (see the module docstring)."""
         now = self.clock()
         report = TickReport(now)
-        tick_id = self._begin_tick(now)
+        tick_id = None if self.dry_run else self._begin_tick(now)  # a dry run writes nothing
         if self.executor is not None and not self.dry_run:
             swept = self.executor.sweep()
             report.leaked = [leftover.instance_id for leftover in swept if leftover.ended]
@@ -202,10 +202,11 @@ class Daemon:
         with self.db.session() as session:
             rows = session.execute(select(ManagedJob.state, func.count()).group_by(ManagedJob.state)).all()
             report.jobs = {str(state): int(n) for state, n in rows}
-            tick = session.get(DaemonTick, tick_id)
-            assert tick is not None
-            tick.finished_at = self.clock()
-            tick.summary = json.dumps(report.to_dict(), default=str)
+            if tick_id is not None:
+                tick = session.get(DaemonTick, tick_id)
+                assert tick is not None
+                tick.finished_at = self.clock()
+                tick.summary = json.dumps(report.to_dict(), default=str)
         log_event(
             "tick",
             dry_run=self.dry_run,
