@@ -86,7 +86,11 @@ def _pid(world: World, instance_id: str) -> int:
     return int(record["pid"])
 
 
-def test_a_missing_command_fails_at_once_with_its_status_and_log(world: World, tmp_path: Path) -> None:
+def test_a_missing_command_fails_at_once_with_its_status_and_log(
+    world: World, tmp_path: Path, db_url: str
+) -> None:
+    code, _, err = cli("--db", db_url, "jobs", "logs", "nope")
+    assert code == 2 and "no managed job named 'nope'" in err
     jobstore.submit(world.db, _run(job_yaml(tmp_path), "no-such-trainer-i21 --epochs 3"))
     _rounds_until(world, "the job to fail", lambda: world.job().state == "failed")
     reason = _failed_reason(world)
@@ -95,6 +99,12 @@ def test_a_missing_command_fails_at_once_with_its_status_and_log(world: World, t
     assert "no-such-trainer-i21" in log.read_text(encoding="utf-8")
     world.daemon.tick()
     assert len(world.placements()) == 1  # not relaunched, not billed again
+    for follow in ([], ["--follow"]):  # the placement has ended: --follow prints it and returns
+        where = ["--state-dir", world.tmp / "local"]
+        code, out, err = cli("--db", db_url, "jobs", "logs", "mlp", *where, *follow)
+        assert code == 0 and "no-such-trainer-i21" in out, err
+    code, _, err = cli("--db", db_url, "jobs", "logs", "mlp", "--state-dir", tmp_path)
+    assert code == 2 and "give the --state-dir the daemon runs with" in err
 
 
 def test_retries_are_bounded_and_jobs_retry_starts_a_new_run_of_them(

@@ -47,13 +47,16 @@ StateDirOption = Annotated[
 ]
 
 
+DEFAULT_STATE_DIR = Path(platformdirs.user_data_dir("spotopt")) / "local"
+"""Where the local provider keeps its records and the jobs' logs unless --state-dir says."""
+
+
 def _provider(name: str, state_dir: Path | None) -> Provider:
     if name != "local":
         return get_provider(name)  # the registry's own error: the names and a suggestion
     if state_dir is not None:
         directory(state_dir, "--state-dir")
-    where = state_dir or Path(platformdirs.user_data_dir("spotopt")) / "local"
-    return get_provider("local", state_dir=where)
+    return get_provider("local", state_dir=state_dir or DEFAULT_STATE_DIR)
 
 
 def _clouds(db: Database, name: str) -> tuple[CloudsProvider, tuple[str, ...]]:
