@@ -24,7 +24,7 @@ from spotopt.mover import jobs as jobstore
 from spotopt.mover.leader import LEADER_KEY, LeaderRecord, Leadership
 from spotopt.providers.local import LocalProvider
 from tests.helpers import cli, strict_json
-from tests.mover_world import a_day_ago, job_yaml, on_demand, spot
+from tests.mover_world import a_day_ago, job_yaml, make_world, now, on_demand, spot
 
 
 @pytest.fixture
@@ -180,3 +180,26 @@ def test_status_says_whether_the_leader_lives_and_how_the_last_round_went(
     assert code == 0 and strict_json(out)["leader"]["alive"] is False
     code, out, _ = cli("--db", db_url, "daemon", "status")
     assert "that process is gone" in out
+
+
+def test_guardrails_reach_the_daemon_from_its_options(db_url: str, db: Database, tmp_path: Path) -> None:
+    """A voluntary move can be tried at once: ``--min-dwell 0s`` lets the dry run move a job that
+    just started, which the default two hours of dwell keep where it is."""
+    world = make_world(db, tmp_path)
+    try:
+        world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+        jobstore.submit(db, job_yaml(tmp_path))
+        world.hold("mlp", 20)
+        world.daemon.tick()
+        world.until("the job to run", lambda: world.job().state == "running" and world.job().steps >= 20)
+        world.prices(spot("us-east-1b", 0.3, now()))
+        dry = ["--db", db_url, "daemon", "run", "--dry-run", "--period", "5s", "--format", "json"]
+        code, out, err = cli(*dry)
+        assert code == 0 and strict_json(out)["decisions"] == [], err
+        code, out, err = cli(*dry, "--min-dwell", "0s")
+        assert code == 0, err
+        assert [d["kind"] for d in strict_json(out)["decisions"]] == ["move"]
+        code, _, err = cli(*dry, "--launch-timeout", "0s")
+        assert code == 2 and "--launch-timeout: '0s' must be longer than 0s" in err
+    finally:
+        world.stop_all()

@@ -129,6 +129,65 @@ def run(
     max_usd_per_hour: Annotated[
         float | None, typer.Option("--max-usd-per-hour", help="Cap on the whole fleet's spend rate.", min=0.0)
     ] = None,
+    min_dwell: Annotated[
+        str,
+        typer.Option(
+            "--min-dwell",
+            envvar="SPOTOPT_MIN_DWELL",
+            help="A placed job stays this long before a voluntary move (notices bypass it).",
+        ),
+    ] = "2h",
+    move_margin: Annotated[
+        float,
+        typer.Option(
+            "--move-margin",
+            envvar="SPOTOPT_MOVE_MARGIN",
+            min=0.0,
+            max=100.0,
+            help="A voluntary move needs a net saving above this multiple of its own cost.",
+        ),
+    ] = 0.5,
+    max_moves_per_tick: Annotated[
+        int | None,
+        typer.Option(
+            "--max-moves-per-tick",
+            envvar="SPOTOPT_MAX_MOVES_PER_TICK",
+            min=0,
+            help="Voluntary moves per round at most (default: no cap).",
+        ),
+    ] = None,
+    deadline_margin: Annotated[
+        str,
+        typer.Option(
+            "--deadline-margin",
+            envvar="SPOTOPT_DEADLINE_MARGIN",
+            help="Slack kept before a deadline forces on-demand.",
+        ),
+    ] = "0s",
+    launch_timeout: Annotated[
+        str,
+        typer.Option(
+            "--launch-timeout",
+            envvar="SPOTOPT_LAUNCH_TIMEOUT",
+            help="A new placement's agent must heartbeat within this (progress within twice it).",
+        ),
+    ] = "15m",
+    stop_timeout: Annotated[
+        str,
+        typer.Option(
+            "--stop-timeout",
+            envvar="SPOTOPT_STOP_TIMEOUT",
+            help="An old placement must answer checkpoint-and-stop within this; then the lease moves anyway.",
+        ),
+    ] = "10m",
+    unavailable_for: Annotated[
+        str,
+        typer.Option(
+            "--unavailable-for",
+            envvar="SPOTOPT_UNAVAILABLE_FOR",
+            help="A market that refused a launch sits out this long.",
+        ),
+    ] = "1h",
     replay: Annotated[
         bool,
         typer.Option(
@@ -186,13 +245,22 @@ def run(
         raise InputError(
             "--start/--until/--preemptions/--seed: only with --replay; add --replay or drop them"
         )
+    guardrails = Guardrails(
+        move_margin=move_margin,
+        min_dwell_h=_hours(min_dwell, "--min-dwell", zero=True),
+        max_moves_per_tick=max_moves_per_tick,
+        max_usd_per_hour=max_usd_per_hour,
+        period_h=period_h,
+        deadline_margin_h=_hours(deadline_margin, "--deadline-margin", zero=True),
+    )
+    timeouts = Timeouts(
+        launch_s=_hours(launch_timeout, "--launch-timeout") * 3600.0,
+        stop_s=_hours(stop_timeout, "--stop-timeout") * 3600.0,
+        unavailable_s=_hours(unavailable_for, "--unavailable-for", zero=True) * 3600.0,
+    )
     router, clouds = _clouds(db, provider) if provider in PROVIDERS and provider != "local" else (None, None)
     settings = DaemonSettings(
-        period_h=period_h,
-        guardrails=Guardrails(period_h=period_h, max_usd_per_hour=max_usd_per_hour),
-        timeouts=Timeouts(),
-        dry_run=dry_run,
-        clouds=clouds,
+        period_h=period_h, guardrails=guardrails, timeouts=timeouts, dry_run=dry_run, clouds=clouds
     )
     _logging()
     if dry_run:
@@ -500,6 +568,14 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         empty="none",
         columns=("job", "kind", "step", "reason", "since"),
     )
+
+
+def _hours(text: str, option: str, *, zero: bool = False) -> float:
+    """A duration option in hours; above zero unless ``zero`` allows it."""
+    hours = parse_duration(text, option).total_seconds() / 3600.0
+    if hours < 0 or (hours == 0 and not zero):
+        raise InputError(f"{option}: {text!r} must be longer than 0s")
+    return hours
 
 
 def _alive(leader: LeaderRecord) -> bool | None:
