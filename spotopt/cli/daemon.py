@@ -393,6 +393,8 @@ def _check_cron(expr: str) -> None:
 
 
 def _show(report: TickReport, fmt: Format, title: str) -> None:
+    for note in report.notes:
+        say(note, label="warning:", style="yellow", err=True)
     if fmt is Format.JSON:
         sys.stdout.write(to_json(report.to_dict()) + "\n")
         return

@@ -61,7 +61,7 @@ from spotopt.mover.fleet import FleetState, Move
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
 from spotopt.mover.market_view import MarketView, market_availability, market_view
-from spotopt.plan import location_index, option_key
+from spotopt.plan import STALE_PRICE_AFTER, location_index, option_key
 from spotopt.providers.base import Provider
 from spotopt.throughput_store import stored_figures
 from spotopt.times import parse_duration
@@ -207,6 +207,8 @@ class Daemon:
                 assert tick is not None
                 tick.finished_at = self.clock()
                 tick.summary = json.dumps(report.to_dict(), default=str)
+        for note in report.notes:
+            log_event("warning", note=note)
         log_event(
             "tick",
             dry_run=self.dry_run,
@@ -423,6 +425,12 @@ class Daemon:
             availability = market_availability(
                 session, view.markets, now, self.settings.period_h, refused, running
             )
+        if not view.markets:
+            report.notes.append(
+                "no market has a price in this history, so no job can be placed: "
+                "`spotopt collect`, `spotopt import` or the example prices "
+                "(`spotopt import csv data/examples/prices.csv`) bring some"
+            )
         opts = replace(self._without(view, refused), availability=availability)
         moves = decide(state, opts, self.settings.guardrails, memory, self.settings.policy)
         if not self.dry_run:
@@ -559,6 +567,12 @@ class Daemon:
         }
         report.decisions.append(decision)
         log_event("decide", dry_run=self.dry_run, **decision)
+        age = self.clock() - market.quote.observed_at
+        if age > STALE_PRICE_AFTER:
+            report.notes.append(
+                f"{job.name}: {market.label}'s price was last observed {market.quote.observed_at:%Y-%m-%d} "
+                f"({age.days} days ago); refresh prices with `spotopt collect` or `spotopt import`"
+            )
         if self.dry_run or self.executor is None:
             return None
         move_id = self.executor.open_move(
