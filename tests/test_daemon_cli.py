@@ -203,3 +203,19 @@ def test_guardrails_reach_the_daemon_from_its_options(db_url: str, db: Database,
         assert code == 2 and "--launch-timeout: '0s' must be longer than 0s" in err
     finally:
         world.stop_all()
+
+
+def test_status_lists_the_jobs_waiting_and_why(db_url: str, db: Database, tmp_path: Path) -> None:
+    run_ingest(db, "test", "test", [spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago())])
+    jobstore.submit(db, job_yaml(tmp_path, name="poor", budget=0.01))
+    code, out, _ = cli("--db", db_url, "daemon", "status", "--format", "json")
+    (waiting,) = strict_json(out)["waiting"]
+    assert (waiting["job"], waiting["state"]) == ("poor", "pending")
+    assert "no round has placed it" in waiting["why"]
+    code, _, err = cli("--db", db_url, "daemon", "run", "--once", "--state-dir", tmp_path / "local")
+    assert code == 0, err
+    code, out, _ = cli("--db", db_url, "daemon", "status", "--format", "json")
+    (waiting,) = strict_json(out)["waiting"]
+    assert waiting["state"] == "over-budget" and "would exceed budget_usd $0.0100" in waiting["why"]
+    code, out, _ = cli("--db", db_url, "daemon", "status")
+    assert code == 0 and "Jobs waiting, and why" in out and "poor" in out

@@ -18,10 +18,11 @@ from typing import Annotated, Any, cast
 import platformdirs
 import typer
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from spotopt.cli.common import FormatOption, WideOption, directory, parse_duration, parse_time, state
 from spotopt.db.engine import Database
-from spotopt.db.models import DaemonTick, InstanceType, JobMove, ManagedJob, Market
+from spotopt.db.models import DaemonTick, InstanceType, JobEvent, JobMove, ManagedJob, Market
 from spotopt.errors import ConfigError, InputError, ProviderError
 from spotopt.jobspec import MAX_USD
 from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
@@ -515,6 +516,7 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
             if tick is not None
             else None
         )
+        waiting = _waiting(session)
     alive = None if leader is None else _alive(leader)
     data = {
         "leader": None
@@ -523,6 +525,7 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         "last_tick": last,
         "jobs": by_state,
         "open_moves": open_moves,
+        "waiting": waiting,
     }
     if fmt is Format.JSON:
         sys.stdout.write(to_json(data) + "\n")
@@ -560,9 +563,17 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
             }
             for m in open_moves
         ]
+        rows += [{"field": "waiting", "value": f"{w['job']} {w['state']}: {w['why']}"} for w in waiting]
         render(rows, fmt, title="Daemon")
         return
     render(rows, fmt, title="Daemon")
+    if waiting:
+        render(
+            [w | {"since": _when(w["since"], now)} for w in waiting],
+            fmt,
+            title="Jobs waiting, and why",
+            columns=("job", "state", "since", "why"),
+        )
     render(
         open_moves,
         fmt,
@@ -578,6 +589,35 @@ def _hours(text: str, option: str, *, zero: bool = False) -> float:
     if hours < 0 or (hours == 0 and not zero):
         raise InputError(f"{option}: {text!r} must be longer than 0s")
     return hours
+
+
+WAITING = ("pending", "recovering", "over-budget")
+"""Job states in which a job runs nowhere until something changes (a round, a budget)."""
+
+
+def _waiting(session: Session) -> list[dict[str, Any]]:
+    """The jobs that run nowhere and why, newest word first: the last move that failed or was
+    aborted (no capacity, a budget, a launch refused) when it is newer than the job's last
+    transition, else that transition's reason."""
+    found = []
+    for job in session.scalars(
+        select(ManagedJob).where(ManagedJob.state.in_(WAITING)).order_by(ManagedJob.id)
+    ):
+        event = session.scalar(
+            select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.at.desc(), JobEvent.id.desc())
+        )
+        move = session.scalar(
+            select(JobMove)
+            .where(JobMove.job_id == job.id, JobMove.outcome.in_(("failed", "aborted")))
+            .order_by(JobMove.id.desc())
+        )
+        why, since = (event.reason, event.at) if event is not None else ("submitted", job.created_at)
+        if move is not None and move.finished_at is not None and move.finished_at >= since:
+            why, since = f"{move.kind} {move.outcome}: {move.detail}", move.finished_at
+        if job.state == "pending" and event is not None and event.reason == "submitted" and move is None:
+            why = "submitted; no round has placed it yet (is a daemon running, and is any market priced?)"
+        found.append({"job": job.name, "state": job.state, "since": since, "why": why})
+    return found
 
 
 def _alive(leader: LeaderRecord) -> bool | None:
