@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -359,6 +360,7 @@ def cancel(db: Database, name: str, reason: str, now: datetime | None = None) ->
 RETRY_REASON = "retry "
 """How the reason of an automatic retry's transition begins (``retry 2 of 3: …``): counted by
 ``retries_in_a_row``."""
+_RETRY = re.compile(rf"^{RETRY_REASON}\d+ of \d+: ")
 
 
 def retries_in_a_row(session: Session, job: ManagedJob) -> int:
@@ -367,7 +369,7 @@ def retries_in_a_row(session: Session, job: ManagedJob) -> int:
     for event in job_events(session, job):
         if event.to_state == "pending" and event.from_state in TERMINAL:
             count = 0
-        elif event.reason.startswith(RETRY_REASON):
+        elif event.to_state in ("recovering", "pending") and _RETRY.match(event.reason):
             count += 1
     return count
 
