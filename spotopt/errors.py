@@ -74,3 +74,10 @@ class SupersededError(SpotoptError):
     """A newer placement of the job holds the lease: this one must stop and write nothing."""
 
     exit_code = 5
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line (a job's failure reason, a log field): our own errors by their
+    message, others prefixed with their type, since ``KeyError: 'x'`` says more than ``'x'``."""
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, SpotoptError) and text else f"{type(exc).__name__}: {text}".rstrip(": ")

@@ -67,6 +67,8 @@ MAX_GB = 1e7
 MAX_SECONDS = 7 * 86400.0
 MAX_COMM_RATIO = 100.0
 MAX_USD = 1e9
+MIN_USD = 0.01
+"""A cent: less buys no second of any instance, so a smaller budget is a typo."""
 
 
 class Work(_Strict):
@@ -80,6 +82,13 @@ class Work(_Strict):
     @classmethod
     def _gpu(cls, value: str | None) -> str | None:
         return None if value is None else gpu_key(value)
+
+    @field_validator("steps")
+    @classmethod
+    def _whole(cls, value: float | None) -> float | None:
+        if value is not None and value != int(value):
+            raise ValueError(f"{value!r} is not a whole number of steps")
+        return value
 
     @model_validator(mode="after")
     def _one_of(self) -> Work:
@@ -149,6 +158,29 @@ class Checkpoint(_Strict):
         return value
 
 
+FAIL_FAST_EXIT_CODES = (2, 126, 127)
+"""Exit statuses a retry cannot cure: a usage error, a command that is not executable, one that
+does not exist (the shell's 126 and 127). Retrying them only bills another start each time."""
+
+
+class Retry(_Strict):
+    """What the daemon does when the training process exits with an error: relaunch it from the
+    newest verified checkpoint, at most ``max`` times in a row (``spotopt jobs retry`` starts a
+    new run of tries). ``on_exit_codes``: only these statuses are retried (none given: every
+    status but ``FAIL_FAST_EXIT_CODES``; an OOM kill is 137, a crash 1 or 134)."""
+
+    max: Annotated[int, Field(ge=0, le=100, strict=True)] = 3
+    on_exit_codes: list[Annotated[int, Field(ge=1, le=255, strict=True)]] | None = None
+
+    def retries(self, exit_code: int | None) -> bool:
+        """Whether an exit with ``exit_code`` (None: no status, the process was killed) is retried."""
+        if exit_code is None:
+            return True
+        if self.on_exit_codes is not None:
+            return exit_code in self.on_exit_codes
+        return exit_code not in FAIL_FAST_EXIT_CODES
+
+
 StepsPerS = Annotated[float, Field(ge=MIN_STEPS_PER_S, le=MAX_STEPS_PER_S)]
 GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
 Throughputs = dict[str, StepsPerS | dict[GpuCount, StepsPerS]]
@@ -181,8 +213,11 @@ class Job(_Strict):
     # budget_usd); the planner and the what-if engine ignore these fields.
     run: Annotated[str, Field(min_length=1)] | None = None
     checkpoint: Checkpoint | None = None
-    budget_usd: Annotated[float, Field(gt=0, le=MAX_USD)] | None = None
-    max_usd_per_hour: Annotated[float, Field(gt=0, le=MAX_USD)] | None = None
+    # Strict: YAML's ``true`` would otherwise be a budget of $1.
+    budget_usd: Annotated[float, Field(ge=MIN_USD, le=MAX_USD, strict=True)] | None = None
+    max_usd_per_hour: Annotated[float, Field(ge=MIN_USD, le=MAX_USD, strict=True)] | None = None
+    retry: Retry | None = None
+    """How a failed training process is retried (None: ``Retry()``'s defaults)."""
 
     @field_validator("run")
     @classmethod
@@ -362,9 +397,15 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 def load_jobs(path: str | Path) -> JobSpec:
     """Read and validate a YAML job spec file."""
     path = Path(path)
-    text = read_text(path, "the job spec")
+    return parse_jobs(read_yaml(read_text(path, "the job spec"), str(path)), str(path))
+
+
+def read_yaml(text: str, source: str) -> Any:
+    """``text`` parsed as YAML; an ``InputError`` naming ``source`` when it is not YAML or nests
+    deeper than the parser's recursion allows (a thousand ``[``: no job spec nests like that)."""
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
-    return parse_jobs(data, str(path))
+        raise InputError(f"{source}: not valid YAML: {yaml_problem(exc)}") from None
+    except RecursionError:
+        raise InputError(f"{source}: nested too deeply to be a job spec; check its brackets") from None

@@ -332,3 +332,40 @@ def test_the_module_api_reads_the_injected_clock(tmp_path: Path, monkeypatch: py
     agent_module.finish()
     done = read_finished(Location(str(tmp_path / "store")), agent_module.current().config.job)
     assert done is not None and done["finished_at"] == datetime.fromtimestamp(clock.now, UTC).isoformat()
+
+
+class BrokenPoller:
+    """A metadata service that fails every poll (an IMDSv2 token PUT timing out in a container)."""
+
+    cloud = "aws"
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def poll(self) -> None:
+        self.polls += 1
+        raise TimeoutError("timed out")
+
+
+def test_a_failing_notice_poll_does_not_stop_the_round(
+    tmp_path: Path, clock: FakeClock, loc: Location
+) -> None:
+    """Lease, control requests and heartbeat still run when the notice poller raises, and the
+    failure is said once a minute, not every round (issue 21, finding 12)."""
+    warned: list[str] = []
+    poller = BrokenPoller()
+    agent = Agent(_config(tmp_path), clock=clock, warn=warned.append, poller=poller, background=False)  # type: ignore[arg-type]
+    agent.resume()
+    agent.progress(3)
+    send_request(loc, "job", 1, RequestKind.CHECKPOINT_AND_STOP, datetime.fromtimestamp(T0, UTC))
+    agent.poll_once()
+    assert agent.should_checkpoint()  # the daemon's request was read
+    beat = read_heartbeat(loc, "job", 1)
+    assert beat is not None and beat.step == 3
+    for _ in range(5):
+        clock.now += 1
+        agent.poll_once()
+    clock.now += 60
+    agent.poll_once()
+    failures = [w for w in warned if "notice poll failed (TimeoutError: timed out)" in w]
+    assert poller.polls == 7 and len(failures) == 2

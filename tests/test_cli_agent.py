@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -101,6 +103,7 @@ def test_a_job_that_never_finishes_fails_after_its_restarts(
         (["missing.py"], "SCRIPT: missing.py is not a file"),
         ([str(EXAMPLE), "--store", "ftp://x/y"], "--store: unknown URL scheme 'ftp'"),
         ([str(EXAMPLE), "--checkpoint-every", "often"], "--checkpoint-every: 'often' is not a duration"),
+        ([str(EXAMPLE), "--checkpoint-every", "0s"], "--checkpoint-every: '0s' must be longer than 0s"),
         ([str(EXAMPLE), "--job", "a/b"], "--job: 'a/b' is not a job name"),
         ([str(EXAMPLE), "--storage-options", "[1]"], "--storage-options: must be a JSON object"),
         ([str(EXAMPLE), "--store", "/etc/hostname/store"], "--store: cannot write to"),
@@ -140,5 +143,30 @@ def test_ctrl_c_makes_the_job_checkpoint_and_stop(tmp_path: Path, monkeypatch: p
     assert row["exit_code"] == 0  # the agent saved and stopped within the grace period
     job_log = Path(row["log"]).read_text()
     assert "stopped at step" in job_log and "(SIGTERM)" in job_log
+    (saved,) = list_checkpoints(Location(str(tmp_path / "spotopt-checkpoints")), "train_numpy")
+    assert saved.step >= 5
+
+
+def test_sigterm_to_the_command_makes_the_job_checkpoint_and_stop(tmp_path: Path) -> None:
+    """``kill`` (SIGTERM) to ``spotopt agent run-local`` stops the training process too: it runs
+    in a process group of its own, which the command's own death would leave running."""
+    log = tmp_path / "steps.log"
+    args = ["--checkpoint-every", "1h", "--", "--steps", "10000000", "--log", str(log)]
+    command = [sys.executable, "-m", "spotopt", "agent", "run-local", str(EXAMPLE), *args]
+    cli = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (log.exists() and log.read_text().count("\n") >= 5):
+            assert cli.poll() is None and time.monotonic() < deadline, cli.communicate()
+            time.sleep(0.05)
+        cli.send_signal(signal.SIGTERM)
+        _out, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 3 and b"did not finish (last state terminated)" in err
+    (record,) = (tmp_path / "spotopt-local" / "instances").glob("*/record.json")
+    assert not Path(f"/proc/{json.loads(record.read_text())['pid']}").exists()
     (saved,) = list_checkpoints(Location(str(tmp_path / "spotopt-checkpoints")), "train_numpy")
     assert saved.step >= 5

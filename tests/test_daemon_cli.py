@@ -6,23 +6,25 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 
 from spotopt.db.engine import Database
-from spotopt.db.models import DaemonTick, JournalEntry, Placement
+from spotopt.db.models import DaemonTick, JournalEntry, Meta, Placement
 from spotopt.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
-from spotopt.mover.leader import Leadership
+from spotopt.mover.leader import LEADER_KEY, LeaderRecord, Leadership
 from spotopt.providers.local import LocalProvider
 from tests.helpers import cli, strict_json
-from tests.mover_world import a_day_ago, job_yaml, on_demand, spot
+from tests.mover_world import a_day_ago, job_yaml, make_world, now, on_demand, spot
 
 
 @pytest.fixture
@@ -54,7 +56,8 @@ def test_a_dry_run_shows_the_moves_and_changes_nothing(db_url: str, db: Database
     assert jobstore.get_job(db, "mlp").state == "pending"
     code, out, _ = cli("--db", db_url, "daemon", "status", "--format", "json")
     status = strict_json(out)
-    assert code == 0 and status["jobs"] == {"pending": 1} and status["last_tick"]["dry_run"] is True
+    assert code == 0 and status["jobs"] == {"pending": 1}
+    assert status["last_tick"] is None and rows(db, DaemonTick) == 0  # a dry run writes nothing
     assert status["open_moves"] == []
     code, out, _ = cli("--db", db_url, "daemon", "run", "--dry-run")
     assert code == 0 and "Moves the daemon would make" in out and "start" in out
@@ -154,6 +157,65 @@ def test_the_daemon_ticks_on_its_period_and_stops_cleanly_on_sigterm(
             daemon.wait()
     assert daemon.returncode == 0, err
     assert "event=shutdown signal=SIGTERM" in err
+    assert "another daemon leads" not in err and "waiting to lead" not in err  # it was alone
     assert "event=launch" in err and jobstore.get_job(db, "mlp").state in ("launching", "running")
     with db.session() as session:
         assert all(t.finished_at is not None for t in session.scalars(select(DaemonTick)))
+
+
+def test_status_says_whether_the_leader_lives_and_how_the_last_round_went(
+    db_url: str, db: Database, submitted: Path
+) -> None:
+    code, out, _ = cli("--db", db_url, "daemon", "run", "--once", "--state-dir", submitted)
+    assert code == 0
+    code, out, _ = cli("--db", db_url, "daemon", "status")
+    assert "no daemon runs now" in out and "finished" in out and " ago)" in out
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    record = LeaderRecord(socket.gethostname(), int(gone.stdout), datetime.now(UTC))
+    with db.session() as session:
+        session.merge(Meta(key=LEADER_KEY, value=record.to_json()))
+    code, out, _ = cli("--db", db_url, "daemon", "status", "--format", "json")
+    assert code == 0 and strict_json(out)["leader"]["alive"] is False
+    code, out, _ = cli("--db", db_url, "daemon", "status")
+    assert "that process is gone" in out
+
+
+def test_guardrails_reach_the_daemon_from_its_options(db_url: str, db: Database, tmp_path: Path) -> None:
+    """A voluntary move can be tried at once: ``--min-dwell 0s`` lets the dry run move a job that
+    just started, which the default two hours of dwell keep where it is."""
+    world = make_world(db, tmp_path)
+    try:
+        world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+        jobstore.submit(db, job_yaml(tmp_path))
+        world.hold("mlp", 20)
+        world.daemon.tick()
+        world.until("the job to run", lambda: world.job().state == "running" and world.job().steps >= 20)
+        world.prices(spot("us-east-1b", 0.3, now()))
+        dry = ["--db", db_url, "daemon", "run", "--dry-run", "--period", "5s", "--format", "json"]
+        code, out, err = cli(*dry)
+        assert code == 0 and strict_json(out)["decisions"] == [], err
+        code, out, err = cli(*dry, "--min-dwell", "0s")
+        assert code == 0, err
+        assert [d["kind"] for d in strict_json(out)["decisions"]] == ["move"]
+        code, _, err = cli(*dry, "--launch-timeout", "0s")
+        assert code == 2 and "--launch-timeout: '0s' must be longer than 0s" in err
+    finally:
+        world.stop_all()
+
+
+def test_status_lists_the_jobs_waiting_and_why(db_url: str, db: Database, tmp_path: Path) -> None:
+    run_ingest(db, "test", "test", [spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago())])
+    jobstore.submit(db, job_yaml(tmp_path, name="poor", budget=0.01))
+    code, out, _ = cli("--db", db_url, "daemon", "status", "--format", "json")
+    (waiting,) = strict_json(out)["waiting"]
+    assert (waiting["job"], waiting["state"]) == ("poor", "pending")
+    assert "no round has placed it" in waiting["why"]
+    code, _, err = cli("--db", db_url, "daemon", "run", "--once", "--state-dir", tmp_path / "local")
+    assert code == 0, err
+    code, out, _ = cli("--db", db_url, "daemon", "status", "--format", "json")
+    (waiting,) = strict_json(out)["waiting"]
+    assert waiting["state"] == "over-budget" and "would exceed budget_usd $0.0100" in waiting["why"]
+    code, out, _ = cli("--db", db_url, "daemon", "status")
+    assert code == 0 and "Jobs waiting, and why" in out and "poor" in out

@@ -185,6 +185,25 @@ def test_a_cancelled_job_is_checkpointed_and_stopped(world: World, tmp_path: Pat
     assert not world.provider.status(placement.instance_id or "").state.is_live
 
 
+def test_a_job_cancelled_while_it_starts_has_its_instance_stopped(world: World, tmp_path: Path) -> None:
+    world.prices(*world.markets.history())
+    jobstore.submit(world.db, world.markets.job_yaml(tmp_path))
+    world.hold("mlp", 0)  # up, but no progress: the start waits at its confirm step
+    world.daemon.tick()
+    (start,) = world.moves()
+    assert (start.kind, start.step, start.outcome) == ("start", "confirm", None)
+    assert world.job().state == "launching"
+    (placement,) = world.placements()
+    assert world.provider.status(placement.instance_id or "").state.is_live
+    jobstore.cancel(world.db, "mlp", "not needed")
+    world.daemon.tick()
+    (start,) = world.moves()
+    assert start.outcome == "aborted" and "cancelled" in (start.detail or "")
+    (placement,) = world.placements()
+    assert placement.state == "ended" and world.job().state == "cancelled"
+    assert not world.provider.status(placement.instance_id or "").state.is_live
+
+
 class RefusedIn(LocalProvider):
     """The local provider, except that one zone refuses every launch with ``error`` (no
     capacity, as a cloud's error says, or any other provider error: an Azure NIC whose subnet

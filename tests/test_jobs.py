@@ -121,7 +121,7 @@ def test_dry_run_validates_and_stores_nothing(db: Database, tmp_path: Path) -> N
             ("    run: python train.py --lr 0.1\n", ""),
             r"jobs\[0\] \(resnet\).run: is required for a managed job",
         ),
-        (("budget_usd: 50", "budget_usd: -1"), r"jobs\[0\] \(resnet\).budget_usd: must be > 0"),
+        (("budget_usd: 50", "budget_usd: -1"), r"jobs\[0\] \(resnet\).budget_usd: must be >= 0.01"),
         (("max_usd_per_hour: 3", "max_usd_per_hour: .inf"), r"max_usd_per_hour: must be a finite number"),
         (("every: 30s", "every: soon"), r"checkpoint.every: 'soon' is not a duration"),
         (("every: 30s", "evry: 30s"), r"checkpoint.evry: unknown field; did you mean 'every'\?"),

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from spotopt.agent.config import AgentConfig
-from spotopt.agent.notices import NoticeKind, NoticePoller, poller_for
+from spotopt.agent.notices import Notice, NoticeKind, NoticePoller, poller_for
 from spotopt.checkpoints.control import ControlRequest, RequestKind, acknowledge, pending_requests
 from spotopt.checkpoints.heartbeat import AgentState, Heartbeat, mark_finished, write_heartbeat
 from spotopt.checkpoints.lease import check_epoch, read_lease
@@ -38,6 +38,8 @@ from spotopt.errors import SupersededError
 from spotopt.young_daly import young_daly_s
 
 Clock = Callable[[], float]
+POLL_WARN_EVERY_S = 60.0
+"""A failing notice poll is said at most this often (it fails every round while it fails)."""
 EXIT_STOPPED = 0
 """Exit status after a requested stop: the newest verified checkpoint holds all progress."""
 EXIT_SUPERSEDED = SupersededError.exit_code
@@ -77,6 +79,7 @@ class Agent:
         self._stop_reason: str | None = None
         self._superseded: str | None = None
         self._beat: tuple[float, int] | None = None
+        self._poll_warned_at: float | None = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -244,7 +247,7 @@ class Agent:
             self._supersede(str(exc))
             return
         if self._poller is not None:
-            notice = self._poller.poll()
+            notice = self._poll_notice()
             if notice is not None and f"notice:{notice.kind}" not in self._seen:
                 self._seen.add(f"notice:{notice.kind}")
                 reason = f"{notice.cloud} {notice.kind} notice: {notice.detail}"
@@ -265,6 +268,21 @@ class Agent:
             self._heartbeat(AgentState.STOPPING if self._stop_reason else AgentState.RUNNING)
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _poll_notice(self) -> Notice | None:
+        """The cloud's notice, or None; a poll that fails (a metadata service that refuses, times
+        out or does not resolve) is said at most once per ``POLL_WARN_EVERY_S`` and counts as no
+        notice, so the round's lease check, control requests and heartbeat still run: without
+        them the daemon would take the agent for dead and its stop request would go unread."""
+        assert self._poller is not None
+        try:
+            return self._poller.poll()
+        except Exception as exc:
+            now = self.clock()
+            if self._poll_warned_at is None or now - self._poll_warned_at >= POLL_WARN_EVERY_S:
+                self._poll_warned_at = now
+                self._warn(f"notice poll failed ({type(exc).__name__}: {exc}); the round goes on")
+            return None
 
     def _start(self) -> Location:
         """Open the store on first use: lease check, write probe, SIGTERM handler, poller thread."""

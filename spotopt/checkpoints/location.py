@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotopt import pip_install_hint
-from spotopt.errors import ConfigError
+from spotopt.errors import ConfigError, one_line
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -129,13 +129,33 @@ class Location:
 
     def check_writable(self) -> None:
         """Write and delete a probe object; a store we cannot write is a ``ConfigError`` up front."""
-        probe = self.path(f".spotopt-probe-{uuid.uuid4().hex[:8]}")
+        self._probe(self.path(f".spotopt-probe-{uuid.uuid4().hex[:8]}"), make_root=True)
+
+    def check_reachable(self) -> None:
+        """Like ``check_writable``, without creating anything that stays: a local store's nearest
+        existing directory must take a file, an object store's bucket must take an object. What
+        ``spotopt jobs submit`` checks (no directory or bucket made on the submitter's side)."""
+        name = f".spotopt-probe-{uuid.uuid4().hex[:8]}"
+        if not self.is_local:
+            self._probe(self.path(name), make_root=False)
+            return
+        existing = Path(self.root)
+        while not existing.exists():
+            existing = existing.parent
+        self._probe(str(existing / name), make_root=False)
+
+    def _probe(self, probe: str, *, make_root: bool) -> None:
+        """Write and delete ``probe`` (after making the store's root with ``make_root``); any
+        failure is a ``ConfigError`` naming the setting and the store."""
         try:
-            self.fs.makedirs(self.root, exist_ok=True)
+            if make_root:
+                self.fs.makedirs(self.root, exist_ok=True)
+            elif self.is_local and not Path(probe).parent.is_dir():
+                raise NotADirectoryError(f"{Path(probe).parent} is not a directory")
             self.fs.pipe_file(probe, b"ok")
             self.fs.rm(probe)
         except Exception as exc:  # any back-end's permission / missing-bucket / network error
             raise ConfigError(
-                f"{self.setting}: cannot write to {self.url} ({type(exc).__name__}: {exc}); "
+                f"{self.setting}: cannot write to {self.url} ({one_line(exc)}); "
                 "point it at a directory or bucket this process may write"
             ) from exc

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from time import sleep
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
 
 from spotopt.agent.config import JOB_NAME
 from spotopt.checkpoints import Location, grant_lease, read_finished, store_url
-from spotopt.cli.common import FormatOption, parse_duration
+from spotopt.cli.common import FormatOption, directory, parse_duration
 from spotopt.errors import InputError, ProviderError
 from spotopt.providers import get_provider
 from spotopt.providers.base import InstanceStatus, LaunchSpec
@@ -67,11 +69,13 @@ def run_local(
     every = (
         parse_duration(checkpoint_every, "--checkpoint-every").total_seconds() if checkpoint_every else None
     )
+    if every is not None and every <= 0:
+        raise InputError(f"--checkpoint-every: {checkpoint_every!r} must be longer than 0s")
     grace_s = parse_duration(grace, "--grace").total_seconds()
     options = _options(storage_options)
     loc = Location(store_url(store, Path.cwd()), options, setting="--store")
     loc.check_writable()
-    provider = get_provider("local", state_dir=state_dir.resolve(), grace_s=grace_s)
+    provider = get_provider("local", state_dir=directory(state_dir, "--state-dir").resolve(), grace_s=grace_s)
     assert isinstance(provider, LocalProvider)
     command = (sys.executable, str(script.resolve()), *(args or []))
     rows: list[dict[str, Any]] = []
@@ -121,10 +125,18 @@ def _options(text: str | None) -> dict[str, Any]:
     return value
 
 
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def _follow(provider: LocalProvider, instance_id: str) -> InstanceStatus:
-    """Copy the job's log to stderr until it ends; Ctrl-C terminates it (SIGTERM: checkpoint, stop)."""
+    """Copy the job's log to stderr until it ends; Ctrl-C or a SIGTERM to this command (what
+    ``kill``, systemd and container runtimes send) terminates the job: SIGTERM to it, so it
+    checkpoints and stops. The job runs in a process group of its own, so without this a
+    terminated command would leave it training."""
     log = provider.log_path(instance_id)
     offset = 0
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while True:
             status = provider.status(instance_id)
@@ -135,9 +147,12 @@ def _follow(provider: LocalProvider, instance_id: str) -> InstanceStatus:
             sleep(POLL_S)
     except KeyboardInterrupt:
         typer.echo("interrupted: asking the job to checkpoint and stop", err=True)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the stop short
         status = provider.terminate(instance_id)
         _copy(log, offset)
         return status
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _copy(log: Path, offset: int) -> int:

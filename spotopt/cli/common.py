@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,6 +19,7 @@ __all__ = [
     "State",
     "WideOption",
     "check_cloud",
+    "directory",
     "parse_duration",
     "parse_time",
     "state",
@@ -69,3 +71,26 @@ def check_cloud(cloud: str) -> str:
     if cloud not in CLOUDS:
         raise InputError(f"--cloud {cloud!r} is not a cloud; use one of {', '.join(CLOUDS)}")
     return cloud
+
+
+def directory(path: Path, option: str, *, new: bool = False) -> Path:
+    """``path`` as a directory a command may use, made if missing; an ``InputError`` naming
+    ``option`` otherwise. Only the last part is made: a mistyped ``/nonexistent/x/y`` is
+    refused rather than created silently. ``new``: it must not exist yet."""
+    if path.exists():
+        if new:
+            raise InputError(f"{option} {path}: already exists; name a new directory")
+        if not path.is_dir():
+            raise InputError(f"{option} {path}: is a file, not a directory; name a directory")
+        return path
+    if not path.parent.is_dir():
+        raise InputError(
+            f"{option} {path}: {path.parent} does not exist (a typo?); create it first or fix the path"
+        )
+    try:
+        path.mkdir()
+    except OSError as exc:
+        raise InputError(
+            f"{option} {path}: cannot be made ({exc.strerror}); name a directory you may write"
+        ) from None
+    return path

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -16,15 +18,17 @@ from typing import Annotated, Any, cast
 import platformdirs
 import typer
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
-from spotopt.cli.common import FormatOption, WideOption, parse_duration, parse_time, state
+from spotopt.cli.common import FormatOption, WideOption, directory, parse_duration, parse_time, state
 from spotopt.db.engine import Database
-from spotopt.db.models import DaemonTick, InstanceType, JobMove, ManagedJob, Market
+from spotopt.db.models import DaemonTick, InstanceType, JobEvent, JobMove, ManagedJob, Market
 from spotopt.errors import ConfigError, InputError, ProviderError
+from spotopt.jobspec import MAX_USD
 from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
 from spotopt.mover.executor import Executor, Timeouts
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.leader import Leadership, read_leader
+from spotopt.mover.leader import LeaderRecord, Leadership, read_leader
 from spotopt.mover.sweep import Leftover
 from spotopt.providers import PROVIDERS, get_provider
 from spotopt.providers.artifacts import check_install
@@ -44,11 +48,16 @@ StateDirOption = Annotated[
 ]
 
 
+DEFAULT_STATE_DIR = Path(platformdirs.user_data_dir("spotopt")) / "local"
+"""Where the local provider keeps its records and the jobs' logs unless --state-dir says."""
+
+
 def _provider(name: str, state_dir: Path | None) -> Provider:
     if name != "local":
         return get_provider(name)  # the registry's own error: the names and a suggestion
-    where = state_dir or Path(platformdirs.user_data_dir("spotopt")) / "local"
-    return get_provider("local", state_dir=where)
+    if state_dir is not None:
+        directory(state_dir, "--state-dir")
+    return get_provider("local", state_dir=state_dir or DEFAULT_STATE_DIR)
 
 
 def _clouds(db: Database, name: str) -> tuple[CloudsProvider, tuple[str, ...]]:
@@ -121,6 +130,65 @@ def run(
     max_usd_per_hour: Annotated[
         float | None, typer.Option("--max-usd-per-hour", help="Cap on the whole fleet's spend rate.", min=0.0)
     ] = None,
+    min_dwell: Annotated[
+        str,
+        typer.Option(
+            "--min-dwell",
+            envvar="SPOTOPT_MIN_DWELL",
+            help="A placed job stays this long before a voluntary move (notices bypass it).",
+        ),
+    ] = "2h",
+    move_margin: Annotated[
+        float,
+        typer.Option(
+            "--move-margin",
+            envvar="SPOTOPT_MOVE_MARGIN",
+            min=0.0,
+            max=100.0,
+            help="A voluntary move needs a net saving above this multiple of its own cost.",
+        ),
+    ] = 0.5,
+    max_moves_per_tick: Annotated[
+        int | None,
+        typer.Option(
+            "--max-moves-per-tick",
+            envvar="SPOTOPT_MAX_MOVES_PER_TICK",
+            min=0,
+            help="Voluntary moves per round at most (default: no cap).",
+        ),
+    ] = None,
+    deadline_margin: Annotated[
+        str,
+        typer.Option(
+            "--deadline-margin",
+            envvar="SPOTOPT_DEADLINE_MARGIN",
+            help="Slack kept before a deadline forces on-demand.",
+        ),
+    ] = "0s",
+    launch_timeout: Annotated[
+        str,
+        typer.Option(
+            "--launch-timeout",
+            envvar="SPOTOPT_LAUNCH_TIMEOUT",
+            help="A new placement's agent must heartbeat within this (progress within twice it).",
+        ),
+    ] = "15m",
+    stop_timeout: Annotated[
+        str,
+        typer.Option(
+            "--stop-timeout",
+            envvar="SPOTOPT_STOP_TIMEOUT",
+            help="An old placement must answer checkpoint-and-stop within this; then the lease moves anyway.",
+        ),
+    ] = "10m",
+    unavailable_for: Annotated[
+        str,
+        typer.Option(
+            "--unavailable-for",
+            envvar="SPOTOPT_UNAVAILABLE_FOR",
+            help="A market that refused a launch sits out this long.",
+        ),
+    ] = "1h",
     replay: Annotated[
         bool,
         typer.Option(
@@ -153,6 +221,13 @@ def run(
     poll_s = parse_duration(poll, "--poll").total_seconds()
     if period_h <= 0 or poll_s <= 0:
         raise InputError("--period/--poll: give a duration above zero, e.g. 1h or 5s")
+    if poll_s > period_h * 3600.0:
+        raise InputError(f"--poll {poll}: longer than --period {period}; poll at least once a period")
+    if max_usd_per_hour is not None and not (0 < max_usd_per_hour <= MAX_USD):
+        raise InputError(
+            f"--max-usd-per-hour: {max_usd_per_hour!r} is not a spend rate; give dollars per hour > 0 "
+            f"(at most {MAX_USD:g})"
+        )
     if collect_cron is not None:
         _check_cron(collect_cron)
     db = state(ctx).db()
@@ -171,13 +246,22 @@ def run(
         raise InputError(
             "--start/--until/--preemptions/--seed: only with --replay; add --replay or drop them"
         )
+    guardrails = Guardrails(
+        move_margin=move_margin,
+        min_dwell_h=_hours(min_dwell, "--min-dwell", zero=True),
+        max_moves_per_tick=max_moves_per_tick,
+        max_usd_per_hour=max_usd_per_hour,
+        period_h=period_h,
+        deadline_margin_h=_hours(deadline_margin, "--deadline-margin", zero=True),
+    )
+    timeouts = Timeouts(
+        launch_s=_hours(launch_timeout, "--launch-timeout") * 3600.0,
+        stop_s=_hours(stop_timeout, "--stop-timeout") * 3600.0,
+        unavailable_s=_hours(unavailable_for, "--unavailable-for", zero=True) * 3600.0,
+    )
     router, clouds = _clouds(db, provider) if provider in PROVIDERS and provider != "local" else (None, None)
     settings = DaemonSettings(
-        period_h=period_h,
-        guardrails=Guardrails(period_h=period_h, max_usd_per_hour=max_usd_per_hour),
-        timeouts=Timeouts(),
-        dry_run=dry_run,
-        clouds=clouds,
+        period_h=period_h, guardrails=guardrails, timeouts=timeouts, dry_run=dry_run, clouds=clouds
     )
     _logging()
     if dry_run:
@@ -198,8 +282,11 @@ def run(
             leadership.release()
         _show(report, fmt, "Moves started this round")
         return
-    say("waiting to lead (another daemon may hold the lock)…", label="daemon:", err=True)
-    leadership.acquire()
+    if not leadership.try_acquire():
+        holder = read_leader(db)
+        who = f"host {holder.host}, pid {holder.pid}" if holder else "another process"
+        say(f"another daemon leads ({who}); standing by to take over", label="daemon:", err=True)
+        leadership.acquire()
     from spotopt.mover.scheduler import Schedule, run_forever
 
     daemon = Daemon(db, placements, settings, still_leader=leadership.still_leader)
@@ -307,6 +394,8 @@ def _check_cron(expr: str) -> None:
 
 
 def _show(report: TickReport, fmt: Format, title: str) -> None:
+    for note in report.notes:
+        say(note, label="warning:", style="yellow", err=True)
     if fmt is Format.JSON:
         sys.stdout.write(to_json(report.to_dict()) + "\n")
         return
@@ -427,24 +516,41 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
             if tick is not None
             else None
         )
+        waiting = _waiting(session)
+    alive = None if leader is None else _alive(leader)
     data = {
-        "leader": None if leader is None else {"host": leader.host, "pid": leader.pid, "since": leader.since},
+        "leader": None
+        if leader is None
+        else {"host": leader.host, "pid": leader.pid, "since": leader.since, "alive": alive},
         "last_tick": last,
         "jobs": by_state,
         "open_moves": open_moves,
+        "waiting": waiting,
     }
     if fmt is Format.JSON:
         sys.stdout.write(to_json(data) + "\n")
         return
-    lead = f"{leader.host} pid {leader.pid} since {iso(leader.since)}" if leader else "none recorded"
+    now = datetime.now(UTC)
+    if leader is None:
+        lead = "none: no daemon runs now (`spotopt daemon run` starts one)"
+    else:
+        lead = (
+            f"{leader.host} pid {leader.pid}, since {_when(leader.since, now)}"
+            + {
+                True: "",
+                False: " (that process is gone: it died without handing over; the next daemon takes over)",
+                None: " (on another host: not checked)",
+            }[alive]
+        )
+    if last is None:
+        round_ = "never"
+    elif last["finished_at"] is None:
+        round_ = f"started {_when(last['started_at'], now)}, did not finish (see the daemon's log)"
+    else:
+        round_ = f"{_when(last['started_at'], now)}, finished" + (" (dry run)" if last["dry_run"] else "")
     rows = [
         {"field": "leader", "value": lead},
-        {
-            "field": "last round",
-            "value": "never"
-            if last is None
-            else f"{iso(last['started_at'])}" + (" (dry run)" if last["dry_run"] else ""),
-        },
+        {"field": "last round", "value": round_},
         {"field": "jobs", "value": ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"},
         {"field": "swept last round", "value": _swept(last)},
     ]
@@ -457,9 +563,17 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
             }
             for m in open_moves
         ]
+        rows += [{"field": "waiting", "value": f"{w['job']} {w['state']}: {w['why']}"} for w in waiting]
         render(rows, fmt, title="Daemon")
         return
     render(rows, fmt, title="Daemon")
+    if waiting:
+        render(
+            [w | {"since": _when(w["since"], now)} for w in waiting],
+            fmt,
+            title="Jobs waiting, and why",
+            columns=("job", "state", "since", "why"),
+        )
     render(
         open_moves,
         fmt,
@@ -467,6 +581,63 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         empty="none",
         columns=("job", "kind", "step", "reason", "since"),
     )
+
+
+def _hours(text: str, option: str, *, zero: bool = False) -> float:
+    """A duration option in hours; above zero unless ``zero`` allows it."""
+    hours = parse_duration(text, option).total_seconds() / 3600.0
+    if hours < 0 or (hours == 0 and not zero):
+        raise InputError(f"{option}: {text!r} must be longer than 0s")
+    return hours
+
+
+WAITING = ("pending", "recovering", "over-budget")
+"""Job states in which a job runs nowhere until something changes (a round, a budget)."""
+
+
+def _waiting(session: Session) -> list[dict[str, Any]]:
+    """The jobs that run nowhere and why, newest word first: the last move that failed or was
+    aborted (no capacity, a budget, a launch refused) when it is newer than the job's last
+    transition, else that transition's reason."""
+    found = []
+    for job in session.scalars(
+        select(ManagedJob).where(ManagedJob.state.in_(WAITING)).order_by(ManagedJob.id)
+    ):
+        event = session.scalar(
+            select(JobEvent).where(JobEvent.job_id == job.id).order_by(JobEvent.at.desc(), JobEvent.id.desc())
+        )
+        move = session.scalar(
+            select(JobMove)
+            .where(JobMove.job_id == job.id, JobMove.outcome.in_(("failed", "aborted")))
+            .order_by(JobMove.id.desc())
+        )
+        why, since = (event.reason, event.at) if event is not None else ("submitted", job.created_at)
+        if move is not None and move.finished_at is not None and move.finished_at >= since:
+            why, since = f"{move.kind} {move.outcome}: {move.detail}", move.finished_at
+        if job.state == "pending" and event is not None and event.reason == "submitted" and move is None:
+            why = "submitted; no round has placed it yet (is a daemon running, and is any market priced?)"
+        found.append({"job": job.name, "state": job.state, "since": since, "why": why})
+    return found
+
+
+def _alive(leader: LeaderRecord) -> bool | None:
+    """Whether the recorded leader's process still runs (None: on another host, not checked)."""
+    if leader.host != socket.gethostname():
+        return None
+    try:
+        os.kill(leader.pid, 0)  # signal 0: no signal, only the check that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
+
+
+def _when(at: datetime, now: datetime) -> str:
+    """A time for a person: ``2026-11-25 05:19 UTC (3 min ago)``."""
+    ago = max(0.0, (now - at).total_seconds())
+    span = f"{ago:.0f} s" if ago < 120 else f"{ago / 60:.0f} min" if ago < 7200 else f"{ago / 3600:.1f} h"
+    return f"{at:%Y-%m-%d %H:%M} UTC ({span} ago)"
 
 
 def _swept(last: dict[str, Any] | None) -> str:
@@ -527,8 +698,8 @@ def replay_cmd(
         preemptions=_preemption_mode(preemptions),
         seed=seed,
     )
-    if keep is not None and keep.exists():
-        raise InputError(f"--keep {keep}: already exists; name a new directory")
+    if keep is not None:
+        directory(keep, "--keep", new=True)
     history: AbstractContextManager[Database] = example_history() if example else nullcontext(state(ctx).db())
     workdir: AbstractContextManager[str] = (
         nullcontext(str(keep)) if keep is not None else tempfile.TemporaryDirectory(prefix="spotopt-replay-")

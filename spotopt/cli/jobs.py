@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,10 +13,13 @@ from typing import Annotated, Any
 import typer
 
 from spotopt.cli.common import FormatOption, WideOption, state
-from spotopt.db.models import JobEvent, ManagedJob
+from spotopt.db.engine import Database
+from spotopt.db.models import JobEvent, ManagedJob, Placement
+from spotopt.errors import InputError
 from spotopt.mover import jobs, ledger
 from spotopt.mover import status as job_status
 from spotopt.mover.ledger import Interval
+from spotopt.providers.local import LocalProvider
 from spotopt.render import Format, iso, render, say, to_json
 
 app = typer.Typer(no_args_is_help=True, help="Jobs the mover runs, moves and stops within budget.")
@@ -171,7 +175,9 @@ def submit(
     """Submit one job to the mover (pending until the daemon launches it). Re-submitting an
     identical spec is a no-op; another spec under the same name is refused."""
     job = jobs.submit(state(ctx).db(), file, dry_run=dry_run)
-    if dry_run:
+    if job.state in ("failed", "cancelled"):
+        say(f"{job.name}: {job.state} (already submitted); `spotopt jobs retry {job.name}` resumes it")
+    elif dry_run:
         say(f"{job.name}: valid; would be stored as {job.state} (dry run, nothing stored)")
     else:
         say(
@@ -348,3 +354,78 @@ def cancel(
     """Cancel a job (recorded with its time and reason); a finished or cancelled job is an error."""
     job = jobs.cancel(state(ctx).db(), name, reason)
     say(f"{job.name}: cancelled ({reason})")
+
+
+@app.command("retry")
+def retry(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+) -> None:
+    """Resume a failed or cancelled job from its newest verified checkpoint (pending until the
+    daemon places it); its automatic retries count from zero again."""
+    job = jobs.resume(state(ctx).db(), name)
+    say(f"{job.name}: pending (resumes from {_resumes_from(job)})")
+
+
+def _resumes_from(job: ManagedJob) -> str:
+    if job.checkpoint_name:
+        return f"checkpoint {job.checkpoint_name}, step {job.checkpoint_step:,}"
+    return "the start: no verified checkpoint yet"
+
+
+@app.command("logs")
+def logs(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing what it writes until its placement ends.")
+    ] = False,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option("--state-dir", help="The local provider's directory, as given to `spotopt daemon run`."),
+    ] = None,
+) -> None:
+    """The output (stdout and stderr) of the job's newest placement, as the local provider keeps
+    it; a cloud instance's output stays on the cloud (its serial console)."""
+    from spotopt.cli.daemon import DEFAULT_STATE_DIR
+
+    db = state(ctx).db()
+    placement = job_status.newest_placement(db, name)
+    if placement is None or placement.instance_id is None:
+        raise InputError(f"NAME: job {name!r} has not been launched yet; no log")
+    if placement.provider != "local":
+        raise InputError(
+            f"NAME: job {name!r} runs on {placement.provider} ({placement.instance_id}); its output is "
+            "in that instance's serial console, not on this machine"
+        )
+    path = LocalProvider(state_dir or DEFAULT_STATE_DIR).log_path(placement.instance_id)
+    if not path.exists():
+        raise InputError(
+            f"--state-dir: no log of {placement.instance_id} in {path.parent.parent.parent}; give the "
+            "--state-dir the daemon runs with"
+        )
+    offset = _print_from(path, 0)
+    while follow and _running(db, placement.id):
+        time.sleep(FOLLOW_S)
+        offset = _print_from(path, offset)
+    if follow:
+        _print_from(path, offset)
+
+
+FOLLOW_S = 0.5
+
+
+def _running(db: Database, placement_id: int) -> bool:
+    with db.session() as session:
+        found = session.get(Placement, placement_id)
+        return found is not None and found.state in ("launching", "running")
+
+
+def _print_from(path: Path, offset: int) -> int:
+    """Copy ``path`` from byte ``offset`` to stdout; the new offset."""
+    with path.open("rb") as f:
+        f.seek(offset)
+        chunk = f.read()
+    sys.stdout.write(chunk.decode(errors="replace"))
+    sys.stdout.flush()
+    return offset + len(chunk)

@@ -48,12 +48,20 @@ from spotopt.jobspec import Job, JobSpec
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.core import Memory, decide
 from spotopt.mover.eventlog import log_event
-from spotopt.mover.executor import NO_CAPACITY, Executor, Observation, Timeouts, open_move_jobs, utcnow
+from spotopt.mover.executor import (
+    NO_CAPACITY,
+    Executor,
+    LostLeadership,
+    Observation,
+    Timeouts,
+    open_move_jobs,
+    utcnow,
+)
 from spotopt.mover.fleet import FleetState, Move
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
 from spotopt.mover.market_view import MarketView, market_availability, market_view
-from spotopt.plan import location_index, option_key
+from spotopt.plan import STALE_PRICE_AFTER, location_index, option_key
 from spotopt.providers.base import Provider
 from spotopt.throughput_store import stored_figures
 from spotopt.times import parse_duration
@@ -165,7 +173,7 @@ class Daemon:
         observed = self._watch()
         for name, obs in observed.items():
             if obs.finished or obs.failed or obs.lost or obs.notice:
-                self._react(name, obs)
+                observed[name] = self._react(name, obs)
         # Budgets every poll, not only every period: a price spike is caught within seconds.
         self._enforce_budgets()
         if self.settings.recover_at_poll and self._must_place(observed):
@@ -176,7 +184,7 @@ class Daemon:
         """One reconcile + rebalance round (see the module docstring)."""
         now = self.clock()
         report = TickReport(now)
-        tick_id = self._begin_tick(now)
+        tick_id = None if self.dry_run else self._begin_tick(now)  # a dry run writes nothing
         if self.executor is not None and not self.dry_run:
             swept = self.executor.sweep()
             report.leaked = [leftover.instance_id for leftover in swept if leftover.ended]
@@ -184,7 +192,7 @@ class Daemon:
             self.executor.advance_all()
         observed = self._watch()
         for name, obs in observed.items():
-            self._react(name, obs)
+            observed[name] = self._react(name, obs)
         if not self.dry_run:
             self._stop_cancelled()
             self._enforce_budgets()
@@ -194,10 +202,13 @@ class Daemon:
         with self.db.session() as session:
             rows = session.execute(select(ManagedJob.state, func.count()).group_by(ManagedJob.state)).all()
             report.jobs = {str(state): int(n) for state, n in rows}
-            tick = session.get(DaemonTick, tick_id)
-            assert tick is not None
-            tick.finished_at = self.clock()
-            tick.summary = json.dumps(report.to_dict(), default=str)
+            if tick_id is not None:
+                tick = session.get(DaemonTick, tick_id)
+                assert tick is not None
+                tick.finished_at = self.clock()
+                tick.summary = json.dumps(report.to_dict(), default=str)
+        for note in report.notes:
+            log_event("warning", note=note)
         log_event(
             "tick",
             dry_run=self.dry_run,
@@ -221,26 +232,57 @@ class Daemon:
             ]
         if self.executor is None or self.dry_run:
             return {}
-        return {name: self.executor.observe(name) for name in names}
+        observed = {}
+        for name in names:
+            try:
+                observed[name] = self.executor.observe(name)
+            except LostLeadership:
+                raise
+            except Exception as exc:  # one job's store must not blind the daemon to the others
+                self.executor.job_fault(name, exc)
+                continue
+            self.executor.job_ok(name)
+        return observed
 
-    def _react(self, name: str, obs: Observation) -> None:
-        """Finished jobs are stopped and done; a job whose script failed is failed."""
+    def _react(self, name: str, obs: Observation) -> Observation:
+        """Finished jobs are stopped and done. A job whose training process failed is retried
+        from its newest verified checkpoint as its ``retry`` policy says (then it is *lost*, as
+        the observation returned says, and placed again like a preempted job), else failed."""
         assert self.executor is not None
         if obs.finished:
             self.executor.open_move(
                 name, "stop", "finished: the agent marked the job complete", then_state="done"
             )
         elif obs.failed:
+            assert obs.exit_code is not None
             with self.db.session() as session:
                 job = session.scalar(select(ManagedJob).where(ManagedJob.name == name).with_for_update())
                 assert job is not None
-                if job.state == "running":
-                    jobstore.record_transition(session, job, "failed", obs.failed, self.clock())
-            log_event("job-failed", job=name, reason=obs.failed)
+                if job.state != "running":
+                    return obs
+                after = jobstore.after_failure(
+                    session, job, obs.failed, obs.exit_code, self.clock(), obs.log_path
+                )
+            log_event("job-retry" if after == "recovering" else "job-failed", job=name, reason=obs.failed)
+            if after == "recovering":
+                return Observation(lost=True)
+        return obs
 
     def _stop_cancelled(self) -> None:
-        """A cancelled job whose placement still runs is checkpointed and stopped."""
+        """A cancelled job's move under way is abandoned (its new instance terminated: a start
+        must not run on until its launch times out), and a placement that still runs is
+        checkpointed and stopped."""
         assert self.executor is not None
+        with self.db.session() as session:
+            abandoned = list(
+                session.scalars(
+                    select(JobMove.id)
+                    .join(ManagedJob, ManagedJob.id == JobMove.job_id)
+                    .where(ManagedJob.state == "cancelled", JobMove.outcome.is_(None), JobMove.kind != "stop")
+                )
+            )
+        for move_id in abandoned:
+            self.executor.abandon(move_id, "cancelled: the job was cancelled while this move was under way")
         with self.db.session() as session:
             busy = open_move_jobs(session)
             names = [
@@ -383,6 +425,12 @@ class Daemon:
             availability = market_availability(
                 session, view.markets, now, self.settings.period_h, refused, running
             )
+        if not view.markets:
+            report.notes.append(
+                "no market has a price in this history, so no job can be placed: "
+                "`spotopt collect`, `spotopt import` or the example prices "
+                "(`spotopt import csv data/examples/prices.csv`) bring some"
+            )
         opts = replace(self._without(view, refused), availability=availability)
         moves = decide(state, opts, self.settings.guardrails, memory, self.settings.policy)
         if not self.dry_run:
@@ -519,6 +567,12 @@ class Daemon:
         }
         report.decisions.append(decision)
         log_event("decide", dry_run=self.dry_run, **decision)
+        age = self.clock() - market.quote.observed_at
+        if age > STALE_PRICE_AFTER:
+            report.notes.append(
+                f"{job.name}: {market.label}'s price was last observed {market.quote.observed_at:%Y-%m-%d} "
+                f"({age.days} days ago); refresh prices with `spotopt collect` or `spotopt import`"
+            )
         if self.dry_run or self.executor is None:
             return None
         move_id = self.executor.open_move(

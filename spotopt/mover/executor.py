@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -61,7 +62,7 @@ from spotopt.checkpoints import (
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id_of
 from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market, Meta, Placement
-from spotopt.errors import CapacityUnavailableError, SpotoptError
+from spotopt.errors import CapacityUnavailableError, ConfigError, SpotoptError, one_line
 from spotopt.jobspec import Job
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.billing import billed_seconds
@@ -99,6 +100,11 @@ such a job again in the same round)."""
 """``meta`` row: market id → until when (ISO) a market that refused capacity is skipped."""
 
 
+FAULTS_TO_FAIL = 3
+"""Rounds in a row a job's own step may fail (its store unreachable) before the job is failed:
+a network blip heals within them, a bucket that does not exist does not."""
+
+
 class LostLeadership(SpotoptError):
     """This daemon is no longer the leader: it must stop before its next side effect."""
 
@@ -114,6 +120,9 @@ class Timeouts:
     anyway (progress since the newest verified checkpoint is lost, nothing worse)."""
     unavailable_s: float = 3600.0
     """A market that refused capacity is left out of the options for this long."""
+    silent_s: float = 180.0
+    """An agent heard from within this (its heartbeat, every 30 s by default) is alive even where
+    the provider has no record of its instance; silent longer, its placement is lost."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +133,26 @@ class Observation:
     lost: bool = False
     finished: bool = False
     failed: str | None = None
+    """Why the training process failed (its exit status, where its log is), when it did."""
+    exit_code: int | None = None
+    log_path: str | None = None
+
+
+def exit_meaning(code: int) -> str:
+    """An exit status with what it usually means: ``137 (killed by SIGKILL, as an OOM kill
+    is)``; the shell's 126/127 and 128 + a signal number."""
+    if code == 127:
+        return "127 (command not found)"
+    if code == 126:
+        return "126 (command not executable)"
+    if 128 < code < 128 + 65:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            return str(code)
+        oom = ", as an out-of-memory kill is" if name == "SIGKILL" else ""
+        return f"{code} (killed by {name}{oom})"
+    return str(code)
 
 
 def utcnow() -> datetime:
@@ -164,6 +193,7 @@ class Executor:
         self.max_usd_per_hour = max_usd_per_hour
         self.failpoint = failpoint or (lambda _key, _phase: None)
         self._database_id: str | None = None
+        self._faults: dict[str, int] = {}
 
     @property
     def database_id(self) -> str:
@@ -245,9 +275,80 @@ class Executor:
             )
         still_open = 0
         for move_id in ids:
-            if not self.advance(move_id):
+            try:
+                ended = self.advance(move_id)
+                if self._faults:
+                    self.job_ok(self._job_name_of(move_id))
+            except LostLeadership:
+                raise
+            except Exception as exc:  # one job's store or spec must not stop the other jobs' moves
+                ended = self.job_fault(self._job_name_of(move_id), exc)
+            if not ended:
                 still_open += 1
         return still_open
+
+    def _job_name_of(self, move_id: int) -> str:
+        with self.db.session() as session:
+            name = session.scalar(
+                select(ManagedJob.name)
+                .join(JobMove, JobMove.job_id == ManagedJob.id)
+                .where(JobMove.id == move_id)
+            )
+        assert name is not None
+        return name
+
+    def job_fault(self, job_name: str, exc: Exception) -> bool:
+        """Account for an error that one job's step or watch raised (its store unreachable, a
+        back-end missing on the daemon's machine): logged in one line, and after
+        ``FAULTS_TO_FAIL`` rounds in a row (at once for a ``ConfigError``, which never heals by
+        itself) the job is failed with that line as its reason (``fail_job``). The other jobs
+        go on either way. True once the job was failed."""
+        line = one_line(exc)
+        count = self._faults.get(job_name, 0) + 1
+        self._faults[job_name] = count
+        log_event("job-error", job=job_name, error=line, rounds=count)
+        if isinstance(exc, ConfigError) or count >= FAULTS_TO_FAIL:
+            self.fail_job(job_name, line)
+            return True
+        return False
+
+    def job_ok(self, job_name: str) -> None:
+        """A round of ``job_name`` went through: its run of errors (``job_fault``) is over."""
+        self._faults.pop(job_name, None)
+
+    def fail_job(self, job_name: str, reason: str) -> None:
+        """End everything of ``job_name`` that is under way and mark it failed with ``reason``:
+        its open move closed, its live placements ended and their instances terminated (a job
+        the daemon cannot watch must not bill unwatched). A job already final keeps its state
+        (a cancelled job whose store broke is still cancelled, its instance stopped)."""
+        now = self.clock()
+        with self.db.session() as session:
+            job = jobstore.find_job(session, job_name, lock=True)
+            move = _open_move(session, job.id)
+            if move is not None:
+                move.outcome, move.finished_at, move.updated_at, move.detail = "failed", now, now, reason
+            live = list(
+                session.scalars(
+                    select(Placement).where(
+                        Placement.job_id == job.id, Placement.state.in_(("launching", "running"))
+                    )
+                )
+            )
+            instances = [p.instance_id for p in live if p.instance_id is not None]
+            for placement in live:
+                placement.state, placement.end_reason, placement.ended_at = "ended", "failed", now
+                record_lifetime(session, placement)
+            if job.state not in jobstore.TERMINAL:
+                jobstore.record_transition(session, job, "failed", reason, now)
+        log_event("job-failed", job=job_name, reason=reason)
+        self._faults.pop(job_name, None)
+        for instance_id in instances:
+            if not self.still_leader():
+                raise LostLeadership("lost leadership before terminating a failed job's instance")
+            try:
+                self.provider.terminate(instance_id)
+            except SpotoptError as exc:  # the next round's sweep tries again
+                log_event("terminate-failed-job", job=job_name, instance=instance_id, error=str(exc))
 
     def advance(self, move_id: int) -> bool:
         """Run move ``move_id`` step by step until it waits or ends; True once it has ended."""
@@ -261,6 +362,15 @@ class Executor:
             handler = getattr(self, "_" + step.replace("-", "_"))
             if not handler(move_id):
                 return False
+
+    def abandon(self, move_id: int, why: str) -> None:
+        """End an open move at once: its new placement, if launched, is terminated and the move
+        aborted (the job of a cancelled move stays cancelled). What the old placement does is
+        the caller's business (a cancelled job's is checkpointed and stopped by a stop move)."""
+        move, _job = self._load(move_id)
+        if move.to_placement_id is not None:
+            self._terminate(move, move.to_placement_id, "terminate-new")
+        self._finish(move_id, "aborted", why)
 
     def _next(self, move_id: int, session: Session | None = None) -> bool:
         """Move to the following step, or finish the move after the last one. True: go on."""
@@ -276,9 +386,20 @@ class Executor:
         self._finish(move_id, "done", "")
         return False
 
-    def _finish(self, move_id: int, outcome: str, detail: str, after: str | None = None) -> None:
+    def _finish(
+        self,
+        move_id: int,
+        outcome: str,
+        detail: str,
+        after: str | None = None,
+        *,
+        exit_code: int | None = None,
+        log_path: str | None = None,
+    ) -> None:
         """Close the move and put the job in the state its outcome leaves it in (``after``, when
-        the caller knows better: a start the budget refuses leaves the job over budget)."""
+        the caller knows better: a start the budget refuses leaves the job over budget; with an
+        ``exit_code``, the new placement's training process failed and the job's retry policy
+        decides, ``jobs.after_failure``)."""
         now = self.clock()
         with self.db.session() as session:
             move = session.get(JobMove, move_id)
@@ -287,6 +408,9 @@ class Executor:
             assert job is not None
             move.outcome, move.finished_at, move.updated_at = outcome, now, now
             move.detail = detail or move.detail
+            if exit_code is not None:
+                after = jobstore.after_failure(session, job, detail, exit_code, now, log_path)
+                detail = f"{detail} → job {after}"
             after = after or _state_after(move, job, outcome)
             if after is not None and after != job.state and job.state not in jobstore.TERMINAL:
                 why = move.reason if outcome == "done" else f"{move.kind} {outcome}: {detail}"
@@ -375,7 +499,7 @@ class Executor:
         move, job = self._load(move_id)
         spec = jobstore.job_spec(job)
         assert move.market_id is not None and move.gpus is not None and move.epoch is not None
-        key = f"{job.name}-m{move.id}"
+        key = launch_key(self.database_id, job, move.id)
         if move.to_placement_id is None:  # not re-done after a crash: the launch may have happened
             problem = self._over_budget_for(move, job, spec)
             if problem:
@@ -524,15 +648,37 @@ class Executor:
 
     def _wait_or_abort(self, move: JobMove, new: Placement, why: str, factor: float = 1.0) -> bool:
         """Wait while the new placement is alive and within its time; else end the move."""
-        alive = new.instance_id is not None and self.provider.status(new.instance_id).state.is_live
+        status = self.provider.status(new.instance_id) if new.instance_id is not None else None
+        alive = status is not None and status.state.is_live
         waited = (self.clock() - (new.started_at or move.created_at)).total_seconds()
         if alive and waited < factor * self.timeouts.launch_s:
             return False
         detail = why if alive else f"{why}: the instance is gone"
         self._terminate(move, new.id, "terminate-new")
         moved_lease = move.kind != "move" or STEPS["move"].index(move.step) > STEPS["move"].index("grant")
+        if moved_lease and status is not None and status.state is InstanceState.EXITED and status.exit_code:
+            # The training process itself failed (a missing command, a crash at start-up): its
+            # retry policy decides, as for a running job (``spotopt.mover.jobs.after_failure``).
+            assert new.instance_id is not None
+            self._finish(
+                move.id,
+                "failed",
+                self.exit_reason(status.exit_code),
+                exit_code=status.exit_code,
+                log_path=self.log_path(new.instance_id),
+            )
+            return False
         self._finish(move.id, "failed" if moved_lease else "aborted", detail)
         return False
+
+    def exit_reason(self, exit_code: int) -> str:
+        """Why a training process failed, in one line."""
+        return f"the training process exited with status {exit_meaning(exit_code)}"
+
+    def log_path(self, instance_id: str) -> str | None:
+        """Where the job's output is, when this machine can read it (the local provider's log)."""
+        path = getattr(self.provider, "log_path", None)
+        return None if path is None else str(path(instance_id))
 
     def _terminate(self, move: JobMove, placement_id: int, action: str, ended: str = "terminated") -> None:
         placement = self._placement(placement_id)
@@ -706,6 +852,12 @@ class Executor:
         if finished is not None and int(str(finished.get("epoch", -1))) == placement.epoch:
             return Observation(finished=True)
         status = self.provider.status(placement.instance_id)
+        if status.state is InstanceState.GONE and self._heard_lately(beat):
+            # This provider has no record of the instance (another daemon's local state
+            # directory, a listing that lags), yet its agent still writes to the store: the
+            # store decides. Declared lost, it would be launched again beside itself.
+            log_event("instance-unknown", job=job.name, instance=placement.instance_id, epoch=placement.epoch)
+            return Observation()
         # A stop the daemon did not ask for: the agent's reason names a cloud's notice
         # (``spotopt.agent.core``: "<cloud> <kind> notice: …") or SIGTERM; only the first is a
         # preemption.
@@ -717,7 +869,11 @@ class Executor:
         if status.state is InstanceState.EXITED and status.exit_code not in (0, None):
             self._end_placement(placement.id, "ended", "exited")
             self._end_billing(job.name, placement.instance_id, status.billing)
-            return Observation(failed=f"the job exited with status {status.exit_code}; see its log")
+            return Observation(
+                failed=self.exit_reason(status.exit_code),
+                exit_code=status.exit_code,
+                log_path=self.log_path(placement.instance_id),
+            )
         # Saved on the notice and ended before the cloud reclaimed it ("noticed"): a preemption,
         # billed as an instance we ended (``PREEMPTION_ENDS``).
         reason = "preempted" if status.state is InstanceState.PREEMPTED else "noticed" if noticed else "lost"
@@ -725,6 +881,13 @@ class Executor:
         log_event("placement-lost", job=job.name, instance=placement.instance_id, state=str(status.state))
         self._end_billing(job.name, placement.instance_id, status.billing)
         return Observation(lost=True)
+
+    def _heard_lately(self, beat: Heartbeat | None) -> bool:
+        """Whether an agent's newest heartbeat says it is alive: training, waiting or stopping,
+        written within ``Timeouts.silent_s``."""
+        if beat is None or beat.state in (AgentState.STOPPED, AgentState.FINISHED):
+            return False
+        return (self.clock() - beat.at).total_seconds() < self.timeouts.silent_s
 
     def _end_billing(self, job: str, instance_id: str, billing: Billing) -> None:
         """Terminate the instance of a placement that just ended when some of it still bills (a
@@ -768,6 +931,15 @@ class Executor:
             )
             done.append(replace(leftover, ended=True))
         return done
+
+
+def launch_key(database_id: str, job: ManagedJob, move_id: int) -> str:
+    """The idempotency key of a move's launch: the job's name (readable in a console), this
+    database's id and the job's and move's ids. Move ids restart in every database, and a name
+    comes back (a fresh database, a job submitted again): without the database's id a launch
+    would be answered with another history's instance (the local provider's record, an EC2
+    ``ClientToken`` already used)."""
+    return f"{job.name}-{database_id[:12]}-j{job.id}-m{move_id}"
 
 
 def _open_move(session: Session, job_id: int) -> JobMove | None:

@@ -13,26 +13,30 @@ executor and the CLI share that one path, so no transition goes unrecorded or un
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from spotopt.agent.config import JOB_NAME
+from spotopt.checkpoints.location import Location, store_url
 from spotopt.db.engine import Database
-from spotopt.db.models import JOB_STATES, JobEvent, ManagedJob
-from spotopt.errors import InputError
-from spotopt.jobspec import MAX_USD, Job, load_jobs, parse_jobs, yaml_problem
+from spotopt.db.models import JOB_STATES, InstanceType, JobEvent, ManagedJob, Market, Placement
+from spotopt.errors import ConfigError, InputError, one_line
+from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, read_yaml
 from spotopt.mover.ledger import spent_usd
+from spotopt.throughput import JobThroughput
+from spotopt.throughput_store import stored_figures
 
 __all__ = [
     "JOB_STATES",
@@ -40,6 +44,7 @@ __all__ = [
     "TRANSITIONS",
     "BudgetChange",
     "TransitionError",
+    "after_failure",
     "cancel",
     "check_transition",
     "events",
@@ -49,6 +54,8 @@ __all__ = [
     "job_spec",
     "list_jobs",
     "record_transition",
+    "resume",
+    "retries_in_a_row",
     "set_budget",
     "submit",
 ]
@@ -72,13 +79,14 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     # Stopped at its budget; runs again only when the budget is raised (back to pending).
     "over-budget": frozenset({"pending", "cancelled"}),
     "done": frozenset(),
-    "failed": frozenset(),
-    "cancelled": frozenset(),
+    # Final for the daemon; ``spotopt jobs retry`` (``resume``) alone takes them back to pending.
+    "failed": frozenset({"pending"}),
+    "cancelled": frozenset({"pending"}),
 }
 """Which state may follow which; the only source of truth (the CLI and the executor use it)."""
 
-TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
-"""States a job never leaves."""
+TERMINAL = frozenset({"done", "failed", "cancelled"})
+"""States the daemon never takes a job out of (a person may resume a failed or cancelled one)."""
 
 
 class TransitionError(InputError):
@@ -92,7 +100,14 @@ def check_transition(from_state: str, to_state: str) -> None:
             raise TransitionError(f"state: {state!r} is not a job state; use one of {', '.join(JOB_STATES)}")
     allowed = TRANSITIONS[from_state]
     if to_state not in allowed:
-        after = f"it may only become {', '.join(sorted(allowed))}" if allowed else "that state is final"
+        if from_state in TERMINAL:
+            after = "that state is final" + (
+                " (`spotopt jobs retry NAME` resumes it from its newest verified checkpoint)"
+                if allowed
+                else ""
+            )
+        else:
+            after = f"it may only become {', '.join(sorted(allowed))}"
         raise TransitionError(f"a {from_state} job cannot become {to_state}: {after}")
 
 
@@ -120,11 +135,7 @@ def _load(spec: str | Path) -> tuple[Job, str | None, str]:
         parsed, workdir, source = load_jobs(spec), str(spec.resolve().parent), str(spec)
     else:
         source = "the job spec"
-        try:
-            data = yaml.safe_load(spec)
-        except yaml.YAMLError as exc:
-            raise InputError(f"{source}: not valid YAML: {yaml_problem(exc)}") from None
-        parsed, workdir = parse_jobs(data, source), None
+        parsed, workdir = parse_jobs(read_yaml(spec, source), source), None
     if len(parsed.jobs) != 1:
         raise InputError(
             f"{source}: jobs: a managed job spec holds exactly one job (found {len(parsed.jobs)}); "
@@ -141,7 +152,77 @@ def _load(spec: str | Path) -> tuple[Job, str | None, str]:
             f"{source}: {where}.name: {job.name!r} is not a managed job name; "
             "use letters, digits, '.', '_' and '-' (it names the checkpoint directory)"
         )
+    _check_store(job, Path(workdir) if workdir else Path.cwd(), f"{source}: {where}.checkpoint.uri")
     return job, workdir, source
+
+
+def _check_store(job: Job, base: Path, field: str) -> None:
+    """Refuse a checkpoint store the job could never use, before it is stored: an unknown URL
+    scheme, a back-end that is not installed, a local directory that cannot be made, a bucket
+    that does not exist or refuses this process.
+
+    Caught here, such a store fails the submit in one line; caught at run time it used to fail
+    every daemon round, for every job. Where this machine cannot tell (no credentials for the
+    cloud, no network: the daemon's machine may have both) the store is accepted with a
+    warning."""
+    assert job.checkpoint is not None
+    url = store_url(job.checkpoint.uri, base)
+    try:
+        loc = Location(url, setting=field)
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+    except Exception as exc:  # a back-end that cannot even be built here (Azure without an account)
+        log.warning("%s: %s not checked (%s)", field, url, one_line(exc))
+        return
+    try:
+        loc.check_reachable()
+    except ConfigError as exc:
+        if loc.is_local or isinstance(exc.__cause__, (FileNotFoundError, PermissionError)):
+            raise InputError(str(exc)) from None
+        log.warning("%s: %s not checked (%s)", field, url, one_line(exc.__cause__ or exc))
+
+
+def _check_placeable(session: Session, job: Job, where: str, at: datetime) -> None:
+    """The checks ``spotopt plan`` makes, made at submit so a job the daemon could never place
+    is refused in one line rather than left pending for ever: a deadline already past, no
+    steps/s figure anywhere (the spec, or stored for its workload) are refused; ``allow``
+    naming regions or instance types this history has never priced is warned about (their
+    prices may be collected after the submit). On a history with no market at all (nothing
+    collected yet) that check is skipped."""
+    due = job.deadline_hours(at)
+    if due is not None and due <= 0:
+        raise InputError(
+            f"{where}.deadline: {job.deadline} is already past (now {at:%Y-%m-%dT%H:%MZ}); give a later one"
+        )
+    if not JobThroughput(job, stored_figures(session)).points:
+        raise InputError(
+            f"{where}.throughput: no steps/s figure for this job in the spec or stored for workload "
+            f"{job.store_name!r}; add throughput: {{V100: 2.4}} (steps/s on one GPU) or "
+            "`spotopt throughput import`"
+        )
+    priced = session.execute(
+        select(InstanceType.cloud, InstanceType.name, Market.region).join(
+            Market, Market.instance_type_id == InstanceType.id
+        )
+    ).all()
+    if not priced:
+        return
+    for field, wanted, known in (
+        ("allow.regions", job.allow.regions, {region for *_c, region in priced}),
+        ("allow.instance_types", job.allow.instance_types, {name for _c, name, _r in priced}),
+    ):
+        unknown = [value for value in wanted if value not in known]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            log.warning(
+                "%s.%s: %r has no market in this history; %sthe job waits until one is priced "
+                "(`spotopt prices show` lists the priced ones)",
+                where,
+                field,
+                unknown[0],
+                hint,
+            )
 
 
 def _canonical(spec: dict[str, Any]) -> str:
@@ -167,6 +248,8 @@ def submit(db: Database, spec: str | Path, dry_run: bool = False, now: datetime 
     job, workdir, source = _load(spec)
     assert job.run is not None and job.checkpoint is not None and job.budget_usd is not None
     dumped = job.model_dump(mode="json")
+    if dumped["retry"] is None:  # left out as before it existed: a stored job stays the same job
+        del dumped["retry"]
     at = now or datetime.now(UTC)
     created = ManagedJob(
         name=job.name,
@@ -181,6 +264,8 @@ def submit(db: Database, spec: str | Path, dry_run: bool = False, now: datetime 
         created_at=at,
         updated_at=at,
     )
+    with db.session() as session:
+        _check_placeable(session, job, f"{source}: jobs[0] ({job.name})", at)
     try:
         return _store(db, created, source, dry_run)
     except IntegrityError:
@@ -269,6 +354,80 @@ def cancel(db: Database, name: str, reason: str, now: datetime | None = None) ->
     with db.session() as session:
         job = find_job(session, name, lock=True)
         record_transition(session, job, "cancelled", reason, now)
+    return job
+
+
+RETRY_REASON = "retry "
+"""How the reason of an automatic retry's transition begins (``retry 2 of 3: …``): counted by
+``retries_in_a_row``."""
+_RETRY = re.compile(rf"^{RETRY_REASON}\d+ of \d+: ")
+
+
+def retries_in_a_row(session: Session, job: ManagedJob) -> int:
+    """Automatic retries of ``job`` since it was submitted or last resumed by hand."""
+    count = 0
+    for event in job_events(session, job):
+        if event.to_state == "pending" and event.from_state in TERMINAL:
+            count = 0
+        elif event.to_state in ("recovering", "pending") and _RETRY.match(event.reason):
+            count += 1
+    return count
+
+
+def after_failure(
+    session: Session, job: ManagedJob, why: str, exit_code: int, at: datetime, log_path: str | None = None
+) -> str:
+    """Apply ``job``'s retry policy to a failed training process (``why``: its exit status in
+    one line; ``log_path``: where its output is, when known), inside the caller's transaction;
+    the state it leaves the job in.
+
+    A retry is a recorded transition whose reason begins ``retry N of M:``: back to
+    ``recovering`` from a running job (the daemon places it again at once, like a preempted
+    one), to ``pending`` from a start or recovery (the next round places it). The agent of the
+    new placement resumes from the newest verified checkpoint. Otherwise the job fails, the
+    reason saying why it was not retried."""
+    policy = job_spec(job).retry or Retry()
+    done = retries_in_a_row(session, job)
+    if policy.retries(exit_code) and done < policy.max:
+        to_state = "pending" if job.state in ("pending", "launching", "recovering") else "recovering"
+        reason = f"{RETRY_REASON}{done + 1} of {policy.max}: {why}"
+    else:
+        to_state = "failed"
+        if done:
+            reason = f"{why} (after {done} retr{'y' if done == 1 else 'ies'})"
+        elif policy.retries(exit_code):
+            reason = f"{why} (retry.max is 0)"
+        elif policy.on_exit_codes is not None:
+            reason = f"{why} (not retried: not in retry.on_exit_codes)"
+        else:
+            reason = f"{why} (not retried: a retry does not cure that status)"
+    if log_path is not None:
+        reason += f"; its log: {log_path}"
+    record_transition(session, job, to_state, reason, at)
+    log.info("job %s: %s", job.name, reason)
+    return to_state
+
+
+def resume(db: Database, name: str, reason: str = "", now: datetime | None = None) -> ManagedJob:
+    """Take a failed or cancelled job back to ``pending`` (``spotopt jobs retry``): the daemon
+    places it again and its agent resumes from the newest verified checkpoint, which the store
+    kept. A job whose instance the daemon is still stopping is refused until it has stopped."""
+    with db.session() as session:
+        job = find_job(session, name, lock=True)
+        if job.state not in ("failed", "cancelled"):
+            raise InputError(
+                f"NAME: job {name!r} is {job.state}; only a failed or cancelled job can be retried"
+            )
+        busy = session.scalar(
+            select(Placement.id).where(
+                Placement.job_id == job.id, Placement.state.in_(("launching", "running"))
+            )
+        )
+        if busy is not None:
+            raise InputError(
+                f"NAME: job {name!r} still has an instance the daemon is stopping; retry once it has stopped"
+            )
+        record_transition(session, job, "pending", reason or "retried by hand", now)
     return job
 
 

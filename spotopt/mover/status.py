@@ -43,6 +43,22 @@ def show(db: Database, name: str, now: datetime) -> tuple[ManagedJob, dict[str, 
         return job, status, job_events(session, job)
 
 
+def newest_placement(db: Database, name: str) -> Placement | None:
+    """The newest placement of ``name`` that got an instance (``jobs logs``): the one running,
+    or the last that ran; None before the first launch."""
+    with db.session() as session:
+        job = find_job(session, name)
+        found = session.scalar(
+            select(Placement)
+            .where(Placement.job_id == job.id, Placement.instance_id.is_not(None))
+            .order_by(Placement.id.desc())
+            .limit(1)
+        )
+        if found is not None:
+            session.expunge(found)
+        return found
+
+
 def job_status(session: Session, job: ManagedJob, spec: Job, now: datetime) -> dict[str, Any]:
     """The live part of ``jobs show``: ``placement``, ``progress``, ``checkpoint_verified``,
     ``moves``, ``preemptions``, ``spent_usd`` and ``expected_cost_to_finish_usd``.
