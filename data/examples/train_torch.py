@@ -136,6 +136,7 @@ def main() -> None:
         torch.save(optimizer.state_dict(), args.out / "optimizer.pt")
         torch.save(torch.tensor(losses, dtype=torch.float64), args.out / "losses.pt")
     if world > 1:
+        dist.barrier()  # no rank tears the group down while another still uses it (a hang at exit)
         dist.destroy_process_group()
 
 

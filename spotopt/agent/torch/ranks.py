@@ -13,6 +13,7 @@ checkpoint and stop.
 
 from __future__ import annotations
 
+import pickle
 import signal
 import threading
 import time
@@ -27,6 +28,8 @@ from spotopt.agent.config import AgentConfig
 from spotopt.agent.notices import NoticeKind, poller_for
 
 T = TypeVar("T")
+_pinned: list[tuple[Any, tuple[torch.Tensor, ...]]] = []
+"""The newest collectives' work objects and tensors (see ``Ranks._broadcast``)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,9 @@ class Ranks:
         """Run ``work`` on rank 0 and give every rank its result.
 
         If ``work`` exits the process (a stop, a superseded epoch) or fails, every rank exits
-        with the same status or fails too, instead of waiting for rank 0 in a collective.
+        with the same status or fails too, instead of waiting for rank 0 in a collective. Before
+        exiting, the ranks meet once more and destroy the process group: a process that exits
+        with a live gloo group can abort ("terminate called without an active exception").
         """
         outcome: tuple[str, Any] | None = None
         if self.rank == 0:
@@ -73,30 +78,61 @@ class Ranks:
                 outcome = ("ok", work())
             except SystemExit as exc:
                 self._broadcast(("exit", exc.code))
+                self._leave()
                 raise
             except BaseException as exc:
                 self._broadcast(("error", f"{type(exc).__name__}: {exc}"))
                 raise
-        if self.world > 1:
-            outcome = self._broadcast(outcome)
+        outcome = self._broadcast(outcome)
         assert outcome is not None
         kind, detail = outcome
         if kind == "exit":
+            self._leave()
             raise SystemExit(detail)
         if kind == "error":
             raise RuntimeError(f"rank 0 failed: {detail}")
         return detail  # type: ignore[no-any-return]
 
     def _broadcast(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank, its collectives' work objects kept referenced.
+
+        Not ``broadcast_object_list``: it drops its work objects at once, so a gloo worker
+        thread frees them, and freeing a work's tensors takes the GIL. If that is still pending
+        when the main thread, holding the GIL, destroys the group (DDP's reducer freed at exit),
+        the process hangs (seen with torch 2.13: ``~ProcessGroupGloo`` joins a thread waiting in
+        ``decref_pyobject``). Works referenced here are freed by Python, on the main thread.
+        """
         if self.world == 1:
             return value
-        box = [value]
-        dist.broadcast_object_list(box, src=0)  # NCCL: on the current device
-        return box[0]
+        size = torch.tensor([0], dtype=torch.int64, device=self.device)
+        if self.rank == 0:
+            data = pickle.dumps(value)
+            size.fill_(len(data))
+        _pin(dist.broadcast(size, src=0, async_op=True), size)
+        if self.rank == 0:
+            payload = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
+        else:
+            payload = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
+        _pin(dist.broadcast(payload, src=0, async_op=True), payload)
+        if self.rank == 0:
+            return value
+        return pickle.loads(payload.cpu().numpy().tobytes())  # from rank 0 of this same job
+
+    def _leave(self) -> None:
+        if self.world > 1:
+            self.barrier()
+            dist.destroy_process_group()
 
     def barrier(self) -> None:
         if self.world > 1:
-            dist.barrier()
+            _pin(dist.barrier(async_op=True))
+
+
+def _pin(work: Any, *tensors: torch.Tensor) -> None:
+    """Wait for ``work``, then keep it and its tensors referenced until four newer ones are (``_broadcast``)."""
+    work.wait()
+    _pinned.append((work, tensors))
+    del _pinned[:-4]
 
 
 class LocalStop:
