@@ -95,7 +95,13 @@ def run_interrupted(
         if metadata is not None:
             env |= {"SPOTOPT_CLOUD": mode, f"SPOTOPT_{mode.upper()}_METADATA_URL": metadata.url}
         spec = LaunchSpec(
-            job, lease.epoch, tuple(command), store.url, store.storage_options, checkpoint_every_s=every, env=env
+            job,
+            lease.epoch,
+            tuple(command),
+            store.url,
+            store.storage_options,
+            checkpoint_every_s=every,
+            env=env,
         )
         iid = provider.launch(spec, MARKET, f"{job}-{lease.epoch}").instance_id
         if kill_step is None:

@@ -28,7 +28,10 @@ from torch.utils.data import DistributedSampler, RandomSampler, SequentialSample
 import spotopt.agent  # noqa: E402
 from spotopt.agent import torch as agent  # noqa: E402
 from spotopt.agent.torch.state import from_bytes, rng_state, set_rng_state, to_bytes, unwrap  # noqa: E402
+from spotopt.db.engine import Database  # noqa: E402
+from spotopt.mover import jobs as jobstore  # noqa: E402
 from spotopt.providers.local import LocalProvider  # noqa: E402
+from tests import mover_world  # noqa: E402
 from tests.interruptions import MODES, TIMEOUT_S, log_lines, provider, run_interrupted  # noqa: E402
 from tests.stores import moto_s3, store_for  # noqa: E402
 
@@ -44,7 +47,12 @@ JOB = "torch"
 def _cases(seed: int, variant: str, stores: dict[str, tuple[str, ...]]) -> list[tuple[str, str, str, tuple]]:
     rng = random.Random(seed)
     return [
-        (variant, store, mode, tuple(sorted(rng.sample(range(5, STEPS - 30), 1 if rng.random() < 0.8 else 2))))
+        (
+            variant,
+            store,
+            mode,
+            tuple(sorted(rng.sample(range(5, STEPS - 30), 1 if rng.random() < 0.8 else 2))),
+        )
         for store, modes in stores.items()
         for mode in modes
     ]
@@ -136,7 +144,7 @@ def test_a_sigterm_on_rank_1_alone_stops_every_rank_at_the_same_step(tmp_path: P
         while not any(s >= 30 for s, _ in log_lines(log)):
             assert launcher.poll() is None and time.monotonic() < deadline, "the job never reached step 30"
             time.sleep(0.02)
-        rank0, rank1 = _children(launcher.pid)  # started in rank order
+        _rank0, rank1 = _children(launcher.pid)  # started in rank order
         os.kill(rank1, signal.SIGTERM)
         _, stderr = launcher.communicate(timeout=TIMEOUT_S)
     finally:
@@ -282,4 +290,44 @@ def test_the_sampler_position_follows_the_step() -> None:
 
 def test_the_cases_cover_every_mode_both_variants_and_s3() -> None:
     assert {m for v, _, m, _ in CASES if v == "single"} == set(MODES)
-    assert {(v, s) for v, s, _, _ in CASES} == {("single", "file"), ("single", "s3"), ("ddp", "file"), ("ddp", "s3")}
+    assert {(v, s) for v, s, _, _ in CASES} == {
+        ("single", "file"),
+        ("single", "s3"),
+        ("ddp", "file"),
+        ("ddp", "s3"),
+    }
+
+
+def test_the_daemon_moves_the_torch_job_and_it_ends_identical(sqlite_db: Database, tmp_path: Path) -> None:
+    """A managed job through the daemon on the local provider: a cheaper market draws a
+    make-before-break move (the old placement checkpoints on the daemon's request, the new one
+    resumes from it), and the result equals the uninterrupted run's."""
+    world = mover_world.make_world(sqlite_db, tmp_path)
+    try:
+        world.prices(*world.markets.history())
+        jobstore.submit(world.db, mover_world.job_yaml(tmp_path, script=SCRIPTS["single"]))
+        world.hold("mlp", 150)
+        world.daemon.tick()
+        world.until("step 150", lambda: world.job().state == "running" and world.job().steps >= 150)
+        world.prices(world.markets.drop())
+        assert [d["kind"] for d in world.daemon.tick().decisions] == ["move"]
+        world.until("the lease to move", lambda: world.moves()[-1].step == "confirm")
+        world.hold("mlp", 300)
+        world.until("the move to finish", lambda: world.moves()[-1].outcome is not None)
+        assert world.moves()[-1].outcome == "done" and world.moves()[-1].checkpoint_step == 150
+        world.release("mlp")
+        world.until("the job to finish", lambda: world.job().state == "done")
+    finally:
+        world.stop_all()
+    reference = tmp_path / "reference"
+    command = [
+        sys.executable,
+        str(SCRIPTS["single"]),
+        "--steps",
+        str(mover_world.STEPS),
+        "--out",
+        str(reference),
+    ]
+    subprocess.run(command, cwd=tmp_path, env=_clean_env(), check=True, timeout=TIMEOUT_S)
+    none = tmp_path / "no-log"
+    _assert_identical(_result(tmp_path / "mlp-out", none), _result(reference, none))

@@ -35,8 +35,7 @@ def main() -> None:
         ranks = [
             subprocess.Popen(
                 [sys.executable, str(TRAIN), "--init-method", init, *train_args],
-                env=os.environ
-                | {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(opts.nproc)},
+                env=os.environ | {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(opts.nproc)},
             )
             for r in range(opts.nproc)
         ]

@@ -1,4 +1,4 @@
-"""The agent for PyTorch loops, single-process or DistributedDataParallel (``pip install 'spotopt-gpu[torch]'``).
+"""The agent for PyTorch loops, one process or DistributedDataParallel (extra ``spotopt-gpu[torch]``).
 
 ```python
 from spotopt.agent import torch as agent

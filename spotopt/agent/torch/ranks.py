@@ -129,7 +129,7 @@ class Ranks:
 
 
 def _pin(work: Any, *tensors: torch.Tensor) -> None:
-    """Wait for ``work``, then keep it and its tensors referenced until four newer ones are (``_broadcast``)."""
+    """Wait for ``work``; keep it and its tensors referenced until four newer ones are (``_broadcast``)."""
     work.wait()
     _pinned.append((work, tensors))
     del _pinned[:-4]
