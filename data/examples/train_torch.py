@@ -81,9 +81,8 @@ def main() -> None:
     if world > 1:
         dist.init_process_group("gloo", init_method=args.init_method, world_size=world, rank=rank)
     torch.manual_seed(args.seed)  # the same initial weights on every rank
-    model = make_model()
-    if world > 1:
-        model = nn.parallel.DistributedDataParallel(model)
+    net = make_model()
+    model = nn.parallel.DistributedDataParallel(net) if world > 1 else net
     torch.manual_seed(args.seed + 1 + rank)  # then each rank its own dropout stream
     np.random.seed(args.seed + rank)
     random.seed(args.seed + rank)
@@ -119,9 +118,9 @@ def main() -> None:
             optimizer.step()
             scheduler.step()
             step += 1
-            losses.append(loss.item())
+            losses.append(float(loss.item()))
             if log:
-                log.write(f"{step} {loss.item().hex()} {epoch_label}\n")
+                log.write(f"{step} {losses[-1].hex()} {epoch_label}\n")
                 log.flush()
             if args.step_delay:
                 time.sleep(args.step_delay)
@@ -131,8 +130,7 @@ def main() -> None:
     agent.finish(model=model, optimizer=optimizer, scheduler=scheduler, extra=extra)
     if args.out and rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
-        bare = model.module if world > 1 else model
-        torch.save(bare.state_dict(), args.out / "model.pt")
+        torch.save(net.state_dict(), args.out / "model.pt")
         torch.save(optimizer.state_dict(), args.out / "optimizer.pt")
         torch.save(torch.tensor(losses, dtype=torch.float64), args.out / "losses.pt")
     if world > 1:

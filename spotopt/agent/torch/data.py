@@ -41,7 +41,7 @@ class ResumableSampler(Sampler[int]):
 
     @property
     def batches_per_epoch(self) -> int:
-        n = len(self.sampler)  # type: ignore[arg-type]
+        n = len(self.sampler)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def at(self, step: int) -> int:
@@ -58,4 +58,4 @@ class ResumableSampler(Sampler[int]):
         return itertools.islice(iter(self.sampler), skip, None)
 
     def __len__(self) -> int:
-        return len(self.sampler) - self._skip  # type: ignore[arg-type]
+        return len(self.sampler) - self._skip

@@ -91,7 +91,7 @@ class Ranks:
             raise SystemExit(detail)
         if kind == "error":
             raise RuntimeError(f"rank 0 failed: {detail}")
-        return detail  # type: ignore[no-any-return]
+        return detail
 
     def _broadcast(self, value: Any) -> Any:
         """Rank 0's ``value`` on every rank, its collectives' work objects kept referenced.

@@ -45,14 +45,12 @@ class Parts:
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The module whose parameters are the model's, without DDP's ``module.`` or
     ``torch.compile``'s ``_orig_mod.`` prefix, so a checkpoint loads with or without them."""
-    seen = model
     while True:
-        if isinstance(seen, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
-            seen = seen.module
-        elif isinstance(getattr(seen, "_orig_mod", None), torch.nn.Module):
-            seen = seen._orig_mod
-        else:
-            return seen
+        wrapper = isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel)
+        inner = model.module if wrapper else getattr(model, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module):
+            return model
+        model = inner
 
 
 def rng_state() -> dict[str, Any]:
@@ -154,7 +152,7 @@ def apply(payload: dict[str, Any], parts: Parts, rank: int, warn: Callable[[str]
     if parts.extra is not None:
         for key, value in payload["extra"].items():
             current = parts.extra.get(key)
-            if hasattr(current, "load_state_dict"):
+            if current is not None and hasattr(current, "load_state_dict"):
                 current.load_state_dict(value)
             else:
                 parts.extra[key] = value
