@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from spotopt.providers.base import InstanceState, LaunchSpec
 from spotopt.providers.local import LocalProvider
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_metadata import FakeMetadata
-from tests.stores import StoreUnderTest
+from tests.stores import StoreUnderTest, store_for
 
 MARKET = MarketKey("local", "local", None, "process", MarketKind.SPOT)
 MODES = ("sigkill", "sigterm", "aws", "gcp", "azure", "control", "preempt")
@@ -67,6 +67,30 @@ def wait(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}; job log:\n{provider.log_path(iid).read_text()}")
         time.sleep(0.02)
+
+
+Interrupt = Callable[[str, str, Sequence[int], Callable[[Path, Path], Sequence[str]]], tuple[Path, Path]]
+
+
+@pytest.fixture
+def interrupted(request: pytest.FixtureRequest, tmp_path: Path, provider: LocalProvider) -> Interrupt:
+    """``interrupted(store_kind, mode, kill_steps, command_for) -> (out, log)``: a fresh store of
+    ``store_kind``, the job ``command_for(out, log)`` run through ``run_interrupted``."""
+
+    def run(
+        store_kind: str,
+        mode: str,
+        kill_steps: Sequence[int],
+        command_for: Callable[[Path, Path], Sequence[str]],
+    ) -> tuple[Path, Path]:
+        store = store_for(store_kind, request, tmp_path)
+        out, log = tmp_path / "out", tmp_path / "steps.log"
+        run_interrupted(
+            request, provider, store, store_kind, "train", command_for(out, log), log, mode, kill_steps
+        )
+        return out, log
+
+    return run
 
 
 def run_interrupted(

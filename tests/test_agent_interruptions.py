@@ -16,16 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from spotopt.providers.local import LocalProvider
-from tests.interruptions import MODES, TIMEOUT_S, log_lines, provider, run_interrupted
-from tests.stores import azurite, moto_s3, store_for
+from tests.interruptions import MODES, TIMEOUT_S, Interrupt, interrupted, log_lines, provider
+from tests.stores import azurite, moto_s3
 
-__all__ = ["azurite", "moto_s3", "provider"]
+__all__ = ["azurite", "interrupted", "moto_s3", "provider"]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "examples" / "train_numpy.py"
 STEPS = 60
 STEP_DELAY_S = 0.003
-JOB = "train"
 
 
 def _cases(seed: int, count: int, store: str) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -74,17 +72,13 @@ def _result(out: Path, log: Path) -> tuple[str, bytes, dict[int, str]]:
 
 @pytest.mark.parametrize(("store_kind", "mode", "kill_steps"), CASES)
 def test_an_interrupted_job_resumes_to_bit_identical_weights(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    provider: LocalProvider,
+    interrupted: Interrupt,
     reference: tuple[str, bytes, dict[int, str]],
     store_kind: str,
     mode: str,
     kill_steps: tuple[int, ...],
 ) -> None:
-    store = store_for(store_kind, request, tmp_path)
-    out, log = tmp_path / "out", tmp_path / "steps.log"
-    run_interrupted(request, provider, store, store_kind, JOB, _command(out, log), log, mode, kill_steps)
+    out, log = interrupted(store_kind, mode, kill_steps, _command)
     weights, losses, trajectory = reference
     got_weights, got_losses, _ = _result(out, log)
     assert got_weights == weights

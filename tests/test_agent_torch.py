@@ -30,18 +30,16 @@ from spotopt.agent import torch as agent  # noqa: E402
 from spotopt.agent.torch.state import from_bytes, rng_state, set_rng_state, to_bytes, unwrap  # noqa: E402
 from spotopt.db.engine import Database  # noqa: E402
 from spotopt.mover import jobs as jobstore  # noqa: E402
-from spotopt.providers.local import LocalProvider  # noqa: E402
 from tests import mover_world  # noqa: E402
-from tests.interruptions import MODES, TIMEOUT_S, log_lines, provider, run_interrupted  # noqa: E402
-from tests.stores import moto_s3, store_for  # noqa: E402
+from tests.interruptions import MODES, TIMEOUT_S, Interrupt, interrupted, log_lines, provider  # noqa: E402
+from tests.stores import moto_s3  # noqa: E402
 
-__all__ = ["moto_s3", "provider"]
+__all__ = ["interrupted", "moto_s3", "provider"]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
 SCRIPTS = {"single": EXAMPLES / "train_torch.py", "ddp": EXAMPLES / "train_torch_ddp.py"}
 STEPS = 120
 STEP_DELAY_S = 0.01
-JOB = "torch"
 
 
 def _cases(seed: int, variant: str, stores: dict[str, tuple[str, ...]]) -> list[tuple[str, str, str, tuple]]:
@@ -114,19 +112,16 @@ def _assert_identical(got: Result, want: Result) -> None:
 
 @pytest.mark.parametrize(("variant", "store_kind", "mode", "kill_steps"), CASES)
 def test_an_interrupted_torch_job_resumes_bit_identical(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    provider: LocalProvider,
+    interrupted: Interrupt,
     references: Any,
     variant: str,
     store_kind: str,
     mode: str,
     kill_steps: tuple[int, ...],
 ) -> None:
-    store = store_for(store_kind, request, tmp_path)
-    out, log = tmp_path / "out", tmp_path / "steps.log"
-    command = _command(variant, out, log, "--step-delay", str(STEP_DELAY_S))
-    run_interrupted(request, provider, store, store_kind, JOB, command, log, mode, kill_steps)
+    out, log = interrupted(
+        store_kind, mode, kill_steps, lambda o, g: _command(variant, o, g, "--step-delay", str(STEP_DELAY_S))
+    )
     _assert_identical(_result(out, log), references(variant))
 
 
