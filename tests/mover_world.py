@@ -119,10 +119,12 @@ def job_yaml(
     clouds: str = "[aws]",
     instance_types: str = "[p3.2xlarge]",
     step_delay: float = 0.0,
+    script: Path = TRAIN,
 ) -> Path:
-    """The example NumPy job as a managed job: 400 real steps that the planner believes take
-    hours (``throughput`` is per hour-ish), so moving pays in its eyes. ``log``: every placement
-    appends ``<step> <loss hex> <epoch>`` there (the fault-injection tests read it)."""
+    """The example NumPy job (or ``script``, taking the same options) as a managed job: 400
+    real steps that the planner believes take hours (``throughput`` is per hour-ish), so moving
+    pays in its eyes. ``log``: every placement appends ``<step> <loss hex> <epoch>`` there (the
+    fault-injection tests read it)."""
     out = tmp / f"{name}-out"
     until = f"{tmp / name}.until" + (f" --log {log}" if log is not None else "")
     until += f" --step-delay {step_delay}" if step_delay else ""
@@ -133,7 +135,7 @@ def job_yaml(
         f"    work: {{steps: {STEPS}}}",
         "    restart_s: 10",
         "    checkpoint_s: 1",
-        f"    run: {sys.executable} {TRAIN} --steps {STEPS} --out {out} --until-file {until}",
+        f"    run: {sys.executable} {script} --steps {STEPS} --out {out} --until-file {until}",
         f"    checkpoint: {{uri: {tmp / 'store'}}}",
         f"    budget_usd: {budget}",
         f"    allow: {{clouds: {clouds}, markets: {markets}, instance_types: {instance_types}}}",

@@ -1,0 +1,157 @@
+"""Run a training command as a local job, interrupting it at given steps, until it finishes.
+
+Shared by the NumPy example's interruption tests and the PyTorch ones. Interruptions: SIGKILL
+(the process group, no warning), SIGTERM (``terminate``), a cloud preemption notice served by the
+fake metadata endpoint (AWS, GCP, Azure), the daemon's checkpoint-and-stop request, and the local
+provider's ``preempt``. The command must append ``<step> <loss hex> <epoch>`` per step to a log;
+the driver waits for the log to reach a kill step, then interrupts. Where exactly an
+interruption lands depends on timing, but what the tests assert holds wherever it lands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from spotopt.checkpoints import RequestKind, grant_lease, read_acknowledgement, send_request
+from spotopt.providers.base import InstanceState, LaunchSpec
+from spotopt.providers.local import LocalProvider
+from spotopt.types import MarketKey, MarketKind
+from tests.fake_metadata import FakeMetadata
+from tests.stores import StoreUnderTest, store_for
+
+MARKET = MarketKey("local", "local", None, "process", MarketKind.SPOT)
+MODES = ("sigkill", "sigterm", "aws", "gcp", "azure", "control", "preempt")
+GENTLE = {"sigterm", "aws", "gcp", "azure", "control", "preempt"}
+"""Modes that let the agent checkpoint and stop: the process must exit 0."""
+TIMEOUT_S = 60.0
+TIMING = {
+    "file": {"checkpoint_every_s": 0.05, "SPOTOPT_POLL_EVERY": "0.02s", "SPOTOPT_HEARTBEAT_EVERY": "0.1s"},
+    "s3": {"checkpoint_every_s": 0.3, "SPOTOPT_POLL_EVERY": "0.05s", "SPOTOPT_HEARTBEAT_EVERY": "0.5s"},
+    "az": {"checkpoint_every_s": 0.3, "SPOTOPT_POLL_EVERY": "0.05s", "SPOTOPT_HEARTBEAT_EVERY": "0.5s"},
+}
+"""Every HTTP round-trip to moto or Azurite costs milliseconds: poll them less."""
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[LocalProvider]:
+    made = LocalProvider(tmp_path / "state", grace_s=TIMEOUT_S)
+    yield made
+    for instance in made.list_instances():
+        made.terminate(instance.instance_id, grace_s=0)
+
+
+def log_lines(log: Path) -> list[tuple[int, str]]:
+    """(step, loss hex) of every line the job logged, in order, repeats after a resume included."""
+    if not log.exists():
+        return []
+    lines = [line.split() for line in log.read_text().splitlines()]
+    return [(int(s), h) for s, h, _epoch in lines]
+
+
+def wait(
+    provider: LocalProvider, iid: str, what: str, log: Path | None = None, step: int = 0, seen: int = 0
+) -> None:
+    """Until the instance ends, or (with ``log``) until it logs ``step`` after line ``seen``."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while provider.status(iid).state.is_live:
+        if log is not None and any(s >= step for s, _ in log_lines(log)[seen:]):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}; job log:\n{provider.log_path(iid).read_text()}")
+        time.sleep(0.02)
+
+
+Interrupt = Callable[[str, str, Sequence[int], Callable[[Path, Path], Sequence[str]]], tuple[Path, Path]]
+
+
+@pytest.fixture
+def interrupted(request: pytest.FixtureRequest, tmp_path: Path, provider: LocalProvider) -> Interrupt:
+    """``interrupted(store_kind, mode, kill_steps, command_for) -> (out, log)``: a fresh store of
+    ``store_kind``, the job ``command_for(out, log)`` run through ``run_interrupted``."""
+
+    def run(
+        store_kind: str,
+        mode: str,
+        kill_steps: Sequence[int],
+        command_for: Callable[[Path, Path], Sequence[str]],
+    ) -> tuple[Path, Path]:
+        store = store_for(store_kind, request, tmp_path)
+        out, log = tmp_path / "out", tmp_path / "steps.log"
+        run_interrupted(
+            request, provider, store, store_kind, "train", command_for(out, log), log, mode, kill_steps
+        )
+        return out, log
+
+    return run
+
+
+def run_interrupted(
+    request: pytest.FixtureRequest,
+    provider: LocalProvider,
+    store: StoreUnderTest,
+    store_kind: str,
+    job: str,
+    command: Sequence[str],
+    log: Path,
+    mode: str,
+    kill_steps: Sequence[int],
+) -> None:
+    """Launch ``command`` as ``job``, interrupt it in ``mode`` at each of ``kill_steps``, relaunch
+    it each time under a new lease, and let the last run finish (it must exit 0)."""
+    loc = store.location()
+    metadata = FakeMetadata() if mode in ("aws", "gcp", "azure") else None
+    if metadata is not None:
+        metadata._thread.start()
+        request.addfinalizer(metadata.server.shutdown)
+    for kill_step in (*kill_steps, None):
+        lease = grant_lease(loc, job, datetime.now(UTC))
+        timing = dict(TIMING[store_kind])
+        every = float(timing.pop("checkpoint_every_s"))
+        env = {k: str(v) for k, v in timing.items()}
+        if metadata is not None:
+            env |= {"SPOTOPT_CLOUD": mode, f"SPOTOPT_{mode.upper()}_METADATA_URL": metadata.url}
+        spec = LaunchSpec(
+            job,
+            lease.epoch,
+            tuple(command),
+            store.url,
+            store.storage_options,
+            checkpoint_every_s=every,
+            env=env,
+        )
+        iid = provider.launch(spec, MARKET, f"{job}-{lease.epoch}").instance_id
+        if kill_step is None:
+            wait(provider, iid, "the last run to end")
+            assert provider.status(iid).exit_code == 0, provider.log_path(iid).read_text()
+            break
+        wait(provider, iid, f"step {kill_step}", log, kill_step, len(log_lines(log)))
+        if mode == "sigkill":
+            pid = json.loads((provider.state_dir / "instances" / iid / "record.json").read_text())["pid"]
+            os.killpg(pid, signal.SIGKILL)
+        elif mode == "sigterm":
+            provider.terminate(iid)
+        elif mode == "preempt":
+            provider.preempt(iid, notice_s=TIMEOUT_S)
+        elif mode == "control":
+            sent = send_request(loc, job, lease.epoch, RequestKind.CHECKPOINT_AND_STOP, datetime.now(UTC))
+        else:
+            assert metadata is not None
+            metadata.notify(mode)
+        wait(provider, iid, f"the {mode} interruption to end the run")
+        status = provider.status(iid)
+        if mode in GENTLE:
+            assert status.exit_code == 0, provider.log_path(iid).read_text()
+        if mode == "control" and "stopped at step" in provider.log_path(iid).read_text():
+            assert read_acknowledgement(loc, job, sent.id) is not None
+        if metadata is not None:  # the next placement is a new instance: no notice pending there
+            metadata.clear()
+        assert status.state in (InstanceState.EXITED, InstanceState.TERMINATED, InstanceState.PREEMPTED)
+    assert len(provider.list_instances(job=job)) == len(kill_steps) + 1
