@@ -99,7 +99,16 @@ def fill(db: Database, tmp_path: Path) -> dict[str, int]:
     move(db, ids["launching"], "start", "cheapest market", T0 + 3 * h, outcome=None, market=azure)
     # moving (the markup job): runs on AWS, an open move to Azure whose reason is markup too.
     on = place(db, ids["moving"], aws, T0 + h, usd_per_hour=0.9)
-    move(db, ids["moving"], "move", f"cheaper: {MARKUP}", T0 + 4 * h, outcome=None, from_placement=on, market=azure)
+    move(
+        db,
+        ids["moving"],
+        "move",
+        f"cheaper: {MARKUP}",
+        T0 + 4 * h,
+        outcome=None,
+        from_placement=on,
+        market=azure,
+    )
     # recovering: noticed on Azure.
     place(db, ids["recovering"], azure, T0, T0 + 3 * h, "noticed", usd_per_hour=0.6)
     # done and over-budget: ended instances.

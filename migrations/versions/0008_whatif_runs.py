@@ -53,7 +53,10 @@ def upgrade() -> None:
         sa.Column("preemptions", sa.Float(), nullable=False),
         sa.Column("unfinished_starts", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
-            ["run_id"], ["whatif_runs.id"], name=op.f("fk_whatif_results_run_id_whatif_runs"), ondelete="CASCADE"
+            ["run_id"],
+            ["whatif_runs.id"],
+            name=op.f("fk_whatif_results_run_id_whatif_runs"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_whatif_results")),
         sa.UniqueConstraint("run_id", "job", "strategy", name=op.f("uq_whatif_results_run_id")),

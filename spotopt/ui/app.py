@@ -85,7 +85,9 @@ class TokenCheck(BaseHTTPMiddleware):
     def _valid(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
-    async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    async def dispatch(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
         query = request.query_params.get("token")
         if self._valid(query):
             rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
@@ -102,7 +104,9 @@ class TokenCheck(BaseHTTPMiddleware):
         )
 
 
-def create_app(db: Database, token: str | None = None, clock: Callable[[], datetime] | None = None) -> Starlette:
+def create_app(
+    db: Database, token: str | None = None, clock: Callable[[], datetime] | None = None
+) -> Starlette:
     """The dashboard over ``db``; ``token`` None serves without one (loopback only, see
     ``spotopt.cli.ui``); ``clock`` gives "now" (UTC) for spend and ETAs."""
     env = templates()

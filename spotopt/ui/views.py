@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
+from spotopt.catalog import CATALOG_SOURCE
 from spotopt.db.engine import Database
 from spotopt.db.models import (
     JOB_STATES,
@@ -30,7 +31,6 @@ from spotopt.db.models import (
     WhatifResult,
     WhatifRun,
 )
-from spotopt.catalog import CATALOG_SOURCE
 from spotopt.db.queries import history_span
 from spotopt.errors import InputError
 from spotopt.mover import ledger
@@ -39,6 +39,7 @@ from spotopt.mover.jobs import job_spec
 from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.providers.base import market_label
 from spotopt.reports.registry import REPORTS
+from spotopt.reports.sql import markets_stmt
 
 WINDOW = timedelta(days=30)
 """The markets and availability pages show the last 30 days the history holds."""
@@ -222,9 +223,17 @@ def markets(db: Database, gpu: str | None, now: datetime) -> dict[str, Any]:
     discount = _report(db, "spot-discount", span, now)
     page["board"] = _records(board)
     page["discount"] = _records(discount["spot-discount"])
-    chart_ids = [int(i) for i in board["market_id"].head(CHART_MARKETS)] if "market_id" in board else []
+    with db.session() as session:
+        found = session.execute(markets_stmt({"gpu": gpu})).mappings()
+        ids = {tuple(row[c] for c in _MARKET_KEY): int(row["market_id"]) for row in found}
+    cheapest = board.head(CHART_MARKETS).itertuples(index=False)
+    chart_ids = [ids[tuple(getattr(row, c) for c in _MARKET_KEY)] for row in cheapest]
     page["chart"] = _price_series(db, chart_ids, since, until)
     return page
+
+
+_MARKET_KEY = ("cloud", "region", "zone", "instance_type", "market")
+"""The columns that name a market in a report's rows (the reports leave out its id)."""
 
 
 def _price_series(db: Database, market_ids: list[int], since: datetime, until: datetime) -> dict[str, Any]:
@@ -232,7 +241,9 @@ def _price_series(db: Database, market_ids: list[int], since: datetime, until: d
     the next point): one column per distinct time, None before a market's first point."""
     with db.session() as session:
         rows = session.execute(
-            select(PricePoint.market_id, PricePoint.observed_at, PricePoint.usd_per_hour, InstanceType.gpu_count)
+            select(
+                PricePoint.market_id, PricePoint.observed_at, PricePoint.usd_per_hour, InstanceType.gpu_count
+            )
             .join(Market, Market.id == PricePoint.market_id)
             .join(InstanceType, InstanceType.id == Market.instance_type_id)
             .where(
