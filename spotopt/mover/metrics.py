@@ -18,6 +18,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -208,8 +209,12 @@ def registry(
     return found, failures
 
 
-def serve(db: Database, port: int, host: str = "127.0.0.1") -> None:
-    """Serve ``/metrics`` on ``host:port`` from a background thread for the life of the process."""
-    found, failures = registry(db)
+def serve(
+    db: Database, port: int, host: str = "127.0.0.1", clock: Callable[[], datetime] | None = None
+) -> WSGIServer:
+    """Serve ``/metrics`` on ``host:port`` from a background thread for the life of the process
+    (the server is returned so a caller may ``shutdown()`` it)."""
+    found, failures = registry(db, clock)
     logging.getLogger("spotopt.mover").addHandler(failures)
-    start_http_server(port, addr=host, registry=found)
+    server, _thread = start_http_server(port, addr=host, registry=found)
+    return server

@@ -16,12 +16,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from spotopt.catalog import CATALOG_SOURCE
 from spotopt.db.engine import Database
 from spotopt.db.models import (
     JOB_STATES,
+    CapacityObservation,
     InstanceType,
     ManagedJob,
     Market,
@@ -42,7 +44,7 @@ from spotopt.reports.registry import REPORTS
 from spotopt.reports.sql import markets_stmt
 
 WINDOW = timedelta(days=30)
-"""The markets and availability pages show the last 30 days the history holds."""
+"""The markets page shows the last 30 days of prices, the availability page of observations."""
 CHART_MARKETS = 12
 """At most this many series in a chart (the cheapest or least available first): legible lines."""
 
@@ -166,14 +168,20 @@ def _cost_series(intervals: list[ledger.Interval], now: datetime) -> dict[str, A
     return {"x": xs, "series": [{"label": "spent (USD)", "y": ys}]}
 
 
-def _window(db: Database) -> tuple[datetime, datetime] | None:
-    """The last ``WINDOW`` of collected or imported prices (None: only catalog list prices)."""
-    with db.session() as session:
-        span = history_span(session)
+def _window(span: tuple[datetime, datetime] | None) -> tuple[datetime, datetime] | None:
+    """The last ``WINDOW`` of ``span`` (first, last), ``last`` included (None: no span)."""
     if span is None:
         return None
     first, last = span
     return max(first, last - WINDOW), last + timedelta(seconds=1)
+
+
+def _capacity_span(session: Session) -> tuple[datetime, datetime] | None:
+    """The first and last capacity observation (None: none yet)."""
+    first, last = session.execute(
+        select(func.min(CapacityObservation.observed_at), func.max(CapacityObservation.observed_at))
+    ).one()
+    return None if first is None or last is None else (first, last)
 
 
 def gpu_models(db: Database) -> list[str]:
@@ -209,7 +217,8 @@ def markets(db: Database, gpu: str | None, now: datetime) -> dict[str, Any]:
     """The markets page for one GPU model: every market's price now (cheapest first), the spot
     discount over the window, and each market's $/GPU-hour over the window as a chart."""
     models = gpu_models(db)
-    window = _window(db)
+    with db.session() as session:
+        window = _window(history_span(session))
     if gpu is not None and gpu not in models:
         raise InputError(f"gpu {gpu!r}: no collected price; pick one of {', '.join(models) or 'none'}")
     gpu = gpu or (models[0] if models else None)
@@ -269,8 +278,9 @@ def _price_series(db: Database, market_ids: list[int], since: datetime, until: d
 
 def availability(db: Database, now: datetime) -> dict[str, Any]:
     """The availability page: the ``availability`` report over the window (share of time each
-    spot market had capacity, its outages)."""
-    window = _window(db)
+    spot market had capacity, its outages), over the last 30 days of observations."""
+    with db.session() as session:
+        window = _window(_capacity_span(session))
     if window is None:
         return {"window": None, "markets": [], "outages": []}
     since, until = window
