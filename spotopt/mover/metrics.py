@@ -117,7 +117,7 @@ class HistoryCollector(Collector):
                 .group_by(Placement.end_reason, Placement.market_id)
             ).all()
             for reason, market_id, n in ended:
-                preemptions.add_metric([reason, market_label(market_key(session, market_id))], n)
+                preemptions.add_metric([str(reason), market_label(market_key(session, market_id))], n)
             yield preemptions
 
             yield from _rounds(session)

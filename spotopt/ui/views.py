@@ -206,7 +206,8 @@ def _report(db: Database, name: str, given: dict[str, str], now: datetime) -> di
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows for a template: NaN as None, region-wide zones (``''``) as None."""
-    out = frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+    records = frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+    out = [{str(k): v for k, v in row.items()} for row in records]
     for row in out:
         if row.get("zone") == "":
             row["zone"] = None
@@ -266,7 +267,7 @@ def _price_series(db: Database, market_ids: list[int], since: datetime, until: d
         labels = {m: market_label(ledger.market_key(session, m)) for m in market_ids}
     times = sorted({at.timestamp() for _, at, _, _ in rows})
     index = {t: i for i, t in enumerate(times)}
-    series = {m: [None] * len(times) for m in market_ids}
+    series: dict[int, list[float | None]] = {m: [None] * len(times) for m in market_ids}
     for market_id, at, usd, gpus in rows:
         series[market_id][index[at.timestamp()]] = usd / (gpus or 1)
     for values in series.values():  # carry each price forward: a point holds until the next
