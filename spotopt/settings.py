@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import platformdirs
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from spotopt.errors import ConfigError
@@ -118,6 +119,10 @@ class Settings(BaseSettings):
 
     azure_ssh_public_key: str | None = None
     """OpenSSH public key for the admin user; unset: a throwaway key (nobody can log in)."""
+
+    # -- the dashboard (README "Seeing the fleet") ---------------------------------------------
+    ui_token: SecretStr | None = None
+    """Token every request to ``spotopt ui`` must carry; required to bind anything but loopback."""
 
     def require(self, name: str, what: str) -> str:
         """The value of the string setting ``name``; unset or blank is a ``ConfigError`` naming the

@@ -23,6 +23,7 @@ from spotopt.cli import (
     prices,
     report,
     throughput,
+    ui,
     whatif,
 )
 from spotopt.cli.common import State
@@ -101,6 +102,7 @@ app.command("whatif")(whatif.whatif)
 app.add_typer(agent.app, name="agent")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(daemon.app, name="daemon")
+app.command("ui")(ui.ui)
 
 
 def _unwrapped(text: str) -> str:

@@ -212,6 +212,15 @@ def run(
         str | None, typer.Option(help="--replay: stop at this simulated time (default: every job done).")
     ] = None,
     fmt: FormatOption = Format.TABLE,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port (/metrics)."
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option("--metrics-host", help="Address of the metrics endpoint (0.0.0.0: all).")
+    ] = "127.0.0.1",
 ) -> None:
     """Run the mover. Without --once it runs until SIGTERM: collectors on --collect-cron, polling
     every --poll, reconcile + rebalance every --period. Only the leader acts; another daemon on
@@ -230,6 +239,10 @@ def run(
         )
     if collect_cron is not None:
         _check_cron(collect_cron)
+    if metrics_port is not None and (once or dry_run or replay):
+        raise InputError(
+            "--metrics-port: only for a daemon that keeps running; drop --once/--dry-run/--replay or it"
+        )
     db = state(ctx).db()
     if replay:
         given = {"--once": once, "--dry-run": dry_run, "--collect-cron": collect_cron is not None}
@@ -290,10 +303,27 @@ def run(
     from spotopt.mover.scheduler import Schedule, run_forever
 
     daemon = Daemon(db, placements, settings, still_leader=leadership.still_leader)
+    if metrics_port is not None:
+        _serve_metrics(db, metrics_host, metrics_port)
     try:
         run_forever(daemon, Schedule(period_h * 3600.0, poll_s, collect_cron), _collector(db))
     finally:
         leadership.release()
+
+
+def _serve_metrics(db: Database, host: str, port: int) -> None:
+    """Start the Prometheus endpoint (``spotopt.mover.metrics``) in a background thread."""
+    try:
+        from spotopt.mover.metrics import serve
+    except ImportError:
+        raise ConfigError(
+            "--metrics-port needs prometheus_client: pip install 'spotopt-gpu[metrics]'"
+        ) from None
+    try:
+        serve(db, port, host)
+    except OSError as exc:
+        raise InputError(f"--metrics-port {port}: cannot listen on {host}:{port} ({exc.strerror})") from None
+    say(f"metrics at http://{host}:{port}/metrics", label="daemon:", err=True)
 
 
 REPLAY_COLUMNS = ("job", "state", "cost_usd", "finish_hours", "moves", "preemptions", "failed_moves")

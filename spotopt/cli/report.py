@@ -6,7 +6,12 @@ parameter exits non-zero having touched nothing (not even creating a default SQL
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import subprocess
 import sys
+import tempfile
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,10 +23,13 @@ from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.orm import Session
 
 from spotopt.cli.common import FormatOption, WideOption, state
+from spotopt.cli.ui import is_loopback
+from spotopt.db.engine import sqlite_path
 from spotopt.db.queries import history_span
-from spotopt.errors import InputError
+from spotopt.errors import ConfigError, InputError
 from spotopt.render import Format, render, say, to_json
 from spotopt.reports.base import Report, ReportResult, parse_pairs
+from spotopt.reports.browse import canned_queries, metadata
 from spotopt.reports.registry import REPORTS
 from spotopt.settings import Settings
 
@@ -189,3 +197,45 @@ def sql(
         text = stmt.compile(dialect=_dialect(dialect), compile_kwargs={"literal_binds": True})
         compiled.append(f"-- {report.name}: {stmt_name}\n{text};\n")
     sys.stdout.write("\n".join(compiled))
+
+
+@app.command()
+def browse(
+    ctx: typer.Context,
+    param: ParamOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8001,
+) -> None:
+    """Browse the history with SQL in Datasette (SQLite only); each report's SQL is a canned query.
+
+    --param values go to the reports that take them (price-board needs -p gpu=MODEL to be listed).
+    Needs the browse extra: pip install 'spotopt-gpu[browse]'."""
+    if not is_loopback(host):
+        raise InputError(f"--host {host}: Datasette has no login here; serve on 127.0.0.1 (or tunnel to it)")
+    canned = canned_queries(parse_pairs(param or []), datetime.now(UTC))
+    url = Settings().resolved_db_url(state(ctx).db_url)
+    path = sqlite_path(url)
+    if path is None:
+        raise InputError(
+            f"--db {make_url(url).render_as_string()}: Datasette reads SQLite files only; "
+            "for PostgreSQL run `spotopt report sql NAME` in psql"
+        )
+    if importlib.util.find_spec("datasette") is None:
+        raise ConfigError("report browse needs Datasette: pip install 'spotopt-gpu[browse]'")
+    state(ctx).db()  # the schema current (and the file created) before Datasette reads it
+    for name, needs in canned.skipped.items():
+        say(f"{name} is not listed: it needs -p {needs}=…", label="note:", style="dim", err=True)
+    with tempfile.TemporaryDirectory(prefix="spotopt-browse-") as tmp:
+        meta = Path(tmp) / "metadata.json"
+        meta.write_text(json.dumps(metadata(Path(path).stem, canned)))
+        say(f"Datasette at http://{host}:{port}/ (Ctrl-C stops it)", label="browse:", err=True)
+        command = [sys.executable, "-m", "datasette", "serve", str(path), "--metadata", str(meta)]
+        command += ["--host", host, "--port", str(port), "--setting", "sql_time_limit_ms", "10000"]
+        server = subprocess.Popen(command)
+        try:
+            code = server.wait()
+        finally:  # SIGTERM or Ctrl-C here: Datasette stops too, not left serving on its own
+            if server.poll() is None:
+                server.terminate()
+                server.wait()
+        raise typer.Exit(code)

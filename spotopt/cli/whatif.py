@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +22,8 @@ from spotopt.whatif.example_market import example_jobs
 from spotopt.whatif.preemptions import PreemptionMode
 from spotopt.whatif.replay import ReplayRequest, ReplayResult, example_history, replay, total_runs
 from spotopt.whatif.run import STRATEGIES
+from spotopt.whatif.saved import check_name
+from spotopt.whatif.saved import save as saved_run
 
 COLUMNS = [
     "job",
@@ -120,8 +122,17 @@ def whatif(
         bool, typer.Option("--details", help="Also show where each job ran (one start only).")
     ] = False,
     wide: WideOption = False,
+    save: Annotated[
+        str | None,
+        typer.Option(
+            "--save", metavar="NAME", help="Store the replay under NAME for the dashboard (`spotopt ui`)."
+        ),
+    ] = None,
 ) -> None:
-    """Replay the price history through every strategy: cost, ratio to spot, finish, deadlines, moves."""
+    """Replay the price history through every strategy: cost, ratio to spot, finish, deadlines, moves.
+
+    --save NAME stores the results (and, for one start, where each job ran) in the history
+    database, shown on the dashboard's what-if page."""
     if jobs_file is None and not example:
         raise InputError("give a JOBS.yaml job spec, or --example for the bundled synthetic example")
     if plot is not None and (plot.suffix.lower() != ".png" or not plot.parent.is_dir()):
@@ -141,6 +152,8 @@ def whatif(
         tick_h=parse_duration(tick, "--tick").total_seconds() / 3600.0,
         billing=billing,
     )
+    if save is not None:
+        check_name(state(ctx).db(), save)
     history: AbstractContextManager[Database] = example_history() if example else nullcontext(state(ctx).db())
     err = Console(stderr=True)
     with (
@@ -161,6 +174,9 @@ def whatif(
             progress.update(task, advance=1, description=f"{name} from {at:%Y-%m-%d %H:%M}")
 
         result = replay(db, request, step)
+    if save is not None:
+        saved_run(state(ctx).db(), save, result, datetime.now(UTC))
+        say(f"stored as {save!r}: `spotopt ui` shows it under What-if", err=True)
     _show(result, fmt, every, plot, details, wide)
 
 

@@ -476,3 +476,72 @@ class DaemonTick(Base):
 Index("ix_job_moves_open", JobMove.outcome, JobMove.job_id)
 # Index: "unfinished journal steps" (reconcile on start and every tick).
 Index("ix_journal_status", JournalEntry.status)
+
+
+class WhatifRun(Base):
+    """A what-if replay stored under a name (``spotopt whatif --save NAME``) for the dashboard's
+    what-if page: its parameters here, its strategies' results and placements beside it."""
+
+    __tablename__ = "whatif_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    saved_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    synthetic: Mapped[bool] = mapped_column(Boolean)
+    """Replayed over the bundled example market, not this history."""
+    first_start: Mapped[datetime] = mapped_column(UTCDateTime)
+    starts: Mapped[int] = mapped_column(Integer)
+    every_hours: Mapped[float] = mapped_column(Float)
+    window_hours: Mapped[float] = mapped_column(Float)
+    preemptions: Mapped[str] = mapped_column(String(16))
+    seed: Mapped[int | None] = mapped_column(Integer)
+    billing: Mapped[str] = mapped_column(String(16))
+    notes: Mapped[str] = mapped_column(Text)
+    """JSON list of the replay's notes."""
+
+
+class WhatifResult(Base):
+    """One job x strategy row of a stored replay (``spotopt whatif``'s table, means over starts)."""
+
+    __tablename__ = "whatif_results"
+    __table_args__ = (UniqueConstraint("run_id", "job", "strategy"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("whatif_runs.id", ondelete="CASCADE"))
+    job: Mapped[str] = mapped_column(Text)
+    strategy: Mapped[str] = mapped_column(String(64))
+    cost_usd: Mapped[float | None] = mapped_column(Float)
+    """None: the strategy did not finish the job in every start."""
+    bound_usd: Mapped[float | None] = mapped_column(Float)
+    ratio_vs_spot: Mapped[float | None] = mapped_column(Float)
+    finish_hours: Mapped[float | None] = mapped_column(Float)
+    deadline_met: Mapped[float | None] = mapped_column(Float)
+    """Share of the starts that met the deadline (1.0 / 0.0 for one start); None: no deadline."""
+    moves: Mapped[float] = mapped_column(Float)
+    preemptions: Mapped[float] = mapped_column(Float)
+    unfinished_starts: Mapped[int] = mapped_column(Integer)
+
+
+class WhatifPlacement(Base):
+    """Where a job ran under a strategy in a stored one-start replay (one row per stretch)."""
+
+    __tablename__ = "whatif_placements"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("whatif_runs.id", ondelete="CASCADE"))
+    job: Mapped[str] = mapped_column(Text)
+    strategy: Mapped[str] = mapped_column(String(64))
+    from_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    to_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    cloud: Mapped[str] = mapped_column(String(16))
+    region: Mapped[str] = mapped_column(String(64))
+    zone: Mapped[str | None] = mapped_column(String(64))
+    instance_type: Mapped[str] = mapped_column(String(128))
+    market: Mapped[str] = mapped_column(String(16))
+    gpu: Mapped[str | None] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+
+
+# Index: the what-if page reads one run's results and placements.
+Index("ix_whatif_results_run_id", WhatifResult.run_id)
+Index("ix_whatif_placements_run_id", WhatifPlacement.run_id)
