@@ -313,10 +313,8 @@ def test_best_among_is_the_lowest_score_per_job_and_then_the_lowest_index(seed: 
     sim: Any = SimpleNamespace(job=np.sort(rng.integers(0, n_jobs - 1, n)), n_jobs=n_jobs)
     idx = np.sort(rng.choice(n, 200, replace=False))
     score = rng.choice([0.5, 1.0, 2.0, np.nan, np.inf], len(idx))
-    expected = [
-        min(((s, i) for i, s in zip(idx, score, strict=True) if sim.job[i] == j and np.isfinite(s)), default=None)
-        for j in range(n_jobs)
-    ]
+    pairs = [(s, i) for i, s in zip(idx, score, strict=True) if np.isfinite(s)]
+    expected = [min(((s, i) for s, i in pairs if sim.job[i] == j), default=None) for j in range(n_jobs)]
     got = best_among(idx, score, sim)
     assert got.tolist() == [-1 if e is None else int(e[1]) for e in expected]
     assert got[-1] == -1
