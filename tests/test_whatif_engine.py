@@ -299,3 +299,22 @@ def test_a_notice_keeps_the_work_when_the_emergency_checkpoint_fits_in_it(
     assert out.used_h[0] == pytest.approx(billed_h)
     assert out.cost_usd[0] == pytest.approx(billed_h * 1.0)
     assert out.preempted[0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_best_among_is_the_lowest_score_per_job_and_then_the_lowest_index(seed: int) -> None:
+    """Against a per-job scan, with ties (scores drawn from few values), NaN and inf."""
+    from types import SimpleNamespace
+
+    from spotopt.whatif.strategies import best_among
+
+    rng = np.random.default_rng(seed)
+    n_jobs, n = 7, 300
+    sim: Any = SimpleNamespace(job=np.sort(rng.integers(0, n_jobs - 1, n)), n_jobs=n_jobs)
+    idx = np.sort(rng.choice(n, 200, replace=False))
+    score = rng.choice([0.5, 1.0, 2.0, np.nan, np.inf], len(idx))
+    pairs = [(s, i) for i, s in zip(idx, score, strict=True) if np.isfinite(s)]
+    expected = [min(((s, i) for s, i in pairs if sim.job[i] == j), default=None) for j in range(n_jobs)]
+    got = best_among(idx, score, sim)
+    assert got.tolist() == [-1 if e is None else int(e[1]) for e in expected]
+    assert got[-1] == -1

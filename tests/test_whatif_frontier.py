@@ -139,6 +139,13 @@ def test_every_dropped_option_has_a_strictly_better_one_in_its_region(window: in
                 & (sim.on_demand | ~sim.on_demand[e])
             )
             assert (rivals & (usd < base[e])).any() or not np.isfinite(usd[e]), (t, e)
+        # The dominator named for each option dropped for another is kept and dominates it.
+        lost, by = frontier.dominators(t)
+        assert np.isin(lost, dropped).all() and np.isin(by, kept).all()
+        assert (sim.job[by] == sim.job[lost]).all() and (sim.location[by] == sim.location[lost]).all()
+        assert (speed[by] >= speed[lost]).all() and (sim.on_demand[by] | ~sim.on_demand[lost]).all()
+        now = np.isfinite(usd[lost])
+        assert (usd[by][now] < base[lost][now]).all()
     assert dropped_any
 
 
@@ -166,3 +173,45 @@ def test_decisions_are_the_same_with_the_future_hidden(seed: int) -> None:
     assert np.array_equal(seeing.trace, hidden.trace)
     assert np.array_equal(seeing.cost_usd, hidden.cost_usd)
     assert (seeing.moves > 0).any() or (seeing.trace >= 0).any()
+
+
+class Recording(SpotoptDecider):
+    """The decider, recording per tick the options it hands to the core and the rates then."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handed: list[tuple[int, Any, Any]] = []
+
+    def options(self, t: int, sub: Any, rates: Any = None) -> Any:
+        self.handed.append((t, sub, rates))
+        return super().options(t, sub, rates)
+
+
+def test_every_option_left_out_is_dominated_at_the_learnt_rates() -> None:
+    """The decider learns preemption rates as it goes (the scenarios' preemptions move them):
+    every option it leaves out has one it hands over in the same job and region that is at least
+    as fast at the rates of that tick and cheaper now than the left-out option's baseline. In
+    this seed a dropped option becomes faster than the option the frontier dropped it for, and
+    no other kept option dominates it: the decider must hand it back."""
+    tl, sim, events, transfer = scenario(7)
+    decider = Recording(tl, sim, transfer, GUARDS[7 % len(GUARDS)])
+    simulate(tl, sim, events, transfer, decider, 0)
+    floor = forecast(tl.price, tl.tick_h)[0]
+    every = np.arange(sim.n_options)
+    learnt = False
+    for t, handed, rates in decider.handed:
+        speed = decider.speeds(every, rates)
+        learnt |= bool((speed != sim.expected_steps_per_hour).any())
+        usd = tl.price[sim.market, t] / sim.slots
+        base = floor[sim.market, t] / sim.slots
+        given = np.isin(every, handed)
+        for e in np.flatnonzero(~given & np.isfinite(usd)).tolist():
+            rivals = (
+                given
+                & (sim.job == sim.job[e])
+                & (sim.location == sim.location[e])
+                & (speed >= speed[e])
+                & (sim.on_demand | ~sim.on_demand[e])
+            )
+            assert (rivals & (usd < base[e])).any(), (t, e)
+    assert learnt

@@ -27,6 +27,13 @@ lower price), so
 
 The decider adds each job's current and target option back every tick: those are compared by
 the planner whatever their price.
+
+Speeds are compared at the window start's preemption rates, but the decider learns rates as it
+goes (a run's own preemptions and hours). ``dominators(t)`` names, for every dropped option, a
+kept option that dominates it at those rates (the cheapest dearest price among the options at
+least as fast, itself never dominated); the decider hands a dropped option back when its
+dominator is slower than it at the rates of the tick (only possible where one of the two markets'
+rate moved), and the rest of the argument holds as it stands.
 """
 
 from __future__ import annotations
@@ -72,20 +79,31 @@ class OptionFrontier:
             ends = np.flatnonzero(last)
             block_end = np.repeat(ends, np.diff(np.r_[-1, ends]))
         self.order, self.group, self.col = order, group, col
+        self.group_start = starts
         self.read_col = col[block_end] if n else col
         self.shape = (len(starts), int(sizes.max(initial=0)))
         self.on_demand = sim.on_demand[order].astype(bool)
         self._window_index: int | None = None
-        self._keep = np.zeros(0, dtype=np.int64)
+        self._keep = self._dropped = self._dominator = np.zeros(0, dtype=np.int64)
 
     def candidates(self, t: int) -> Array:
         """Sorted option indices not dominated throughout the window holding tick ``t``."""
-        w = t // self.window
-        if w != self._window_index:
-            self._window_index, self._keep = w, self._compute(w * self.window)
+        self._update(t)
         return self._keep
 
-    def _compute(self, first: int) -> Array:
+    def dominators(self, t: int) -> tuple[Array, Array]:
+        """The options dropped for another in the window holding tick ``t`` (not those without
+        a price) and, per option, a kept one that dominates it at the start's speeds."""
+        self._update(t)
+        return self._dropped, self._dominator
+
+    def _update(self, t: int) -> None:
+        w = t // self.window
+        if w != self._window_index:
+            self._window_index = w
+            self._keep, self._dropped, self._dominator = self._compute(w * self.window)
+
+    def _compute(self, first: int) -> tuple[Array, Array, Array]:
         tl, sim = self.tl, self.sim
         cols = slice(first, min(first + self.window, tl.n_ticks))
         prices = tl.price[:, cols]
@@ -95,15 +113,22 @@ class OptionFrontier:
         slots = sim.slots[self.order]
         lo = lo_m[sim.market[self.order]] / slots
         hi = hi_m[sim.market[self.order]] / slots
-        best_od = self._running_min(np.where(self.on_demand, hi, np.inf))
-        best_spot = self._running_min(np.where(self.on_demand, np.inf, hi))
+        best_od, by_od = self._running_min(np.where(self.on_demand, hi, np.inf))
+        best_spot, by_spot = self._running_min(np.where(self.on_demand, np.inf, hi))
         dominated = np.where(self.on_demand, best_od, best_spot) < lo
         keep = np.isfinite(lo) & ~dominated
-        return np.sort(self.order[keep])
+        dropped = np.isfinite(lo) & dominated
+        dominator = np.where(self.on_demand, by_od, by_spot)[dropped]
+        return np.sort(self.order[keep]), self.order[dropped], self.order[dominator]
 
-    def _running_min(self, values: Array) -> Array:
-        """Per option: the least ``values`` over the options of its group at least as fast."""
+    def _running_min(self, values: Array) -> tuple[Array, Array]:
+        """Per option: the least ``values`` over the options of its group at least as fast, and
+        the position (in ``order``) of an option holding it."""
         grid = np.full(self.shape, np.inf)
         grid[self.group, self.col] = values
-        np.minimum.accumulate(grid, axis=1, out=grid)
-        return grid[self.group, self.read_col]
+        best = np.minimum.accumulate(grid, axis=1)
+        # The last column at or before each one whose value is the running minimum holds it.
+        at = np.where(grid == best, np.arange(self.shape[1]), 0)
+        np.maximum.accumulate(at, axis=1, out=at)
+        rows, cols = self.group, self.read_col
+        return best[rows, cols], self.group_start[rows] + at[rows, cols]

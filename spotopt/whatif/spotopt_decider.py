@@ -5,8 +5,9 @@ Each tick it turns the simulator's state into a ``FleetState`` and the tick's pr
 ``spotopt.mover.core.decide`` — the function the daemon calls — and applies the returned moves
 as the simulated provider. Options are keyed by their index in ``SimJobs``.
 
-Only each job's frontier (``spotopt.whatif.frontier``) plus its current option and its target
-are handed to the core. The frontier looks at the prices of its whole window, but it only drops
+Only each job's frontier (``spotopt.whatif.frontier``) plus its current option, its target and
+the dropped options that the rates learnt since the start make faster than their dominator are
+handed to the core. The frontier looks at the prices of its whole window, but it only drops
 options that cannot be chosen; tests replay with and without it, and with the future hidden, and
 get the same decisions.
 """
@@ -54,6 +55,11 @@ class SpotoptDecider:
         narrow = narrow and tl.capacity is None
         self.frontier = OptionFrontier(tl, sim, self.steps_per_hour, self.baseline) if narrow else None
         self.capacity = np.full(tl.n_markets, np.inf)
+        self.start_rates = np.asarray(tl.rate, dtype=float)
+        # Dropped options whose dominance may have moved with the rates, per window and set of
+        # markets whose rate moved (see ``_revived``).
+        self._pairs_for: tuple[Array, bytes] | None = None
+        self._pairs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
     @property
     def solves(self) -> int:
@@ -102,29 +108,34 @@ class SpotoptDecider:
             cap.observed, cap.seen[:, : t + 1], self.tl.tick_h, st.refused.copy(), running
         )
 
+    def speeds(self, sub: Array, rates: Array) -> Array:
+        """Expected steps/h of options ``sub`` at the markets' preemption ``rates``: only the
+        options of markets whose rate moved since the start need theirs again."""
+        sim = self.sim
+        market = sim.market[sub]
+        speed = self.steps_per_hour[sub].copy()
+        moved = np.flatnonzero(rates[market] != self.start_rates[market])
+        if len(moved):
+            e = sub[moved]
+            _, eff = checkpoint_terms(
+                sim.save_h * 3600.0, sim.restart_h * 3600.0, sim.job[e], rates, sim.market[e], self.tl.tick_h
+            )
+            speed[moved] = sim.steps_per_hour[e] * eff
+        return speed
+
     def options(self, t: int, sub: Array, rates: Array | None = None) -> Options:
         """Options ``sub`` (sorted ``SimJobs`` indices) priced at tick ``t``, with the markets'
         preemption ``rates`` then (default: those known at the window's start)."""
         sim, tl = self.sim, self.tl
         market = sim.market[sub]
         slots = sim.slots[sub]
-        start_rates = np.asarray(tl.rate, dtype=float)
-        rates = start_rates if rates is None else rates
-        steps_per_hour = self.steps_per_hour[sub].copy()
-        # Only the options of markets whose rate moved need their expected speed again.
-        moved = np.flatnonzero(rates[market] != start_rates[market])
-        if len(moved):
-            e = sub[moved]
-            _, eff = checkpoint_terms(
-                sim.save_h * 3600.0, sim.restart_h * 3600.0, sim.job[e], rates, sim.market[e], tl.tick_h
-            )
-            steps_per_hour[moved] = sim.steps_per_hour[e] * eff
+        rates = self.start_rates if rates is None else rates
         return Options(
             key=sub,
             job=sim.job[sub],
             market=market,
             location=sim.location[sub],
-            steps_per_hour=steps_per_hour,
+            steps_per_hour=self.speeds(sub, rates),
             usd_per_hour=tl.price[market, t] / slots,
             instances_per_hour=1.0 / slots,
             on_demand=sim.on_demand[sub],
@@ -136,18 +147,29 @@ class SpotoptDecider:
         )
 
     def _candidates(self, t: int, st: SimState, rates: Array) -> Array:
-        """Sorted indices of the options handed to the core in tick ``t``. The frontier compares
-        speeds at the start's rates: every option of a region where a market's rate has moved
-        since is handed over too."""
+        """Sorted indices of the options handed to the core in tick ``t``: the frontier, each
+        job's current option and target, and the dropped options that the rates learnt since
+        the start made faster than their dominator (``_revived``)."""
         if self.frontier is None:
             return np.arange(self.sim.n_options)
         targets = np.fromiter(self.memory.target.values(), dtype=np.int64, count=len(self.memory.target))
-        moved = self.tl.location[rates != np.asarray(self.tl.rate, dtype=float)]
-        relearnt = (
-            np.flatnonzero(np.isin(self.sim.location, moved)) if len(moved) else np.zeros(0, dtype=np.int64)
-        )
-        extra = np.concatenate([st.option[st.started], targets, relearnt])
+        extra = np.concatenate([st.option[st.started], targets, self._revived(t, rates)])
         return np.union1d(self.frontier.candidates(t), extra)
+
+    def _revived(self, t: int, rates: Array) -> Array:
+        """Dropped options no longer dominated by the option the frontier dropped them for: it
+        is slower than them at ``rates``. Only pairs with a market whose rate moved can be; they
+        are found again only when the window or the set of such markets changes."""
+        assert self.frontier is not None
+        dropped, dominator = self.frontier.dominators(t)
+        moved = rates != self.start_rates
+        key = (dropped, moved.tobytes())
+        if self._pairs_for is None or self._pairs_for[0] is not dropped or self._pairs_for[1] != key[1]:
+            market = self.sim.market
+            hit = moved[market[dropped]] | moved[market[dominator]]
+            self._pairs_for, self._pairs = key, (dropped[hit], dominator[hit])
+        e, d = self._pairs
+        return e[self.speeds(d, rates) < self.speeds(e, rates)]
 
     def __call__(self, t: int, st: SimState) -> Array:
         if self.start is None:

@@ -62,11 +62,14 @@ def best_among(idx: Array, score: Array, sim: SimJobs) -> Array:
         return out
     idx, score = idx[ok], score[ok]
     jobs = sim.job[idx]
-    order = np.lexsort((idx, score, jobs))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = jobs[order][1:] != jobs[order][:-1]
-    out[jobs[order][first]] = idx[order][first]
-    return out
+    # Two unbuffered reductions instead of a sort: the deadline rules call this every tick over
+    # every option (a lexsort of them made them 10 times slower than the other rules at scale).
+    least = np.full(sim.n_jobs, np.inf)
+    np.minimum.at(least, jobs, score)
+    tied = score == least[jobs]
+    first = np.full(sim.n_jobs, np.iinfo(np.int64).max)
+    np.minimum.at(first, jobs[tied], idx[tied])
+    return np.where(np.isfinite(least), first, out)
 
 
 def usd_per_step(tl: Timeline, sim: SimJobs, t: int) -> Array:
