@@ -147,11 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=float, default=13.0, help="hours between starts")
     ap.add_argument("--offset", type=float, default=2.0, help="hours into the trace of the first start")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
-    ap.add_argument("--only", default="", help="substring of the trace names to run (e.g. us-west-2a_v100_1)")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated substrings of the trace names to run (e.g. us-west-2a_v100_1)",
+    )
     ap.add_argument("--no-pairs", action="store_true", help="skip the two-zone runs")
+    ap.add_argument("--no-singles", action="store_true", help="skip the one-zone runs")
     ap.add_argument("--format", choices=("table", "json"), default="table")
     args = ap.parse_args(argv)
-    traces = [t for t in read_traces(args.traces) if args.only in t.path.stem]
+    wanted = args.only.split(",")
+    traces = [t for t in read_traces(args.traces) if any(w in t.path.stem for w in wanted)]
     if not traces:
         print(f"error: no availability/1-node/*/*.json under {args.traces}", file=sys.stderr)
         return 2
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if "on-demand" not in strategies:
         strategies = ("on-demand", *strategies)
     starts = [args.offset + k * args.every for k in range(args.starts)]
-    cases = [[t] for t in traces]
+    cases = [] if args.no_singles else [[t] for t in traces]
     if not args.no_pairs:
         by_kind = defaultdict(list)
         for t in traces:
