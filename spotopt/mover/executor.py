@@ -89,6 +89,7 @@ STEPS: dict[str, tuple[str, ...]] = {
     ),
     "recover": ("launch", "stop-old", "await-checkpoint", "grant", "terminate-old", "confirm"),
     "stop": ("stop-old", "await-checkpoint", "terminate-old"),
+    "halt": ("fence", "terminate-old"),
 }
 """The steps of each kind of move, in order (the README's move state machine table)."""
 
@@ -242,7 +243,7 @@ class Executor:
                 created_at=now,
                 updated_at=now,
             )
-            if kind != "stop":
+            if kind != "stop":  # a halt takes an epoch too: its fence moves the lease past the old one
                 job.epoch += 1
                 move.epoch = job.epoch
             session.add(move)
@@ -493,6 +494,21 @@ class Executor:
             assert stored is not None
             if move.kind != "start":  # a start's placement becomes current when it launches
                 stored.placement_id = move.to_placement_id
+        return self._next(move_id)
+
+    def _fence(self, move_id: int) -> bool:
+        """A halt's first step: the lease moves to the halt's own epoch, which no placement
+        holds, so the old placement's agent can write no checkpoint from now on (not even on
+        the SIGTERM its instance's shutdown sends) and exits as superseded. A store that
+        cannot be reached fails the step; after ``FAULTS_TO_FAIL`` rounds ``fail_job``
+        terminates the instance all the same."""
+        move, job = self._load(move_id)
+        assert move.epoch is not None
+        epoch = move.epoch
+        loc = job_location(job)
+        self._effect(
+            move, "fence", lambda _key: grant_lease(loc, job.name, self.clock(), epoch=epoch), job=job.name, epoch=epoch
+        )
         return self._next(move_id)
 
     def _launch(self, move_id: int) -> bool:
@@ -953,7 +969,7 @@ def open_move_jobs(session: Session) -> set[int]:
 
 def _state_after(move: JobMove, job: ManagedJob, outcome: str) -> str | None:
     """The job state a finished move leaves behind (None: unchanged)."""
-    if move.kind == "stop":
+    if move.kind in ("stop", "halt"):
         return move.then_state if outcome == "done" else None
     if outcome == "done":
         return "running"
