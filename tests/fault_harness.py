@@ -141,7 +141,9 @@ def _under_a_shell(spec: Path) -> None:
     and exits with its status, 137 after a SIGKILL."""
     lines = spec.read_text(encoding="utf-8").splitlines()
     lines = [
-        f"    run: /bin/sh -c '{line.removeprefix('    run: ')}; exit $?'" if line.startswith("    run: ") else line
+        f"    run: /bin/sh -c '{line.removeprefix('    run: ')}; exit $?'"
+        if line.startswith("    run: ")
+        else line
         for line in lines
     ]
     spec.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -152,7 +154,9 @@ def _trainer_pids(world: FaultWorld) -> list[int]:
     found = []
     provider = world.provider
     for instance in provider.list_instances(job=JOB):
-        record = json.loads((world.tmp / "local" / "instances" / instance.instance_id / "record.json").read_text())
+        record = json.loads(
+            (world.tmp / "local" / "instances" / instance.instance_id / "record.json").read_text()
+        )
         for pid in group_members(int(record["pid"])) if record.get("pid") is not None else []:
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -184,7 +188,9 @@ def _resumed_after_fault(world: FaultWorld) -> bool:
         return True
     marker = world.tmp / "fault-injected"
     lines = log_lines(world.log)
-    return marker.exists() and bool(lines) and lines[-1][2] > int(marker.read_text()) and lines[-1][0] >= HOLD_AT
+    return (
+        marker.exists() and bool(lines) and lines[-1][2] > int(marker.read_text()) and lines[-1][0] >= HOLD_AT
+    )
 
 
 def steer(world: FaultWorld, db: Database) -> None:
@@ -195,7 +201,12 @@ def steer(world: FaultWorld, db: Database) -> None:
     cheaper = world.tmp / "cheaper-added"
     if not _inject(world):
         return
-    if not cheaper.exists() and job.state == "running" and job.steps >= HOLD_AT and _resumed_after_fault(world):
+    if (
+        not cheaper.exists()
+        and job.state == "running"
+        and job.steps >= HOLD_AT
+        and _resumed_after_fault(world)
+    ):
         run_ingest(db, "test", "test", [spot("us-east-1b", 0.3, datetime.now(UTC) - timedelta(seconds=1))])
         cheaper.touch()
     with db.session() as session:
@@ -403,11 +414,15 @@ def _check_resumed(world: FaultWorld, found: Findings) -> None:
         return
     db = open_history(world.db_url)
     try:
-        retries = [e for e in jobstore.events(db, JOB) if e.to_state == "recovering" and e.reason.startswith("retry")]
+        retries = [
+            e for e in jobstore.events(db, JOB) if e.to_state == "recovering" and e.reason.startswith("retry")
+        ]
     finally:
         db.dispose()
     if not any("status 137" in e.reason for e in retries):
-        found.unresumed.append(f"{world.fault}: no retry of the exit status 137 ({[e.reason for e in retries]})")
+        found.unresumed.append(
+            f"{world.fault}: no retry of the exit status 137 ({[e.reason for e in retries]})"
+        )
 
 
 def check_training(world: FaultWorld, reference: Reference, found: Findings) -> None:

@@ -42,7 +42,11 @@ def _event(kind: str, resources: list[str], status: str = "Scheduled") -> dict[s
 
 def test_azure_ignores_other_vms_events_and_freeze(metadata: FakeMetadata) -> None:
     poller = AzureScheduledEventsPoller(metadata.url)
-    metadata.azure_events = [_event("Preempt", ["vm-2", "vm-3"]), _event("Reboot", ["vm-4"]), _event("Freeze", ["vm"])]
+    metadata.azure_events = [
+        _event("Preempt", ["vm-2", "vm-3"]),
+        _event("Reboot", ["vm-4"]),
+        _event("Freeze", ["vm"]),
+    ]
     assert poller.poll() is None
     metadata.azure_events.append(_event("Preempt", ["vm-2", "vm"]))
     notice = poller.poll()

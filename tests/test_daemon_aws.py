@@ -139,7 +139,10 @@ def test_a_job_named_like_another_database_s_gets_its_own_ec2_instance(
     other = open_history(pg_url)
     (tmp_path / "second").mkdir()
     second = make_world(
-        other, tmp_path / "second", provider=world.provider, agent_env={"SPOTOPT_AWS_METADATA_URL": metadata.url}
+        other,
+        tmp_path / "second",
+        provider=world.provider,
+        agent_env={"SPOTOPT_AWS_METADATA_URL": metadata.url},
     )
     try:
         for w in (world, second):
@@ -153,7 +156,11 @@ def test_a_job_named_like_another_database_s_gets_its_own_ec2_instance(
         (theirs,) = second.placements()
         assert first.instance_id != theirs.instance_id and first.key != theirs.key
         assert database_id_of(other)[:12] in theirs.key and "-j1-m1" in theirs.key
-        live = {i.instance_id for i in world.provider.list_instances() if world.provider.status(i.instance_id).state.is_live}
+        live = {
+            i.instance_id
+            for i in world.provider.list_instances()
+            if world.provider.status(i.instance_id).state.is_live
+        }
         assert {first.instance_id, theirs.instance_id} <= live
     finally:
         second.stop_all()

@@ -186,7 +186,9 @@ def test_a_cancelled_job_is_checkpointed_and_stopped(world: World, tmp_path: Pat
     assert not world.provider.status(placement.instance_id or "").state.is_live
 
 
-def test_a_job_cancelled_now_is_terminated_without_a_checkpoint(world: World, tmp_path: Path, db_url: str) -> None:
+def test_a_job_cancelled_now_is_terminated_without_a_checkpoint(
+    world: World, tmp_path: Path, db_url: str
+) -> None:
     world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
     jobstore.submit(world.db, job_yaml(tmp_path))
     started(world, 40)
@@ -197,7 +199,7 @@ def test_a_job_cancelled_now_is_terminated_without_a_checkpoint(world: World, tm
     (placement,) = world.placements()
     assert cancel.reason == "at once, no checkpoint: wrong data" and placement.state == "running"
     world.daemon.tick()  # no stop request, no wait for the agent: terminated in this round
-    start, halt = world.moves()
+    _start, halt = world.moves()
     assert (halt.kind, halt.outcome, halt.checkpoint_step) == ("halt", "done", None)
     (placement,) = world.placements()
     assert (placement.state, placement.end_reason) == ("ended", "terminated")
@@ -205,7 +207,10 @@ def test_a_job_cancelled_now_is_terminated_without_a_checkpoint(world: World, tm
     assert world.job().state == "cancelled"
     assert sorted((tmp_path / "store" / "mlp").glob("checkpoints/*/manifest.json")) == checkpoints
     with world.db.session() as session:
-        journal = [(e.key, e.status) for e in session.scalars(select(JournalEntry).where(JournalEntry.move_id == halt.id))]
+        journal = [
+            (e.key, e.status)
+            for e in session.scalars(select(JournalEntry).where(JournalEntry.move_id == halt.id))
+        ]
         (interval,) = intervals(session, world.job().id, now())
     assert journal == [(f"m{halt.id}:fence", "done"), (f"m{halt.id}:terminate-old", "done")]
     assert interval.instance_id == placement.instance_id and interval.ended_at == placement.ended_at

@@ -123,7 +123,9 @@ class AwsImdsPoller:
                 _expect("aws", "token PUT", status, body, (200,))
                 self._token = body.decode()
             status, body = _request(
-                f"{self.base}{path}", headers={"X-aws-ec2-metadata-token": self._token}, timeout_s=self.timeout_s
+                f"{self.base}{path}",
+                headers={"X-aws-ec2-metadata-token": self._token},
+                timeout_s=self.timeout_s,
             )
             if status != 401:
                 break
@@ -223,14 +225,17 @@ class AzureScheduledEventsPoller:
 
     def poll(self) -> Notice | None:
         events = json.loads(self._get(self.url, "scheduledevents")).get("Events", [])
-        mine = [e for e in events if e.get("EventType") in self.ENDS and self.vm_name() in e.get("Resources", [])]
+        mine = [
+            e for e in events if e.get("EventType") in self.ENDS and self.vm_name() in e.get("Resources", [])
+        ]
         if not mine:
             return None
         event = mine[0]
+        when = event.get("NotBefore") or "now"
         return Notice(
             "azure",
             NoticeKind.PREEMPT,
-            f"{event.get('EventType')} ({event.get('EventStatus')}) not before {event.get('NotBefore') or 'now'}",
+            f"{event.get('EventType')} ({event.get('EventStatus')}) not before {when}",
         )
 
 

@@ -507,7 +507,11 @@ class Executor:
         epoch = move.epoch
         loc = job_location(job)
         self._effect(
-            move, "fence", lambda _key: grant_lease(loc, job.name, self.clock(), epoch=epoch), job=job.name, epoch=epoch
+            move,
+            "fence",
+            lambda _key: grant_lease(loc, job.name, self.clock(), epoch=epoch),
+            job=job.name,
+            epoch=epoch,
         )
         return self._next(move_id)
 
