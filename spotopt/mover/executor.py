@@ -475,20 +475,23 @@ class Executor:
 
     # -- the steps ---------------------------------------------------------------------------
 
-    def _grant(self, move_id: int) -> bool:
-        move, job = self._load(move_id)
+    def _lease_to_move(self, move: JobMove, job: ManagedJob, action: str) -> None:
+        """The journaled side effect ``action``: the job's lease granted to the move's epoch."""
         assert move.epoch is not None
-        loc = job_location(job)
-        epoch = move.epoch
-        with self.db.session() as session:  # the egress of entering the new placement, billed once
-            record_entry_egress(session, move_id, jobstore.job_spec(job), self.clock())
+        loc, epoch = job_location(job), move.epoch
         self._effect(
             move,
-            "grant",
+            action,
             lambda _key: grant_lease(loc, job.name, self.clock(), epoch=epoch),
             job=job.name,
             epoch=epoch,
         )
+
+    def _grant(self, move_id: int) -> bool:
+        move, job = self._load(move_id)
+        with self.db.session() as session:  # the egress of entering the new placement, billed once
+            record_entry_egress(session, move_id, jobstore.job_spec(job), self.clock())
+        self._lease_to_move(move, job, "grant")
         with self.db.session() as session:
             stored = session.get(ManagedJob, job.id)
             assert stored is not None
@@ -503,16 +506,7 @@ class Executor:
         cannot be reached fails the step; after ``FAULTS_TO_FAIL`` rounds ``fail_job``
         terminates the instance all the same."""
         move, job = self._load(move_id)
-        assert move.epoch is not None
-        epoch = move.epoch
-        loc = job_location(job)
-        self._effect(
-            move,
-            "fence",
-            lambda _key: grant_lease(loc, job.name, self.clock(), epoch=epoch),
-            job=job.name,
-            epoch=epoch,
-        )
+        self._lease_to_move(move, job, "fence")
         return self._next(move_id)
 
     def _launch(self, move_id: int) -> bool:
