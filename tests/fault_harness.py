@@ -406,7 +406,9 @@ def check(world: FaultWorld, reference: Reference) -> Findings:
 
 
 def _check_resumed(world: FaultWorld, found: Findings) -> None:
-    """A played training fault was followed by the retry policy's ``recovering`` transition."""
+    """A played training fault was followed by one of the retry policy's transitions: back to
+    ``recovering`` from a running job, to ``pending`` when the fault came while its start (or
+    a recovery) was still confirming it (``jobs.after_failure``)."""
     if world.fault is None:
         return
     if not (world.tmp / "fault-injected").exists():
@@ -414,9 +416,7 @@ def _check_resumed(world: FaultWorld, found: Findings) -> None:
         return
     db = open_history(world.db_url)
     try:
-        retries = [
-            e for e in jobstore.events(db, JOB) if e.to_state == "recovering" and e.reason.startswith("retry")
-        ]
+        retries = [e for e in jobstore.events(db, JOB) if e.reason.startswith(jobstore.RETRY_REASON)]
     finally:
         db.dispose()
     if not any("status 137" in e.reason for e in retries):
