@@ -1,14 +1,18 @@
 """The long fault-injection sweep: the mover's daemon SIGKILLed at every journaled step on both
-backends and at seeded random times, restarted each time, with the issue's invariants checked
-after every run (``tests.fault_harness``; ``tests/test_fault_injection.py`` is the fast subset).
+backends and at seeded random times, restarted each time, and the training process killed
+(SIGKILL, as the OOM killer does) or exiting 137 (as a wrapper reports an OOM kill) on top of a
+random daemon kill, with the issue's invariants checked after every run (``tests.fault_harness``;
+``tests/test_fault_injection.py`` is the fast subset).
 
     python benchmarks/fault_injection.py [--runs 200] [--seed 0] [--jobs 2] [--skip-pg]
 
 The crash points come from a clean run's journal (every key, before and after its call); the
-remaining runs are random-time kills with delays drawn from ``--seed``. PostgreSQL is a
+remaining runs are random-time kills with delays drawn from ``--seed``, each in turn with no
+training fault or one of ``FAULTS``. PostgreSQL is a
 throwaway server from ``tests/pg.py``. Prints one row per (backend, kind) and the total: runs,
 crashes that landed, and the violations (lost progress or a wrong result, orphaned processes,
-overlapping epochs, budget overruns, ledger mismatches), all of which must be 0; exit 1 if not.
+overlapping epochs, budget overruns, ledger mismatches, training faults no retry resumed), all of
+which must be 0; exit 1 if not.
 """
 
 from __future__ import annotations
@@ -32,15 +36,16 @@ from spotopt.db.setup import upgrade_history  # noqa: E402
 from tests import fault_harness as harness  # noqa: E402
 
 RANDOM_WINDOW_S = 12.0
-COLUMNS = ("lost/wrong", "orphans", "overlaps", "budget", "ledger", "journal", "errors")
+COLUMNS = ("lost/wrong", "orphans", "overlaps", "budget", "ledger", "journal", "unresumed", "errors")
 
 
 @dataclass(frozen=True)
 class Planned:
     backend: str
-    kind: str  # "point" or "random"
+    kind: str  # "point", "random", or "random+<fault>"
     crash: tuple[str, str] | None = None
     kill_after_s: float | None = None
+    fault: str | None = None
 
 
 @dataclass
@@ -62,6 +67,7 @@ class Result:
         found["budget"] += bool(f.budget_overruns)
         found["ledger"] += bool(f.ledger_mismatches)
         found["journal"] += bool(f.journal)
+        found["unresumed"] += bool(f.unresumed)
         return +found  # without the zero counts: empty when the run broke nothing
 
 
@@ -102,7 +108,7 @@ class Databases:
 
 def run_one(dbs: Databases, reference: harness.Reference, planned: Planned, index: int) -> Result:
     name = f"r{index}"
-    world = harness.new_world(dbs.new(planned.backend, name), dbs.tmp / name / "world")
+    world = harness.new_world(dbs.new(planned.backend, name), dbs.tmp / name / "world", planned.fault)
     started = time.monotonic()
     try:
         outcome = harness.play(world, reference, crash=planned.crash, kill_after_s=planned.kill_after_s)
@@ -117,7 +123,11 @@ def plan_runs(points: list[tuple[str, str]], backends: list[str], runs: int, see
     planned = [Planned(b, "point", crash=p) for b in backends for p in points]
     extra = max(0, runs - len(planned))
     delays = harness.kill_delays(seed, extra, RANDOM_WINDOW_S)
-    planned += [Planned(backends[i % len(backends)], "random", kill_after_s=d) for i, d in enumerate(delays)]
+    faults: list[str | None] = [None, *harness.FAULTS]
+    for i, delay in enumerate(delays):
+        fault = faults[(i // len(backends)) % len(faults)]
+        kind = "random" if fault is None else f"random+{fault}"
+        planned.append(Planned(backends[i % len(backends)], kind, kill_after_s=delay, fault=fault))
     return planned
 
 
@@ -196,6 +206,7 @@ def _run_all(
 
 def _describe(r: Result) -> str:
     what = ":".join(r.planned.crash) if r.planned.crash else f"kill after {r.planned.kill_after_s} s"
+    what += f" + {r.planned.fault}" if r.planned.fault else ""
     flag = (
         f" VIOLATION {r.error or r.outcome.findings.problems() if r.outcome else ''}"
         if r.violations()

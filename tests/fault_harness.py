@@ -12,7 +12,7 @@ bit-identical to an uninterrupted run and every resume starting at or after the 
 checkpoint (no lost progress); no live process of any instance (orphans); the epochs in the
 shared step log never go back (two placements never trained at once); spend within the budget;
 the ledger has one closed interval per instance the provider launched, each covering its
-process's end.
+process's end; a training fault was resumed by a retry.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +50,11 @@ HOLD_AT = 150
 HOLD_AFTER_MOVE = 300
 BUDGET_USD = 1.0
 PHASES = ("before", "after")
+FAULTS = ("trainer-kill", "exit-137")
+"""What can happen to the training process at ``HOLD_AT``: ``trainer-kill`` SIGKILLs it (what the
+kernel's OOM killer does: the agent sees a signal), ``exit-137`` runs it under a shell that then
+exits with status 137 (what a container runtime or wrapper reports for an OOM kill). Both are
+retryable: the job must resume and end ``done`` with the uninterrupted run's weights."""
 RUN_LIMIT_S = 240.0
 """A whole scenario (all driver runs) gives up after this: only a broken build reaches it."""
 
@@ -77,6 +83,8 @@ class FaultWorld:
 
     db_url: str
     tmp: Path
+    fault: str | None = None
+    """One of ``FAULTS`` injected into the training process at ``HOLD_AT`` (None: none)."""
 
     @property
     def log(self) -> Path:
@@ -108,28 +116,97 @@ class FaultWorld:
             provider.terminate(instance.instance_id, grace_s=0)
 
 
-def new_world(db_url: str, tmp: Path) -> FaultWorld:
+def new_world(db_url: str, tmp: Path, fault: str | None = None) -> FaultWorld:
     """A fresh scenario: one spot market and on-demand priced a day ago, the job submitted and
-    held at ``HOLD_AT``."""
+    held at ``HOLD_AT``; with ``fault`` (one of ``FAULTS``) that fault is played there."""
+    if fault is not None and fault not in FAULTS:
+        raise ValueError(f"fault: {fault!r} is none of {', '.join(FAULTS)}")
     tmp.mkdir(parents=True, exist_ok=True)
-    world = FaultWorld(db_url, tmp)
+    world = FaultWorld(db_url, tmp, fault)
     db = open_history(db_url)
     try:
         run_ingest(db, "test", "test", [spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago())])
-        jobstore.submit(db, job_yaml(tmp, budget=BUDGET_USD, log=world.log))
+        spec = job_yaml(tmp, budget=BUDGET_USD, log=world.log)
+        if fault == "exit-137":
+            _under_a_shell(spec)
+        jobstore.submit(db, spec)
     finally:
         db.dispose()
     world.hold(HOLD_AT)
     return world
 
 
+def _under_a_shell(spec: Path) -> None:
+    """``spec``'s ``run:`` inside ``/bin/sh -c '...; exit $?'``: the shell outlives the trainer
+    and exits with its status, 137 after a SIGKILL."""
+    lines = spec.read_text(encoding="utf-8").splitlines()
+    lines = [
+        f"    run: /bin/sh -c '{line.removeprefix('    run: ')}; exit $?'"
+        if line.startswith("    run: ")
+        else line
+        for line in lines
+    ]
+    spec.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _trainer_pids(world: FaultWorld) -> list[int]:
+    """The live training processes (Python running the example script) of the world's instances."""
+    found = []
+    provider = world.provider
+    for instance in provider.list_instances(job=JOB):
+        record = json.loads(
+            (world.tmp / "local" / "instances" / instance.instance_id / "record.json").read_text()
+        )
+        for pid in group_members(int(record["pid"])) if record.get("pid") is not None else []:
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except FileNotFoundError:
+                continue
+            if len(argv) > 1 and argv[1] == str(TRAIN).encode():
+                found.append(pid)
+    return found
+
+
+def _inject(world: FaultWorld) -> bool:
+    """Play the world's training fault once the first placement is held at ``HOLD_AT`` (the file
+    ``fault-injected`` holds the epoch it hit); True once it has been played."""
+    marker = world.tmp / "fault-injected"
+    if world.fault is None or marker.exists():
+        return True
+    lines = log_lines(world.log)
+    if not lines or lines[-1][0] < HOLD_AT:
+        return False
+    (pid,) = _trainer_pids(world)
+    marker.write_text(str(lines[-1][2]), encoding="utf-8")
+    os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def _resumed_after_fault(world: FaultWorld) -> bool:
+    """No fault, or a newer placement than the one the fault hit has reached ``HOLD_AT``."""
+    if world.fault is None:
+        return True
+    marker = world.tmp / "fault-injected"
+    lines = log_lines(world.log)
+    return (
+        marker.exists() and bool(lines) and lines[-1][2] > int(marker.read_text()) and lines[-1][0] >= HOLD_AT
+    )
+
+
 def steer(world: FaultWorld, db: Database) -> None:
     """The test's edits, from what the database says (idempotent, so any run may do them):
-    a cheaper market once the job runs at ``HOLD_AT``; more steps once the move's lease moved;
-    no limit once the move is done."""
+    the training fault once the job runs at ``HOLD_AT``; a cheaper market once it runs there (again,
+    after a fault); more steps once the move's lease moved; no limit once the move is done."""
     job = jobstore.get_job(db, JOB)
     cheaper = world.tmp / "cheaper-added"
-    if not cheaper.exists() and job.state == "running" and job.steps >= HOLD_AT:
+    if not _inject(world):
+        return
+    if (
+        not cheaper.exists()
+        and job.state == "running"
+        and job.steps >= HOLD_AT
+        and _resumed_after_fault(world)
+    ):
         run_ingest(db, "test", "test", [spot("us-east-1b", 0.3, datetime.now(UTC) - timedelta(seconds=1))])
         cheaper.touch()
     with db.session() as session:
@@ -289,6 +366,8 @@ class Findings:
     ledger_mismatches: list[str] = field(default_factory=list)
     journal: list[str] = field(default_factory=list)
     """Journal steps left unfinished after the job ended (a crash's intent nobody closed)."""
+    unresumed: list[str] = field(default_factory=list)
+    """A training fault that no retry of the job's policy resumed."""
     epochs: list[int] = field(default_factory=list)
     """The epochs that trained, in the order they did (for reports)."""
 
@@ -322,7 +401,28 @@ def check(world: FaultWorld, reference: Reference) -> Findings:
     check_training(world, reference, found)
     check_processes(world, found)
     _check_money(world, found)
+    _check_resumed(world, found)
     return found
+
+
+def _check_resumed(world: FaultWorld, found: Findings) -> None:
+    """A played training fault was followed by one of the retry policy's transitions: back to
+    ``recovering`` from a running job, to ``pending`` when the fault came while its start (or
+    a recovery) was still confirming it (``jobs.after_failure``)."""
+    if world.fault is None:
+        return
+    if not (world.tmp / "fault-injected").exists():
+        found.unresumed.append(f"{world.fault}: never played (the job did not reach step {HOLD_AT})")
+        return
+    db = open_history(world.db_url)
+    try:
+        retries = [e for e in jobstore.events(db, JOB) if e.reason.startswith(jobstore.RETRY_REASON)]
+    finally:
+        db.dispose()
+    if not any("status 137" in e.reason for e in retries):
+        found.unresumed.append(
+            f"{world.fault}: no retry of the exit status 137 ({[e.reason for e in retries]})"
+        )
 
 
 def check_training(world: FaultWorld, reference: Reference, found: Findings) -> None:

@@ -23,6 +23,8 @@ import pytest
 
 from spotopt.cloud_calls import Retry
 from spotopt.db.engine import Database
+from spotopt.db.identity import database_id_of
+from spotopt.db.setup import open_history
 from spotopt.mover import jobs as jobstore
 from spotopt.providers.aws import AwsProvider
 from spotopt.providers.clouds import CloudsProvider, split_id
@@ -124,3 +126,42 @@ def test_a_capped_job_s_spot_instance_carries_its_cap_as_max_price(
     (body,) = sent
     assert body["InstanceMarketOptions.MarketType"] == "spot"
     assert body["InstanceMarketOptions.SpotOptions.MaxPrice"] == "2.50000"
+
+
+def test_a_job_named_like_another_database_s_gets_its_own_ec2_instance(
+    world: World, tmp_path: Path, pg_url: str, metadata: FakeMetadata
+) -> None:
+    """Issue 21, finding 4 on EC2: two histories (SQLite and PostgreSQL) drive one account, and
+    each one's first job is named ``mlp`` with job id 1 and move id 1. The ``ClientToken`` of
+    each launch carries its database's id, so the second start is not answered with the first's
+    instance (what a token made of name and move alone got), and neither daemon's sweep takes
+    the other's instance for a leak."""
+    other = open_history(pg_url)
+    (tmp_path / "second").mkdir()
+    second = make_world(
+        other,
+        tmp_path / "second",
+        provider=world.provider,
+        agent_env={"SPOTOPT_AWS_METADATA_URL": metadata.url},
+    )
+    try:
+        for w in (world, second):
+            w.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+            jobstore.submit(w.db, job_yaml(w.tmp))
+            w.hold("mlp", 5)
+            w.daemon.tick()
+            w.until("the job to run", lambda w=w: w.job().state == "running")  # type: ignore[misc]
+        world.daemon.tick()  # the first daemon's sweep sees the second's instance: not its own
+        (first,) = world.placements()
+        (theirs,) = second.placements()
+        assert first.instance_id != theirs.instance_id and first.key != theirs.key
+        assert database_id_of(other)[:12] in theirs.key and "-j1-m1" in theirs.key
+        live = {
+            i.instance_id
+            for i in world.provider.list_instances()
+            if world.provider.status(i.instance_id).state.is_live
+        }
+        assert {first.instance_id, theirs.instance_id} <= live
+    finally:
+        second.stop_all()
+        other.dispose()

@@ -34,6 +34,7 @@ from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity
 from spotopt.providers.base import DATABASE_TAG, Instance, LaunchSpec
 from spotopt.providers.local import LocalProvider
 from spotopt.types import MarketKey, MarketKind
+from tests.helpers import cli
 from tests.mover_world import (
     AGENT_ENV,
     World,
@@ -183,6 +184,38 @@ def test_a_cancelled_job_is_checkpointed_and_stopped(world: World, tmp_path: Pat
     assert placement.state == "ended" and world.job().state == "cancelled"
     assert world.moves()[-1].checkpoint_step == 40
     assert not world.provider.status(placement.instance_id or "").state.is_live
+
+
+def test_a_job_cancelled_now_is_terminated_without_a_checkpoint(
+    world: World, tmp_path: Path, db_url: str
+) -> None:
+    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+    jobstore.submit(world.db, job_yaml(tmp_path))
+    started(world, 40)
+    checkpoints = sorted((tmp_path / "store" / "mlp").glob("checkpoints/*/manifest.json"))
+    code, out, err = cli("--db", db_url, "jobs", "cancel", "mlp", "--now", "--reason", "wrong data")
+    assert code == 0 and "mlp: cancelled (at once, no checkpoint: wrong data)" in out, err
+    (cancel,) = [e for e in jobstore.events(world.db, "mlp") if e.to_state == "cancelled"]
+    (placement,) = world.placements()
+    assert cancel.reason == "at once, no checkpoint: wrong data" and placement.state == "running"
+    world.daemon.tick()  # no stop request, no wait for the agent: terminated in this round
+    _start, halt = world.moves()
+    assert (halt.kind, halt.outcome, halt.checkpoint_step) == ("halt", "done", None)
+    (placement,) = world.placements()
+    assert (placement.state, placement.end_reason) == ("ended", "terminated")
+    assert not world.provider.status(placement.instance_id or "").state.is_live
+    assert world.job().state == "cancelled"
+    assert sorted((tmp_path / "store" / "mlp").glob("checkpoints/*/manifest.json")) == checkpoints
+    with world.db.session() as session:
+        journal = [
+            (e.key, e.status)
+            for e in session.scalars(select(JournalEntry).where(JournalEntry.move_id == halt.id))
+        ]
+        (interval,) = intervals(session, world.job().id, now())
+    assert journal == [(f"m{halt.id}:fence", "done"), (f"m{halt.id}:terminate-old", "done")]
+    assert interval.instance_id == placement.instance_id and interval.ended_at == placement.ended_at
+    code, _, err = cli("--db", db_url, "jobs", "cancel", "mlp", "--now")
+    assert code == 2 and "cancelled" in err
 
 
 def test_a_job_cancelled_while_it_starts_has_its_instance_stopped(world: World, tmp_path: Path) -> None:

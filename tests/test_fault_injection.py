@@ -4,7 +4,8 @@ and the issue's invariants checked after every run (see ``tests.fault_harness``)
 The crash points are not listed here: a clean run of the scenario journals its side effects
 (``m<move>:<action>`` keys), and every key is killed before and after its call. Every point runs
 on SQLite (spread over a few tests so ``-n 2`` shares them), three on PostgreSQL, plus a few
-seeded random-time kills; ``benchmarks/fault_injection.py`` is the long sweep.
+seeded random-time kills, and the two training faults (the trainer SIGKILLed; a wrapper exiting
+137 with a seeded daemon kill besides, on PostgreSQL); ``benchmarks/fault_injection.py`` is the long sweep.
 """
 
 from __future__ import annotations
@@ -145,6 +146,25 @@ def test_a_kill_at_a_random_time_on_sqlite(
 
 def test_a_kill_at_a_random_time_on_postgresql(reference: Reference, pg_url: str, tmp_path: Path) -> None:
     assert_survives_a_kill(new_world(pg_url, tmp_path), reference, seed=100)
+
+
+def test_a_killed_trainer_is_retried_to_the_uninterrupted_result(
+    reference: Reference, sqlite_template: Path, tmp_path: Path
+) -> None:
+    world = new_world(copy_sqlite(sqlite_template, tmp_path / "db.sqlite"), tmp_path, fault="trainer-kill")
+    outcome = played(world, reference)
+    assert outcome.runs[-1].returncode == 0 and not outcome.crashed
+    assert outcome.findings.problems() == {}, outcome.runs
+    assert outcome.findings.epochs == [1, 2, 3]  # the killed one, its retry, the moved one
+
+
+def test_an_exit_137_and_a_daemon_kill_together_on_postgresql(
+    reference: Reference, pg_url: str, tmp_path: Path
+) -> None:
+    (delay,) = kill_delays(200, 1, RANDOM_WINDOW_S)
+    outcome = played(new_world(pg_url, tmp_path, fault="exit-137"), reference, kill_after_s=delay)
+    assert outcome.runs[-1].returncode == 0
+    assert outcome.findings.problems() == {}, (delay, outcome.runs)
 
 
 # -- the checks themselves catch what they are for ------------------------------------------------

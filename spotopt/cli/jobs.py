@@ -350,10 +350,17 @@ def cancel(
     reason: Annotated[
         str, typer.Option("--reason", help="Why (recorded with the transition).")
     ] = "cancelled by the user",
+    now: Annotated[
+        bool,
+        typer.Option(
+            "--now", help="Terminate its instance at the daemon's next round without a checkpoint first."
+        ),
+    ] = False,
 ) -> None:
-    """Cancel a job (recorded with its time and reason); a finished or cancelled job is an error."""
-    job = jobs.cancel(state(ctx).db(), name, reason)
-    say(f"{job.name}: cancelled ({reason})")
+    """Cancel a job (recorded with its time and reason); a finished or cancelled job is an error.
+    The daemon checkpoints and stops a running placement, or with --now terminates it at once."""
+    job = jobs.cancel(state(ctx).db(), name, reason, at_once=now)
+    say(f"{job.name}: cancelled ({jobs.AT_ONCE + reason if now else reason})")
 
 
 @app.command("retry")

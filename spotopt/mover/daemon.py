@@ -271,22 +271,27 @@ class Daemon:
     def _stop_cancelled(self) -> None:
         """A cancelled job's move under way is abandoned (its new instance terminated: a start
         must not run on until its launch times out), and a placement that still runs is
-        checkpointed and stopped."""
+        checkpointed and stopped, or terminated at once (a ``halt``) when the cancellation said
+        so (``jobs cancel --now``: a stop already under way is abandoned for it)."""
         assert self.executor is not None
         with self.db.session() as session:
-            abandoned = list(
-                session.scalars(
-                    select(JobMove.id)
-                    .join(ManagedJob, ManagedJob.id == JobMove.job_id)
-                    .where(ManagedJob.state == "cancelled", JobMove.outcome.is_(None), JobMove.kind != "stop")
+            cancelled = list(session.scalars(select(ManagedJob).where(ManagedJob.state == "cancelled")))
+            at_once = {job.id for job in cancelled if jobstore.cancelled_at_once(session, job)}
+            abandoned = [
+                move.id
+                for move in session.scalars(
+                    select(JobMove).where(
+                        JobMove.job_id.in_([job.id for job in cancelled]), JobMove.outcome.is_(None)
+                    )
                 )
-            )
+                if move.kind not in ("stop", "halt") or (move.kind == "stop" and move.job_id in at_once)
+            ]
         for move_id in abandoned:
             self.executor.abandon(move_id, "cancelled: the job was cancelled while this move was under way")
         with self.db.session() as session:
             busy = open_move_jobs(session)
-            names = [
-                job.name
+            stopping = [
+                (job.name, job.id in at_once)
                 for job, placement in session.execute(
                     select(ManagedJob, Placement)
                     .join(Placement, Placement.id == ManagedJob.placement_id)
@@ -294,8 +299,11 @@ class Daemon:
                 )
                 if job.id not in busy
             ]
-        for name in names:
-            self.executor.open_move(name, "stop", "cancelled: stopping its placement")
+        for name, now in stopping:
+            if now:
+                self.executor.open_move(name, "halt", "cancelled at once: terminating its placement")
+            else:
+                self.executor.open_move(name, "stop", "cancelled: stopping its placement")
 
     def _enforce_budgets(self) -> None:
         """Stop, checkpointed, every running job that one more period would take past its budget."""

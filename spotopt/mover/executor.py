@@ -89,6 +89,7 @@ STEPS: dict[str, tuple[str, ...]] = {
     ),
     "recover": ("launch", "stop-old", "await-checkpoint", "grant", "terminate-old", "confirm"),
     "stop": ("stop-old", "await-checkpoint", "terminate-old"),
+    "halt": ("fence", "terminate-old"),
 }
 """The steps of each kind of move, in order (the README's move state machine table)."""
 
@@ -242,7 +243,7 @@ class Executor:
                 created_at=now,
                 updated_at=now,
             )
-            if kind != "stop":
+            if kind != "stop":  # a halt takes an epoch too: its fence moves the lease past the old one
                 job.epoch += 1
                 move.epoch = job.epoch
             session.add(move)
@@ -474,25 +475,38 @@ class Executor:
 
     # -- the steps ---------------------------------------------------------------------------
 
-    def _grant(self, move_id: int) -> bool:
-        move, job = self._load(move_id)
+    def _lease_to_move(self, move: JobMove, job: ManagedJob, action: str) -> None:
+        """The journaled side effect ``action``: the job's lease granted to the move's epoch."""
         assert move.epoch is not None
-        loc = job_location(job)
-        epoch = move.epoch
-        with self.db.session() as session:  # the egress of entering the new placement, billed once
-            record_entry_egress(session, move_id, jobstore.job_spec(job), self.clock())
+        loc, epoch = job_location(job), move.epoch
         self._effect(
             move,
-            "grant",
+            action,
             lambda _key: grant_lease(loc, job.name, self.clock(), epoch=epoch),
             job=job.name,
             epoch=epoch,
         )
+
+    def _grant(self, move_id: int) -> bool:
+        move, job = self._load(move_id)
+        with self.db.session() as session:  # the egress of entering the new placement, billed once
+            record_entry_egress(session, move_id, jobstore.job_spec(job), self.clock())
+        self._lease_to_move(move, job, "grant")
         with self.db.session() as session:
             stored = session.get(ManagedJob, job.id)
             assert stored is not None
             if move.kind != "start":  # a start's placement becomes current when it launches
                 stored.placement_id = move.to_placement_id
+        return self._next(move_id)
+
+    def _fence(self, move_id: int) -> bool:
+        """A halt's first step: the lease moves to the halt's own epoch, which no placement
+        holds, so the old placement's agent can write no checkpoint from now on (not even on
+        the SIGTERM its instance's shutdown sends) and exits as superseded. A store that
+        cannot be reached fails the step; after ``FAULTS_TO_FAIL`` rounds ``fail_job``
+        terminates the instance all the same."""
+        move, job = self._load(move_id)
+        self._lease_to_move(move, job, "fence")
         return self._next(move_id)
 
     def _launch(self, move_id: int) -> bool:
@@ -953,7 +967,7 @@ def open_move_jobs(session: Session) -> set[int]:
 
 def _state_after(move: JobMove, job: ManagedJob, outcome: str) -> str | None:
     """The job state a finished move leaves behind (None: unchanged)."""
-    if move.kind == "stop":
+    if move.kind in ("stop", "halt"):
         return move.then_state if outcome == "done" else None
     if outcome == "done":
         return "running"

@@ -345,16 +345,31 @@ def get_job(db: Database, name: str) -> ManagedJob:
         return find_job(session, name)
 
 
-def cancel(db: Database, name: str, reason: str, now: datetime | None = None) -> ManagedJob:
+AT_ONCE = "at once, no checkpoint: "
+"""How the reason of a cancellation made with ``jobs cancel --now`` begins: the daemon then
+terminates the job's instance without asking its agent for a checkpoint (``cancelled_at_once``)."""
+
+
+def cancel(
+    db: Database, name: str, reason: str, now: datetime | None = None, *, at_once: bool = False
+) -> ManagedJob:
     """Cancel ``name`` (recorded in ``job_events``); a finished or cancelled job is an error.
+    ``at_once``: the daemon terminates its instance without the checkpoint-and-stop (a run
+    that is wrong or costly, whose state is not worth the wait).
 
     The row is locked (``SELECT … FOR UPDATE`` on PostgreSQL) so a concurrent executor
     transition cannot interleave between the check and the write.
     """
     with db.session() as session:
         job = find_job(session, name, lock=True)
-        record_transition(session, job, "cancelled", reason, now)
+        record_transition(session, job, "cancelled", AT_ONCE + reason if at_once else reason, now)
     return job
+
+
+def cancelled_at_once(session: Session, job: ManagedJob) -> bool:
+    """Whether ``job``'s newest cancellation skips the checkpoint (``cancel(..., at_once=True)``)."""
+    cancels = [e for e in job_events(session, job) if e.to_state == "cancelled"]
+    return bool(cancels) and cancels[-1].reason.startswith(AT_ONCE)
 
 
 RETRY_REASON = "retry "
