@@ -129,7 +129,7 @@ def record_transition(
     return event
 
 
-def _load(spec: str | Path) -> tuple[Job, str | None, str]:
+def _load(spec: str | Path, check_store: bool = True) -> tuple[Job, str | None, str]:
     """The one job of a spec file (``Path``) or YAML text (``str``), its directory and its source."""
     if isinstance(spec, Path):
         parsed, workdir, source = load_jobs(spec), str(spec.resolve().parent), str(spec)
@@ -152,7 +152,8 @@ def _load(spec: str | Path) -> tuple[Job, str | None, str]:
             f"{source}: {where}.name: {job.name!r} is not a managed job name; "
             "use letters, digits, '.', '_' and '-' (it names the checkpoint directory)"
         )
-    _check_store(job, Path(workdir) if workdir else Path.cwd(), f"{source}: {where}.checkpoint.uri")
+    if check_store:
+        _check_store(job, Path(workdir) if workdir else Path.cwd(), f"{source}: {where}.checkpoint.uri")
     return job, workdir, source
 
 
@@ -237,15 +238,22 @@ def _identity_sha256(spec: dict[str, Any]) -> str:
     return hashlib.sha256(_canonical(kept).encode()).hexdigest()
 
 
-def submit(db: Database, spec: str | Path, dry_run: bool = False, now: datetime | None = None) -> ManagedJob:
+def submit(
+    db: Database,
+    spec: str | Path,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    check_store: bool = True,
+) -> ManagedJob:
     """Validate and store one managed job (state ``pending``); return it.
 
     ``spec`` is a job file (``Path``, its directory becomes the job's ``workdir``) or YAML text.
     Re-submitting an identical spec returns the stored job unchanged; a different spec under an
     existing name is an ``InputError``. ``dry_run`` validates and checks the name, stores nothing
-    and returns the job as it would be stored (``id`` None).
+    and returns the job as it would be stored (``id`` None). ``check_store=False`` skips the
+    write probe of the checkpoint store (generated worlds whose stores are names only).
     """
-    job, workdir, source = _load(spec)
+    job, workdir, source = _load(spec, check_store)
     assert job.run is not None and job.checkpoint is not None and job.budget_usd is not None
     dumped = job.model_dump(mode="json")
     if dumped["retry"] is None:  # left out as before it existed: a stored job stays the same job
