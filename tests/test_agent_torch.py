@@ -110,18 +110,7 @@ def _assert_identical(got: Result, want: Result) -> None:
     assert not mismatched, f"steps whose loss differs from the uninterrupted run: {mismatched[:5]}"
 
 
-S3_AFTER_MERGE = pytest.mark.xfail(
-    strict=True,
-    reason="known bug, open in issue 23: on main after the merges of issues 21 and 24 the moto S3 "
-    "cases resume but not bit-identical (they pass on the issue-23 branch alone); strict, so the "
-    "fix shows as an unexpected pass",
-)
-
-
-@pytest.mark.parametrize(
-    ("variant", "store_kind", "mode", "kill_steps"),
-    [pytest.param(*case, marks=S3_AFTER_MERGE) if case[1] == "s3" else case for case in CASES],
-)
+@pytest.mark.parametrize(("variant", "store_kind", "mode", "kill_steps"), CASES)
 def test_an_interrupted_torch_job_resumes_bit_identical(
     interrupted: Interrupt,
     references: Any,
@@ -337,3 +326,20 @@ def test_the_daemon_moves_the_torch_job_and_it_ends_identical(sqlite_db: Databas
     subprocess.run(command, cwd=tmp_path, env=_clean_env(), check=True, timeout=TIMEOUT_S)
     none = tmp_path / "no-log"
     _assert_identical(_result(tmp_path / "mlp-out", none), _result(reference, none))
+
+
+def test_the_agents_own_work_leaves_every_generator_where_it_was() -> None:
+    """Opening an S3 store imports libraries that draw from the global generators (httpx imports
+    rich, whose styles draw an id): the agent's work must not move the training's streams."""
+    from spotopt.agent.torch.state import rng_kept
+
+    def draws() -> tuple[float, float, float]:
+        return random.random(), float(np.random.random()), float(torch.rand(1))
+
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    want = draws()
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    with rng_kept():
+        draws()
+        random.seed(99)
+    assert draws() == want

@@ -30,7 +30,16 @@ import torch
 from spotopt import agent as _agent
 from spotopt.agent.torch.data import ResumableSampler
 from spotopt.agent.torch.ranks import LocalStop, Ranks
-from spotopt.agent.torch.state import STATE_FILE, Parts, apply, capture, from_bytes, rng_state, to_bytes
+from spotopt.agent.torch.state import (
+    STATE_FILE,
+    Parts,
+    apply,
+    capture,
+    from_bytes,
+    rng_kept,
+    rng_state,
+    to_bytes,
+)
 
 __all__ = ["STATE_FILE", "ResumableSampler", "finish", "resume", "should_checkpoint", "step"]
 
@@ -65,7 +74,8 @@ def resume(
         directory = _agent.resume()
         return _agent.start_step(), (directory / STATE_FILE).read_bytes() if directory else None
 
-    start, data = ranks.from_zero(restore)
+    with rng_kept():
+        start, data = ranks.from_zero(restore)
     if data is not None:
         apply(from_bytes(data), Parts(model, optimizer, scheduler, scaler, extra), ranks.rank, _warn)
     _reported_step = start
@@ -104,7 +114,8 @@ def step(
     _reported_step = n
     ranks = Ranks.current()
     if ranks.rank == 0:
-        _agent.progress(n)
+        with rng_kept():
+            _agent.progress(n)
     due, stopper, stop_now = _agreement()
     if not due and not stopper:
         return bool(stop_now)
@@ -130,7 +141,8 @@ def _write(ranks: Ranks, n: int, parts: Parts) -> bool:
                 (directory / STATE_FILE).write_bytes(to_bytes(payload))
         return current.should_stop()
 
-    return bool(ranks.from_zero(save))
+    with rng_kept():
+        return bool(ranks.from_zero(save))
 
 
 def finish(

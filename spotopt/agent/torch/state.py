@@ -13,9 +13,10 @@ extras must be tensors, numbers, strings and containers of them (or objects with
 
 from __future__ import annotations
 
+import contextlib
 import io
 import random
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,18 @@ def rng_state() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+@contextlib.contextmanager
+def rng_kept() -> Iterator[None]:
+    """Every generator as it was, after the agent's own work inside: the store's libraries may
+    draw from the global ones (opening an S3 store imports httpx, which imports rich, whose
+    styles draw a random id at import), and a checkpoint must not move the training's streams."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state, lambda _message: None)
 
 
 def set_rng_state(state: dict[str, Any], warn: Callable[[str], None]) -> None:
