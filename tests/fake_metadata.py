@@ -13,6 +13,7 @@ wait (``hang_s``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -62,13 +63,12 @@ class FakeMetadata:
                 pass
 
             def _send(self, status: int, body: bytes = b"") -> None:
-                try:
+                # A client that gave up (a poll's timeout) has nobody left to answer.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.send_response(status)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (a poll's timeout)
-                    pass
 
             def _forced(self) -> bool:
                 """Wait ``hang_s``, then answer a forced status if the test set one."""
