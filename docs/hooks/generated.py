@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 import re
 import textwrap
 from pathlib import Path
@@ -117,7 +118,7 @@ def settings_reference(model: type[BaseSettings] | None = None) -> str:
     rows = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
     for name, field in model.model_fields.items():
         if name not in docs:
-            raise ValueError(f"{model.__name__}.{name} has no docstring: document the field where it is defined")
+            raise ValueError(f"{model.__name__}.{name} has no docstring: document the field where it is set")
         variable = f"{prefix}{name}".upper()
         rows.append(f"| `{name}` | `{variable}` | {_default(field.default)} | {_cell(docs[name])} |")
     return "\n".join(rows)
@@ -129,7 +130,7 @@ def field_docstrings(model: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(model)))
     body = tree.body[0].body  # type: ignore[attr-defined]
     found = {}
-    for node, after in zip(body, body[1:], strict=False):
+    for node, after in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)
