@@ -85,10 +85,11 @@ def chain_from_history(pool: Array, market: Array, step_h: float, tick_h: float)
     """The chain from the capacity seen so far: ``pool[k]`` is 1 when some market of the pool
     was seen available at step ``k`` (0 none, NaN unknown), ``market`` the same for the market
     a spot instance would run on; steps ``step_h`` apart, hazards per tick of ``tick_h``."""
-    mean_up, mean_down = _mean_runs(pool, step_h)
-    lose = _hazards(pool, True, step_h, tick_h, mean_up)
-    back = _hazards(pool, False, step_h, tick_h, mean_down)
-    own_up = _mean_runs(market, step_h)[0] if len(market) else mean_up
+    runs = _runs(pool)
+    mean_up, mean_down = _mean_runs(runs, step_h)
+    lose = _hazards(runs, True, step_h, tick_h, mean_up)
+    back = _hazards(runs, False, step_h, tick_h, mean_down)
+    own_up = _mean_runs(_runs(market), step_h)[0] if len(market) else mean_up
     p_switch = max((1.0 - math.exp(-tick_h / own_up)) - (1.0 - math.exp(-tick_h / mean_up)), 0.0)
     return Chain(lose, back, p_switch)
 
@@ -124,9 +125,9 @@ def _runs(series: Array) -> tuple[Array, Array, Array]:
     return state[keep] == 1, lengths[keep].astype(float), turned[keep]
 
 
-def _mean_runs(series: Array, step_h: float) -> tuple[float, float]:
-    """Mean up-run and down-run lengths (hours) of a 0/1/NaN series, with the prior."""
-    state, length, turned = _runs(series)
+def _mean_runs(runs: tuple[Array, Array, Array], step_h: float) -> tuple[float, float]:
+    """Mean up-run and down-run lengths (hours) of a series' ``_runs``, with the prior."""
+    state, length, turned = runs
     up_h = float(length[state].sum()) * step_h
     down_h = float(length[~state].sum()) * step_h
     downs, ups = int(turned[state].sum()), int(turned[~state].sum())
@@ -135,10 +136,13 @@ def _mean_runs(series: Array, step_h: float) -> tuple[float, float]:
     return mean_up, mean_down
 
 
-def _hazards(series: Array, up: bool, step_h: float, tick_h: float, mean_h: float) -> tuple[float, ...]:
-    """Per age bucket, the chance per tick that a run of state ``up`` ends: its ends over its
-    exposure (ticks lived at those ages), shrunk towards the memoryless ``mean_h``."""
-    state, length, turned = _runs(series)
+def _hazards(
+    runs: tuple[Array, Array, Array], up: bool, step_h: float, tick_h: float, mean_h: float
+) -> tuple[float, ...]:
+    """Per age bucket, the chance per tick that a run of state ``up`` ends (``runs``: a
+    series' ``_runs``): its ends over its exposure (ticks lived at those ages), shrunk towards
+    the memoryless ``mean_h``."""
+    state, length, turned = runs
     ticks = length[state == up] * step_h / tick_h
     ended = turned[state == up]
     lo = np.asarray(AGE_EDGES, dtype=float)
