@@ -342,6 +342,19 @@ def test_a_deadline_job_never_goes_back_to_a_slower_leg() -> None:
     assert (again.to, again.reason) == (1, "preempted")
 
 
+def test_a_deadline_job_with_nothing_affordable_goes_to_its_fast_leg() -> None:
+    # 10 h left on the fast leg and 11.15 h to the deadline: safe (on-demand needs 10.1 h of the
+    # 10.15 h deadline safety looks at) but no option is affordable (a period on the fast leg
+    # then 9.1 h, against 11.15 h less a reserve of 1.1 h and a period). The policy's target is
+    # the slow leg; on it the job would fall further behind, into deadline safety's on-demand.
+    opts = mix_options()
+    lost = jobs(option=0, remaining=4000, deadline_h=11.15, lost=True, restart_h=0.1, dataset_location=-1)
+    (again,) = moves(lost, opts, 0)
+    assert (again.to, again.reason) == (1, "preempted")
+    (caught_up,) = moves(deadline_job(0, 4000, 11.15), opts, 0)
+    assert (caught_up.to, caught_up.reason) == (1, "deadline")
+
+
 def test_the_deadline_reserve_grows_with_the_preemption_risk_ahead() -> None:
     from spotopt.mover.costs import deadline_reserve_h
 

@@ -24,7 +24,8 @@ The price rules, after the capacity rule (``spotopt.mover.capacity_rule``):
    instance or a market gone is placed now, bypassing dwell and the saving test but never the
    budget or the spend-rate cap: the policy's target if allowed, else the option cheapest to
    finish including the move. A job with a deadline replacing an instance never takes a slower
-   leg (``SAME_LEG_SPREAD``), and prefers affordable options (below).
+   leg (``SAME_LEG_SPREAD``), and prefers affordable options (below); with none affordable
+   it takes its fast leg (``Round.fast_leg``), never the plan's slow one.
 3. **Catch-up** (``CATCH_UP``): keeping to the policy's deadline plan. ``min-cost-slo`` may mix
    a cheap slow option with a fast one, to be run one after the other. The time a job may plan
    with is its deadline less a reserve (``spotopt.mover.costs.deadline_reserve_h``); an option
@@ -32,9 +33,10 @@ The price rules, after the capacity rule (``spotopt.mover.capacity_rule``):
    finish in that time on its fastest spot option (on-demand if it has none), so that deadline
    safety holds along the way. A job on an option that is no longer affordable moves at once
    (reason ``deadline``) to the policy's target if a faster affordable spot option, else to the
-   faster affordable spot option cheapest per step now (none: the price rule still looks, and
-   deadline safety is the last resort). So the switch from the slow to the fast leg happens in
-   time whatever the policy's re-solve period.
+   faster affordable spot option cheapest per step now (none affordable: the fastest spot
+   options, for each period on a slower one brings deadline safety's on-demand nearer; none
+   faster: the price rule still looks, and deadline safety is the last resort). So the switch
+   from the slow to the fast leg happens in time whatever the policy's re-solve period.
 4. **Dwell** (``DWELL``): a job that arrived less than ``min_dwell_h`` ago stays (the
    guardrails are per job where a spec sets them: ``Guardrails.per_job``).
 5. **Price** (``PRICE``): a voluntary move of ``j`` from ``c`` to ``e`` needs a forecast
@@ -156,6 +158,18 @@ class Round:
         self.usable = self.usable & keep
         self._derive()
 
+    def fast_leg(self, pool: Array) -> Array:
+        """The spot options of ``pool`` (one job's; all of it if it has none) within
+        ``SAME_LEG_SPREAD`` of the fastest: where a job with a deadline goes when no option is
+        affordable any more, since each period on a slower one brings deadline safety's
+        on-demand nearer (which stays deadline safety's to choose)."""
+        spot = pool[~self.od[pool]]
+        pool = spot if len(spot) else pool
+        if not len(pool):
+            return pool
+        speed = self.opts.steps_per_hour[pool]
+        return np.asarray(pool[speed >= speed.max() * (1 - SAME_LEG_SPREAD)])
+
     def cheapest(self, pool: Array, cost: Array, j: int) -> int | None:
         """The option of ``pool`` with the lowest ``cost`` that fits the budget for job ``j``."""
         for e in pool[np.argsort(cost[pool], kind="stable")].tolist():
@@ -249,6 +263,8 @@ def _replace(rnd: Round) -> None:
                 pool = pool[fast] if fast.any() else pool
             if rnd.affordable[pool].any():
                 pool = pool[rnd.affordable[pool]]
+            elif np.isfinite(state.deadline_h[j]):
+                pool = rnd.fast_leg(pool)  # behind the plan already: a slower option falls further
         t = int(rnd.target[j])
         chosen = t if t >= 0 and t in set(pool.tolist()) and rnd.fits(j, t) else None
         pick = chosen if chosen is not None else rnd.cheapest(pool, rnd.finish + rnd.move, j)
@@ -259,14 +275,16 @@ def _replace(rnd: Round) -> None:
 
 
 def _catch_up(rnd: Round) -> None:
-    """A safe job behind its deadline plan moves to a faster affordable spot option."""
+    """A safe job behind its deadline plan moves to a faster affordable spot option (none
+    affordable: its fast leg)."""
     opts = rnd.opts
     for j in rnd.undecided():
         if not (rnd.behind[j] and rnd.safe[j]):
             continue
         mine = rnd.options_of(j)
         faster = opts.steps_per_hour[mine] > opts.steps_per_hour[int(rnd.cur[j])]
-        ok = mine[rnd.eligible[mine] & rnd.affordable[mine] & faster & ~rnd.od[mine]]
+        spot = mine[rnd.eligible[mine] & faster & ~rnd.od[mine]]
+        ok = spot[rnd.affordable[spot]] if rnd.affordable[spot].any() else rnd.fast_leg(spot)
         t = int(rnd.target[j])
         pick = t if t in set(ok.tolist()) and rnd.fits(j, t) else rnd.cheapest(ok, rnd.per_step_now, j)
         if pick is not None:
