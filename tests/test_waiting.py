@@ -251,6 +251,20 @@ def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
     assert rnd.moves == [] and rnd.decided.tolist() == [False] and rnd.usable.all()
 
 
+def test_of_zones_equal_on_price_the_one_whose_capacity_has_held_longer_is_taken() -> None:
+    # Runs of capacity of 2, 2 and 60 steps: one just back is likely to go again soon, one that
+    # has held 40 steps is not. Both zones cost the same; the older run wins, whichever zone.
+    seg = [1.0] * 2 + [0.0] + [1.0] * 2 + [0.0] + [1.0] * 60 + [0.0]
+    young = seg * 8 + [0.0] * 39 + [1.0]
+    old = seg * 8 + [1.0] * 40
+    guard = Guardrails(period_h=1 / 6)
+    for history, pick in (([young, old], 1), ([old, young], 0)):
+        rows = np.array([*history, [np.nan] * len(young)])
+        opts = replace(_options(rows, np.zeros(3, dtype=bool)), usd_per_hour=np.array([0.95, 0.95, 3.06]))
+        rnd = _capacity_round(_fleet(-1, 48.0), opts, guard)
+        assert [(m.to, m.reason) for m in rnd.moves] == [(pick, "start")]
+
+
 def test_a_job_the_tables_keep_on_spot_still_moves_to_a_cheaper_zone_of_its_pool() -> None:
     flaky = np.tile(np.array([1.0] * 12 + [0.0] * 2), (3, 20))
     flaky[2] = np.nan

@@ -69,11 +69,11 @@ def _capacity(rnd: Round) -> None:
         live = c >= 0 and not state.notice[j] and not state.lost[j]
         mode = waiting.IDLE if not live else (waiting.ON_DEMAND if on_demand[c] else waiting.SPOT)
         open_pool = pool[~av.refused[opts.market[pool]]]
-        spot_pick = int(open_pool[np.argmin(per_step[open_pool])]) if len(open_pool) else -1
-        market = int(opts.market[c]) if mode == waiting.SPOT else int(opts.market[max(spot_pick, pool[0])])
         tick_h = waiting.table_tick_h(guard.period_h, float(state.deadline_h[j]), float(state.restart_h[j]))
         history = _pool_history(av, opts.market[pool])
         learnt = _learnt_steps(history.shape[0], state.clock_h, av.step_h)
+        spot_pick = _spot_pick(open_pool, per_step, opts.market, av, learnt, tick_h)
+        market = int(opts.market[c]) if mode == waiting.SPOT else int(opts.market[max(spot_pick, pool[0])])
         chain = waiting.chain_from_history(
             history[:learnt],
             av.history[market, :learnt] if av.observed[market] else np.zeros(0),
@@ -131,6 +131,40 @@ def _learnt_steps(n_steps: int, clock_h: float, step_h: float) -> int:
     """How many of a history's ``n_steps`` (the last one now, at ``clock_h``) the chains learn
     from: those before the last multiple of ``LEARN_EVERY_H`` on the clock."""
     return max(n_steps - int(np.floor((clock_h % LEARN_EVERY_H) / step_h + 1e-9)), 0)
+
+
+PRICE_TIE = 0.01
+"""Open spot options of a pool priced within this fraction per step of the cheapest are equals
+on price: the one whose capacity is likeliest to hold for the next tick is taken."""
+
+
+def _spot_pick(
+    open_pool: Array, per_step: Array, market: Array, av: Availability, learnt: int, tick_h: float
+) -> int:
+    """The pool's spot option to launch on (-1: none open): the cheapest per step, and among
+    options equal on price (``PRICE_TIE``) the one whose market is least likely to lose its
+    capacity in the next tick, at the age of its current run of capacity (a market seen out
+    last is last). Zones of one GPU are often priced alike; their capacity runs are
+    heavy-tailed, so one that has held for long is likelier to hold on than one just back."""
+    if not len(open_pool):
+        return -1
+    cost = per_step[open_pool]
+    equal = open_pool[cost <= cost.min() * (1 + PRICE_TIE)]
+    if len(equal) == 1:
+        return int(equal[0])
+    risk = [_loss_hazard(av, int(market[e]), learnt, tick_h) for e in equal.tolist()]
+    return int(equal[int(np.argmin(risk))])
+
+
+def _loss_hazard(av: Availability, market: int, learnt: int, tick_h: float) -> float:
+    """The chance that ``market``'s capacity goes within a tick, from its own chain at the age
+    of its current run (1 when it was seen out last; the prior's for a market never seen)."""
+    series = av.history[market] if av.observed[market] else np.zeros(0)
+    known = series[np.isfinite(series)]
+    if len(known) and known[-1] < 0.5:
+        return 1.0
+    chain = waiting.chain_from_history(series[:learnt], np.zeros(0), av.step_h, tick_h)
+    return float(chain.lose[waiting.age_bucket(series, True, av.step_h, tick_h)])
 
 
 def _pool_history(av: Availability, markets: Array) -> Array:
