@@ -355,6 +355,17 @@ def test_a_deadline_job_with_nothing_affordable_goes_to_its_fast_leg() -> None:
     assert (caught_up.to, caught_up.reason) == (1, "deadline")
 
 
+def test_a_job_behind_its_plan_does_not_hop_to_a_twin_that_reads_faster() -> None:
+    # Option 1 is option 0's twin (its expected speed 2 % higher: another market's preemption
+    # discount); the job is behind its plan on 0 but safe. A hop to the twin pays a restart for
+    # nothing: no catch-up move (the price rule finds no saving either).
+    opts = options([1.0, 1.01, 3.0], steps=[100.0, 102.0, 110.0])
+    assert moves(deadline_job(0, 1000, 11.0), opts, 0) == []
+    faster = options([1.0, 1.01, 3.0], steps=[100.0, 120.0, 110.0])
+    (move,) = moves(deadline_job(0, 1000, 11.0), faster, 0)
+    assert (move.to, move.reason) == (1, "deadline")
+
+
 def test_the_deadline_reserve_grows_with_the_preemption_risk_ahead() -> None:
     from spotopt.mover.costs import deadline_reserve_h
 

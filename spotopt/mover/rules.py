@@ -282,7 +282,10 @@ def _catch_up(rnd: Round) -> None:
         if not (rnd.behind[j] and rnd.safe[j]):
             continue
         mine = rnd.options_of(j)
-        faster = opts.steps_per_hour[mine] > opts.steps_per_hour[int(rnd.cur[j])]
+        # Another leg, not a twin whose expected speed differs by its market's preemption
+        # discount: a twin reads faster whenever the job's own market just preempted it (its
+        # learnt rate rose), and hopping to it paid a restart each period for nothing.
+        faster = opts.steps_per_hour[mine] > opts.steps_per_hour[int(rnd.cur[j])] * (1 + SAME_LEG_SPREAD)
         spot = mine[rnd.eligible[mine] & faster & ~rnd.od[mine]]
         ok = spot[rnd.affordable[spot]] if rnd.affordable[spot].any() else rnd.fast_leg(spot)
         t = int(rnd.target[j])
