@@ -313,7 +313,9 @@ def availability(db: Database, now: datetime) -> dict[str, Any]:
     }
 
 
-def _availability_heatmap(sections: Mapping[str, pd.DataFrame], since: datetime, until: datetime) -> dict[str, Any]:
+def _availability_heatmap(
+    sections: Mapping[str, pd.DataFrame], since: datetime, until: datetime
+) -> dict[str, Any]:
     """The least available markets' share of each time column available (the report's
     ``--plot`` heatmap, ``HEATMAP_COLUMNS`` wide): rows of a label and per column a share, None
     before the market's first observation."""
