@@ -8,6 +8,7 @@ plus half a cent of rounding), nothing more.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -34,6 +35,8 @@ SAVED = "demo <i>replay</i>"
 TOKEN = "s3cret-token"
 SCREENSHOTS = os.environ.get("SPOTOPT_SCREENSHOTS")
 """Where to also write each page's screenshot (the docs' are made with docs/screenshots)."""
+SHOT_MAX_HEIGHT = 2400
+"""Screenshots are of the whole page (1280 px wide: ``tests.browser``), cut at this height."""
 
 
 def _usd(text: str) -> float:
@@ -75,8 +78,21 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def _open(browser: Any, url: str, shot: str | None = None) -> Any:
     browser.get(url)
     if shot and SCREENSHOTS:
+        # The whole page as laid out in the 1280 px window, beyond the viewport (Chromium's own
+        # capture through the DevTools protocol), cut at SHOT_MAX_HEIGHT.
+        size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+        clip = {
+            "x": 0,
+            "y": 0,
+            "width": size["width"],
+            "height": min(size["height"], SHOT_MAX_HEIGHT),
+            "scale": 1,
+        }
+        shot_png = browser.execute_cdp_cmd(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+        )
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        browser.save_screenshot(str(Path(SCREENSHOTS) / f"{shot}.png"))
+        (Path(SCREENSHOTS) / f"{shot}.png").write_bytes(base64.b64decode(shot_png["data"]))
     return browser
 
 

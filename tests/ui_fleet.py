@@ -146,9 +146,7 @@ def fill(db: Database, tmp_path: Path, start: datetime = T0) -> dict[str, int]:
     # running: started on GCP, preempted, recovered onto AWS where it runs now.
     run = ids["running"]
     first = place(db, run, gcp, start, start + 2 * h, "preempted", usd_per_hour=0.74)
-    move(
-        db, run, "start", "cheapest market", start - timedelta(minutes=5), to_placement=first, finished=start
-    )
+    move(db, run, "start", "cheapest market", start, to_placement=first, finished=start)
     now_on = place(db, run, aws, start + 2 * h + timedelta(minutes=10), epoch=2)
     move(
         db,

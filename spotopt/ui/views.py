@@ -292,7 +292,8 @@ def _price_series(db: Database, market_ids: list[int], since: datetime, until: d
         for i in range(1, len(values)):
             if values[i] is None:
                 values[i] = values[i - 1]
-    return {"x": times, "series": [{"label": labels[m], "y": series[m]} for m in market_ids]}
+    drawn = [m for m in market_ids if any(v is not None for v in series[m])]  # catalog-only: no line
+    return {"x": times, "series": [{"label": labels[m], "y": series[m]} for m in drawn]}
 
 
 def availability(db: Database, now: datetime) -> dict[str, Any]:

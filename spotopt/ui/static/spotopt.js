@@ -15,7 +15,8 @@ function drawCharts(root) {
       return line;
     }));
     var opts = { width: Math.max(el.clientWidth - 10, 300), height: 280, series: series,
-      axes: [{}, { label: unit }], scales: { x: { time: true } } };
+      axes: [{}, { label: unit }], scales: { x: { time: true } },
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); } };  // the page's times are UTC
     new uPlot(opts, [data.x].concat(data.series.map(function (s) { return s.y; })), el);
     el.dataset.drawn = "1";
   });
