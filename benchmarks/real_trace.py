@@ -14,7 +14,7 @@ starts at varied hours of the day. Two parts:
     python benchmarks/real_trace.py                    # 30 starts every 25 h, 5 seeds
     python benchmarks/real_trace.py --starts 4 --seeds 2   # a quick look
 
-Prints Markdown tables (pasted into the README) and a line per check of the issue's targets.
+Prints Markdown tables (pasted into docs/benchmarks.md) and a line per check of the issue's targets.
 """
 
 from __future__ import annotations

@@ -67,6 +67,9 @@ MAX_GB = 1e7
 MAX_SECONDS = 7 * 86400.0
 MAX_COMM_RATIO = 100.0
 MAX_USD = 1e9
+MAX_MOVE_MARGIN = 100.0
+"""A voluntary move that must save 100 times its cost is one that never happens: say so with
+a higher ``guardrails.min_dwell_s`` instead."""
 MIN_USD = 0.01
 """A cent: less buys no second of any instance, so a smaller budget is a typo."""
 
@@ -181,6 +184,17 @@ class Retry(_Strict):
         return exit_code not in FAIL_FAST_EXIT_CODES
 
 
+class JobGuardrails(_Strict):
+    """The daemon's guardrails this job sets for itself (None: the daemon's setting; see
+    ``spotopt.mover.guardrails`` for why each exists). ``min_dwell_s``: seconds on a market
+    before a voluntary move; ``move_margin``: the saving a voluntary move needs, as a multiple of
+    its cost; ``deadline_margin_s``: slack kept before falling back to on-demand."""
+
+    min_dwell_s: Annotated[float, Field(ge=0, le=MAX_SECONDS, strict=True)] | None = None
+    move_margin: Annotated[float, Field(ge=0, le=MAX_MOVE_MARGIN, strict=True)] | None = None
+    deadline_margin_s: Annotated[float, Field(ge=0, le=MAX_SECONDS, strict=True)] | None = None
+
+
 StepsPerS = Annotated[float, Field(ge=MIN_STEPS_PER_S, le=MAX_STEPS_PER_S)]
 GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
 Throughputs = dict[str, StepsPerS | dict[GpuCount, StepsPerS]]
@@ -218,6 +232,8 @@ class Job(_Strict):
     max_usd_per_hour: Annotated[float, Field(ge=MIN_USD, le=MAX_USD, strict=True)] | None = None
     retry: Retry | None = None
     """How a failed training process is retried (None: ``Retry()``'s defaults)."""
+    guardrails: JobGuardrails | None = None
+    """This job's own dwell and margins (None: the daemon's, or the what-if's, defaults)."""
 
     @field_validator("run")
     @classmethod

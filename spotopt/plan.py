@@ -476,7 +476,7 @@ def build_problem(
     table = enumerate_options(spec, markets, at, figures, period_h=period_h, billing=billing)
     state, opts = initial_state(spec, table, markets, at)
     opts = dataclasses.replace(opts, capacity=np.full(len(markets), capacity, dtype=float))
-    guard = Guardrails(period_h=period_h, budget_usd=budget_usd)
+    guard = Guardrails(period_h=period_h, budget_usd=budget_usd).with_jobs(spec.jobs)
     built = policy_input(state, opts, guard, horizon_h=horizon_hours, prune=False, every_job=True)
     inp = dataclasses.replace(built.input, market_names=tuple(m.label for m in markets))
     egress = entry_usd(

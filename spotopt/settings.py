@@ -22,25 +22,31 @@ def default_db_url() -> str:
 
 
 class Settings(BaseSettings):
-    """Every user-facing setting. Each field is documented in the README's configuration table."""
+    """Every user-facing setting. Each field's docstring is its documentation: the settings reference
+    (docs/reference/settings.md) is generated from them."""
 
     model_config = SettingsConfigDict(env_prefix="SPOTOPT_", extra="ignore")
 
     db_url: str | None = None
-    """SQLAlchemy URL of the history database (``sqlite:///path`` or ``postgresql+psycopg://…``)."""
+    """SQLAlchemy URL of the history database (``sqlite:///PATH`` or ``postgresql://USER@HOST/DB``);
+    ``--db URL`` wins over it; unset: ``sqlite:///<user data dir>/spotopt.sqlite``."""
 
     auto_migrate: bool = True
-    """Apply pending migrations on open for SQLite; PostgreSQL operators run ``spotopt db upgrade``."""
+    """On SQLite, apply pending migrations automatically (under a lock) when spotopt opens the
+    database; PostgreSQL operators run ``spotopt db upgrade``."""
 
-    # -- AWS provider and the instances' start-up script (README "Running on the clouds") ------
+    # -- AWS provider and the instances' start-up script (docs/guides/clouds.md) ---------------
     aws_image_id: str | None = None
-    """AMI the AWS provider launches (``ami-…``, or ``resolve:ssm:/parameter`` for one per region)."""
+    """AMI the AWS provider launches (``ami-…``, or ``resolve:ssm:/PARAMETER``: EC2 resolves an SSM
+    parameter, one AMI per region); required to launch on AWS."""
 
     aws_instance_profile: str | None = None
-    """Instance profile (name or ARN) whose role gives the instance its checkpoint-store access."""
+    """Instance profile (name or ARN) whose role gives the instance its checkpoint-store access;
+    required to launch on AWS."""
 
     aws_subnet_id: str | None = None
-    """Subnet to launch into (optional: the default VPC's subnet of the market's zone otherwise)."""
+    """Subnet to launch into; it must be in the market's zone (optional: the default VPC's subnet of
+    the market's zone otherwise)."""
 
     aws_security_group_ids: str | None = None
     """Comma-separated security group ids (optional: the VPC's default group otherwise)."""
@@ -63,15 +69,17 @@ class Settings(BaseSettings):
     already has this spotopt in ``bootstrap_venv``."""
 
     bootstrap_wheel: str | None = None
-    """A wheel of the daemon's own distribution (same name and version) to ship; unset: built
-    from the installed distribution."""
+    """A ``.whl`` of the daemon's own distribution (same name and version) to ship; a requirement
+    name is refused; unset: built from the installed distribution."""
 
     bootstrap_lock: str | None = None
-    """A requirements file pinning every dependency with ``==`` and ``--hash=sha256:``; unset:
-    the lock the distribution ships for the store's extra."""
+    """A requirements file pinning every dependency with ``==`` and ``--hash=sha256:``, its versions
+    the daemon's; unset: the lock the distribution ships for the store's extra
+    (``data/locks/instance-<extra>.txt``)."""
 
     bootstrap_index_url: str | None = None
-    """Index the instances install the locked requirements from (a private mirror); unset: PyPI."""
+    """Index the instances install the locked requirements from (a private mirror); hashes are
+    still required; unset: PyPI."""
 
     bootstrap_pip_spec: str | None = None
     """Retired (it let an index choose what instances run): any value is refused by ``check_bootstrap``."""
@@ -80,17 +88,20 @@ class Settings(BaseSettings):
     """Directory the job's command runs in on the instance when the job names none."""
 
     bootstrap_shutdown: bool = True
-    """Power the instance off when the job's command ends, so an idle instance stops costing."""
+    """Power the instance off when the job's command ends, so an idle instance stops costing (on
+    AWS this terminates it)."""
 
     # -- GCP provider (spotopt/providers/gcp.py) ----------------------------------------------
     gcp_project: str | None = None
     """Project the GCP provider launches in; unset: the ADC project or ``GOOGLE_CLOUD_PROJECT``."""
 
     gcp_image: str | None = None
-    """Boot image of GCP instances (``projects/debian-cloud/global/images/family/debian-12``)."""
+    """Boot image of GCP instances (``projects/P/global/images/NAME`` or ``…/images/family/F``, e.g.
+    ``projects/debian-cloud/global/images/family/debian-12``); required to launch on GCP."""
 
     gcp_service_account: str | None = None
-    """Service account email the instances run as: the agent's only credentials for the store."""
+    """Service account email the instances run as: the agent's only credentials for the store;
+    required to launch on GCP."""
 
     gcp_network: str | None = None
     """VPC network of GCP instances (``global/networks/NAME``); unset: the default network."""
@@ -99,30 +110,36 @@ class Settings(BaseSettings):
     """Subnetwork (``regions/REGION/subnetworks/NAME``); needed for custom-mode networks."""
 
     gcp_external_ip: bool = True
-    """Give instances an ephemeral external IP (their way to PyPI and the store without Cloud NAT)."""
+    """Give instances an ephemeral external IP (their way to PyPI and the store without Cloud NAT);
+    false needs Cloud NAT, or an image with spotopt and Private Google Access."""
 
     # -- Azure provider (spotopt/providers/azure.py) -------------------------------------------
     azure_resource_group: str | None = None
-    """Resource group the Azure provider creates VMs and NICs in."""
+    """Resource group the Azure provider creates VMs and NICs in; required to launch on Azure."""
 
     azure_subnet_id: str | None = None
-    """Resource id of the subnet the VMs' NICs join (``/subscriptions/…/subnets/NAME``)."""
+    """Resource id of the subnet the VMs' NICs join (``/subscriptions/…/virtualNetworks/V/subnets/S``);
+    required to launch on Azure."""
 
     azure_image: str | None = None
-    """VM image: a URN ``publisher:offer:sku:version`` or an image/gallery resource id."""
+    """VM image: a URN ``publisher:offer:sku:version`` or an image / gallery image version resource
+    id; required to launch on Azure."""
 
     azure_identity_id: str | None = None
-    """Resource id of the user-assigned managed identity the VMs (and the agent) run as."""
+    """Resource id of the user-assigned managed identity the VMs (and the agent) run as: the
+    agent's credentials for the store; required to launch on Azure."""
 
     azure_admin_username: str = "spotopt"
     """Linux admin user of the VMs."""
 
     azure_ssh_public_key: str | None = None
-    """OpenSSH public key for the admin user; unset: a throwaway key (nobody can log in)."""
+    """OpenSSH public key for the admin user (ssh-rsa of at least 2048 bits, or ED25519); unset: a
+    throwaway ssh-rsa key nobody holds."""
 
-    # -- the dashboard (README "Seeing the fleet") ---------------------------------------------
+    # -- the dashboard (docs/guides/dashboard.md) ---------------------------------------------
     ui_token: SecretStr | None = None
-    """Token every request to ``spotopt ui`` must carry; required to bind anything but loopback."""
+    """Token every request to ``spotopt ui`` must carry; required to serve on any address but
+    loopback; unset: ``spotopt ui`` serves loopback only, with no token."""
 
     def require(self, name: str, what: str) -> str:
         """The value of the string setting ``name``; unset or blank is a ``ConfigError`` naming the

@@ -5,7 +5,7 @@ The moto server runs in a thread of the test process; Azurite (npm ``azurite``, 
 the session. Both listen on 127.0.0.1 on a free port and stop at the end of the session. Without
 Azurite the ``az`` cases skip, saying how to install it. Every test gets its own bucket,
 container or directory. (``gs://`` is not here: gcsfs 2026.10 hangs against
-gcp-storage-emulator, see the README.)
+gcp-storage-emulator, see docs/guides/agent.md.)
 """
 
 from __future__ import annotations

@@ -182,21 +182,30 @@ def test_status_says_whether_the_leader_lives_and_how_the_last_round_went(
     assert "that process is gone" in out
 
 
-def test_guardrails_reach_the_daemon_from_its_options(db_url: str, db: Database, tmp_path: Path) -> None:
-    """A voluntary move can be tried at once: ``--min-dwell 0s`` lets the dry run move a job that
-    just started, which the default two hours of dwell keep where it is."""
+def test_guardrails_reach_the_daemon_from_its_options_and_the_jobs_spec(
+    db_url: str, db: Database, tmp_path: Path
+) -> None:
+    """A voluntary move can be tried at once: the job's own ``guardrails: {min_dwell_s: 0}``
+    lets the dry run move a job that just started, which the daemon's default two hours of
+    dwell would keep where it is; the daemon's options still apply (``--max-usd-per-hour`` below
+    the new market's price keeps it where it is)."""
     world = make_world(db, tmp_path)
     try:
         world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
-        jobstore.submit(db, job_yaml(tmp_path))
+        spec = job_yaml(tmp_path)
+        text = spec.read_text()
+        assert "    restart_s: 10\n" in text
+        own = "    restart_s: 10\n    guardrails: {min_dwell_s: 0}\n"
+        spec.write_text(text.replace("    restart_s: 10\n", own))
+        jobstore.submit(db, spec)
         world.hold("mlp", 20)
         world.daemon.tick()
         world.until("the job to run", lambda: world.job().state == "running" and world.job().steps >= 20)
         world.prices(spot("us-east-1b", 0.3, now()))
         dry = ["--db", db_url, "daemon", "run", "--dry-run", "--period", "5s", "--format", "json"]
-        code, out, err = cli(*dry)
+        code, out, err = cli(*dry, "--max-usd-per-hour", "0.25")
         assert code == 0 and strict_json(out)["decisions"] == [], err
-        code, out, err = cli(*dry, "--min-dwell", "0s")
+        code, out, err = cli(*dry)
         assert code == 0, err
         assert [d["kind"] for d in strict_json(out)["decisions"]] == ["move"]
         code, _, err = cli(*dry, "--launch-timeout", "0s")

@@ -1,16 +1,24 @@
-"""The README documents every registered collector, policy, report, strategy, setting and command.
+"""The docs document every registered collector, policy, report, strategy, setting, agent variable
+and command.
 
-A name counts as documented only as a whole name in code style (`spot`, not the `spot` inside
-`spot-discount` or `spotopt`) in the section that documents its kind, so deleting that section
+The docs are README.md and the pages under docs/ (built into a site by ``mkdocs build --strict``
+in CI). A name counts as documented only as a whole name in code style (`spot`, not the `spot`
+inside `spot-discount` or `spotopt`) on the page that documents its kind, so deleting that page
 fails the test even when the word still occurs elsewhere (`spotopt` is also the program).
+Settings are documented by their docstrings in the ``Settings`` model: the settings reference is
+generated from them at build time (docs/hooks/generated.py), so their check reads the generated
+text, as does the check of the generated command reference.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from pydantic_settings import BaseSettings
 
 from spotopt.agent.config import ENV_VARS
 from spotopt.cli.app import app
@@ -20,17 +28,36 @@ from spotopt.reports.registry import REPORTS
 from spotopt.settings import Settings
 from spotopt.whatif.run import STRATEGIES
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = {
+    "README.md": README,
+    **{
+        str(path.relative_to(ROOT)): path.read_text(encoding="utf-8")
+        for path in sorted((ROOT / "docs").rglob("*.md"))
+    },
+}
 
-# The section (a ``##``/``###`` heading, up to the next heading of the same or a higher level)
-# that must document each kind of registered name.
-SECTIONS = {
-    "collector": "Collecting from the clouds",
-    "policy": "Policies and their formulation",
-    "report": "Reports and SQL views",
-    "strategy": "What-if analysis",
-    "setting": "Configuration",
-    "agent variable": "Running a training job under the agent",
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_generated", ROOT / "docs" / "hooks" / "generated.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GENERATED = _load_generator()
+SETTINGS_PAGE = "docs/reference/settings.md"
+
+# The page that must document each kind of registered name.
+PAGES = {
+    "collector": "docs/guides/collect.md",
+    "policy": "docs/concepts/policies.md",
+    "report": "docs/guides/reports.md",
+    "strategy": "docs/guides/whatif.md",
+    "setting": SETTINGS_PAGE,
+    "agent variable": "docs/reference/agent-environment.md",
 }
 
 
@@ -45,15 +72,10 @@ def _registered() -> list[tuple[str, str]]:
     ]
 
 
-def section(readme: str, title: str) -> str:
-    """The text of the section headed ``title`` ("" if there is none)."""
-    match = re.search(rf"^(#{{2,}}) {re.escape(title)}\s*$", readme, re.MULTILINE)
-    if match is None:
-        return ""
-    level = len(match.group(1))
-    rest = readme[match.end() :]
-    end = re.search(rf"^#{{2,{level}}} ", rest, re.MULTILINE)
-    return rest[: end.start()] if end else rest
+def built(docs: dict[str, str], page: str) -> str:
+    """The page as the site shows it: the settings reference with its generated table."""
+    text = docs.get(page, "")
+    return text.replace(GENERATED.SETTINGS_MARKER, GENERATED.settings_reference())
 
 
 def documented(name: str, text: str) -> bool:
@@ -64,30 +86,26 @@ def documented(name: str, text: str) -> bool:
     return any(whole.search(code) for code in [*fenced, *inline])
 
 
-def undocumented(readme: str) -> list[str]:
-    """Registered names the README does not document where they belong."""
+def undocumented(docs: dict[str, str]) -> list[str]:
+    """Registered names the docs do not document on their kind's page."""
     return [
-        f"{kind} {name}"
-        for kind, name in _registered()
-        if not documented(name, section(readme, SECTIONS[kind]))
+        f"{kind} {name}" for kind, name in _registered() if not documented(name, built(docs, PAGES[kind]))
     ]
 
 
 @pytest.mark.parametrize(("kind", "name"), _registered())
-def test_registered_name_is_documented_in_its_section(kind: str, name: str) -> None:
-    where = SECTIONS[kind]
-    assert documented(name, section(README, where)), (
-        f"{kind} {name} is registered but '{where}' never shows it"
-    )
+def test_registered_name_is_documented_on_its_page(kind: str, name: str) -> None:
+    where = PAGES[kind]
+    assert documented(name, built(DOCS, where)), f"{kind} {name} is registered but {where} never shows it"
 
 
-def test_a_readme_without_the_what_if_section_fails() -> None:
+def test_docs_without_the_what_if_page_fail() -> None:
     """The proof the check can fail: every strategy goes missing, although `spot`, `oracle` and
-    `spotopt` still occur elsewhere (inside `spot-discount`, as the program's name)."""
-    assert section(README, "What-if analysis")
-    cut = README.replace(section(README, "What-if analysis"), "\n")
+    `spotopt` still occur on other pages (inside `spot-discount`, as the program's name)."""
+    assert DOCS[PAGES["strategy"]]
+    cut = {**DOCS, PAGES["strategy"]: ""}
     assert sorted(undocumented(cut)) == sorted(f"strategy {s}" for s in STRATEGIES)
-    assert undocumented(README) == []
+    assert undocumented(DOCS) == []
 
 
 @pytest.mark.parametrize(
@@ -119,8 +137,52 @@ def _commands() -> list[str]:
 
 
 @pytest.mark.parametrize("command", _commands())
-def test_every_command_is_in_the_readme(command: str) -> None:
-    assert command in README, f"`{command}` is missing from the README"
+def test_every_command_is_in_the_written_docs(command: str) -> None:
+    """Beyond the generated reference: some page written by hand says what the command is for."""
+    assert any(command in text for text in DOCS.values()), f"`{command}` is missing from the docs"
+
+
+def test_the_command_reference_is_generated_for_every_command_and_option() -> None:
+    reference = GENERATED.cli_reference()
+    headings = set(re.findall(r"^#+ `(spotopt[^`]*)`$", reference, re.MULTILINE))
+    assert headings == {"spotopt", *_commands(), *{" ".join(c.split()[:2]) for c in _commands()}}
+    plan = reference.split("`spotopt plan`", 1)[1].split("\n#", 1)[0]
+    assert "spotopt plan [OPTIONS] {JOBS.yaml}" in plan  # as `spotopt plan --help` prints it
+    assert "| `JOBS.yaml <path>` | Job spec" in plan
+    assert "| `--policy <str>` | min-cost, min-cost-slo," in plan
+    assert "--help" not in reference  # typer's own options are the shell's business
+    assert GENERATED.CLI_MARKER in DOCS["docs/reference/cli.md"]
+
+
+def test_the_settings_reference_carries_every_field_docstring() -> None:
+    table = GENERATED.settings_reference()
+    docstrings = GENERATED.field_docstrings(Settings)
+    for name, field in Settings.model_fields.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
+        assert f"`SPOTOPT_{name.upper()}`" in row
+        assert " ".join(docstrings[name].split()).split(";")[0] in row
+        assert ("unset" in row) is (field.default is None)
+    assert GENERATED.SETTINGS_MARKER in DOCS[SETTINGS_PAGE]
+
+
+class _Undocumented(BaseSettings):
+    documented: int = 1
+    """A setting with its docstring."""
+
+    forgotten: int = 2
+
+
+def test_a_setting_without_a_docstring_fails_the_reference() -> None:
+    assert GENERATED.field_docstrings(_Undocumented) == {"documented": "A setting with its docstring."}
+    with pytest.raises(ValueError, match=r"_Undocumented\.forgotten has no docstring"):
+        GENERATED.settings_reference(_Undocumented)
+
+
+def test_the_site_home_is_the_readme_with_links_into_the_site() -> None:
+    home = GENERATED.readme_for_site(README)
+    links = re.findall(r"\]\(([^)#]+\.md)", home)
+    assert links and "docs/" not in " ".join(links)
+    assert all((ROOT / "docs" / link).is_file() for link in links), links
 
 
 def test_quick_start_is_two_commands() -> None:

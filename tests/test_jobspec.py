@@ -50,6 +50,13 @@ def test_issue_form_works() -> None:
     assert j.checkpoint_seconds == pytest.approx(0.1 / 0.25)
 
 
+def test_a_job_sets_its_own_guardrails() -> None:
+    spec = parse_jobs(job(guardrails={"min_dwell_s": 600, "deadline_margin_s": 1800.0}))
+    own = spec.jobs[0].guardrails
+    assert own is not None and (own.min_dwell_s, own.move_margin, own.deadline_margin_s) == (600, None, 1800)
+    assert parse_jobs(job()).jobs[0].guardrails is None
+
+
 def test_iso_deadline_is_relative_to_start() -> None:
     j = parse_jobs(job(deadline="2025-01-02T00:00Z")).jobs[0]
     assert j.deadline_hours(datetime(2025, 1, 1, tzinfo=UTC)) == 24
@@ -69,6 +76,10 @@ def test_iso_deadline_is_relative_to_start() -> None:
         ({"deadlin": "3h"}, "jobs[0] (resnet50).deadlin: unknown field; did you mean 'deadline'?"),
         ({"allow": {"clouds": ["ibm"]}}, "jobs[0] (resnet50).allow.clouds[0]"),
         ({"allow": {"gpus": ["V1OO"]}}, "jobs[0] (resnet50).allow.gpus"),
+        ({"guardrails": {"min_dwell_s": -1}}, "jobs[0] (resnet50).guardrails.min_dwell_s: must be >= 0"),
+        ({"guardrails": {"move_margin": True}}, "jobs[0] (resnet50).guardrails.move_margin"),
+        ({"guardrails": {"move_margin": 1e6}}, "jobs[0] (resnet50).guardrails.move_margin: must be <= 100"),
+        ({"guardrails": {"min_dwell": 60}}, "jobs[0] (resnet50).guardrails.min_dwell: unknown field"),
     ],
 )
 def test_errors_name_job_and_field(fields: dict[str, object], message: str) -> None:

@@ -128,7 +128,7 @@ def test_cli_jobs_cost(db_url: str, db: Database, tmp_path: Path) -> None:
     assert doc["total_usd"] == pytest.approx(sum(i["cost_usd"] for i in doc["intervals"]))
     documented = "placement_id epoch provider instance_id market started_at ended_at end_reason"
     documented += " usd_per_hour billed_s cost_usd egress_from egress_to egress_gb egress_usd"
-    assert set(first) == set(documented.split())  # as the README says
+    assert set(first) == set(documented.split())  # as docs/guides/managed-jobs.md says
     assert set(doc) == {"job", "at", "total_usd", "egress_usd", "budget_usd", "intervals"}
 
     code, out, _ = cli("--db", db_url, "jobs", "cost", "resnet", "--format", "csv")

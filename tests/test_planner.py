@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from spotopt.market import MarketState
 from spotopt.mover.egress import transfer_matrix
 from spotopt.mover.fleet import FleetState, Options
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.planner import plan_moves
+from spotopt.mover.rules import plan_moves
 from spotopt.plan import build_problem
 
 # One job, two regions of one cloud; options: 0 spot here, 1 spot there, 2 on-demand here.
@@ -102,6 +103,32 @@ def test_the_margin_and_dwell_block_voluntary_moves() -> None:
     assert moves(jobs(remaining=1e6, dwell_h=1.0), opts, 1, Guardrails(min_dwell_h=2)) == []
     with pytest.raises(InputError, match="move_margin"):
         Guardrails(move_margin=-1)
+
+
+def test_a_jobs_own_guardrails_override_the_fleets() -> None:
+    opts = options([1.0, 0.8, 3.0])
+
+    def own(**seconds: float | None) -> Guardrails:
+        values = {"min_dwell_s": None, "move_margin": None, "deadline_margin_s": None, **seconds}
+        spec = SimpleNamespace(name="j", guardrails=SimpleNamespace(**values))
+        other = SimpleNamespace(name="k", guardrails=None)
+        return Guardrails(min_dwell_h=2, move_margin=10).with_jobs([spec, other])
+
+    # The fleet's dwell of 2 h holds a job that arrived an hour ago, its own dwell of 0 frees it;
+    # the fleet's margin of 10 holds a small saving, its own margin of 0.5 lets it move.
+    assert moves(jobs(remaining=1e6, dwell_h=1.0), opts, 1, own(min_dwell_s=0.0)) != []
+    assert moves(jobs(remaining=10_000, dwell_h=5.0), opts, 1, own()) == []
+    (move,) = moves(jobs(remaining=10_000, dwell_h=5.0), opts, 1, own(move_margin=0.5))
+    assert move.reason == "price"
+    # Its own deadline margin is deadline safety's (12 h left, on-demand needs 10.5 h and the
+    # period 1 h: safe without a margin, not with 1 h of it); the other job keeps the fleet's.
+    safety = options([0.1, 0.1, 3.0])
+    assert moves(jobs(deadline_h=12.0), safety, 0, own()) == []
+    (move,) = moves(jobs(deadline_h=12.0), safety, 0, own(deadline_margin_s=3600.0))
+    assert (move.to, move.reason) == (2, "deadline")
+    assert own(deadline_margin_s=3600.0).per_job("deadline_margin_h", ("j", "k")).tolist() == [1.0, 0.0]
+    with pytest.raises(InputError, match="guardrails of job 'j'"):
+        Guardrails(jobs={"j": {"min_dwell_h": -1.0}})
 
 
 def test_a_short_spike_is_ridden_out_in_place_a_long_one_on_cheaper_capacity() -> None:
@@ -316,7 +343,7 @@ def test_a_deadline_job_never_goes_back_to_a_slower_leg() -> None:
 
 
 def test_the_deadline_reserve_grows_with_the_preemption_risk_ahead() -> None:
-    from spotopt.mover.planner import deadline_reserve_h
+    from spotopt.mover.costs import deadline_reserve_h
 
     state = deadline_job(0, 4000, 25.0)
     calm = mix_options()

@@ -76,7 +76,7 @@ def test_the_replayed_daemon_pays_what_the_whatif_predicted(
     # Within 1 %: what remains is the make-before-break overlap of the move (the old placement
     # bills its 30 s checkpoint, the new one waits those 30 s for the lease) and the stand-in
     # writing periodic checkpoints as real pauses where the engine discounts speed evenly
-    # (README, "Fidelity"); both are well under 1 % of a three-hour job.
+    # (docs/benchmarks.md, "Fidelity"); both are well under 1 % of a three-hour job.
     assert abs(row["cost_diff"]) < 0.01 and abs(row["finish_diff"]) < 0.01
     assert row["realised_cost_usd"] == pytest.approx(row["predicted_cost_usd"], rel=0.01)
     # The replayed ledger is a database of its own, kept with --keep, read like a real one.

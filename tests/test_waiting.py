@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from spotopt.mover import waiting
-from spotopt.mover.capacity_rule import capacity_moves
+from spotopt.mover.capacity_rule import CAPACITY
 from spotopt.mover.core import Memory, decide
 from spotopt.mover.fleet import Availability, FleetState, Options
 from spotopt.mover.guardrails import Guardrails
+from spotopt.mover.rules import Round
 from spotopt.mover.waiting import IDLE, ON_DEMAND, SPOT, Chain, Job, chain_from_history
 
 K = waiting.UNITS_PER_TICK
@@ -216,6 +217,13 @@ def _options(history: np.ndarray, refused: np.ndarray) -> Options:
     )
 
 
+def _capacity_round(state: FleetState, opts: Options, guard: Guardrails) -> Round:
+    """A round after the capacity rule alone (no policy targets)."""
+    rnd = Round.build(state, opts, opts.position(state.option), np.full(state.n_jobs, -1), guard)
+    CAPACITY.apply(rnd)
+    return rnd
+
+
 def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
     guard = Guardrails(period_h=1 / 6)
     flaky = np.tile(np.array([1.0] * 12 + [0.0] * 2), (3, 20))  # outages of 20 minutes
@@ -223,24 +231,24 @@ def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
     often = np.tile(np.array([1.0] * 14 + [0.0] * 6), (3, 20))  # out an hour in every 3.3
     often[2] = np.nan
     # Idle, both zones open: the cheaper one per step (key 1).
-    rule = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
-    assert rule.decided.tolist() == [True] and [(m.to, m.reason) for m in rule.moves] == [(1, "start")]
+    rnd = _capacity_round(_fleet(-1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
+    assert rnd.decided.tolist() == [True] and [(m.to, m.reason) for m in rnd.moves] == [(1, "start")]
     # Zone b refused just now: zone a.
-    rule = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.array([False, True, False])), guard)
-    assert [m.to for m in rule.moves] == [0]
+    rnd = _capacity_round(_fleet(-1, 60.0), _options(flaky, np.array([False, True, False])), guard)
+    assert [m.to for m in rnd.moves] == [0]
     # Both refused, 20 h of slack and short outages: wait (no move).
-    rule = capacity_moves(_fleet(-1, 60.0), _options(flaky, np.array([True, True, False])), guard)
-    assert rule.decided.tolist() == [True] and rule.moves == []
+    rnd = _capacity_round(_fleet(-1, 60.0), _options(flaky, np.array([True, True, False])), guard)
+    assert rnd.decided.tolist() == [True] and rnd.moves == []
     # Both refused, outages of an hour in every 3.3 and 6 h of slack in 46: on-demand now.
-    rule = capacity_moves(_fleet(-1, 46.0), _options(often, np.array([True, True, False])), guard)
-    assert [(m.to, m.reason) for m in rule.moves] == [(2, "start")]
-    # A job on spot stays on spot (its pool is left to the price rules); one without a
-    # deadline is left to the price rules altogether.
-    rule = capacity_moves(_fleet(1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
-    assert rule.moves == [] and rule.decided.tolist() == [True]
-    assert rule.pools.tolist() == [True, True, False]
-    rule = capacity_moves(_fleet(-1, math.inf), _options(flaky, np.zeros(3, dtype=bool)), guard)
-    assert rule.moves == [] and rule.decided.tolist() == [False] and not rule.pools.any()
+    rnd = _capacity_round(_fleet(-1, 46.0), _options(often, np.array([True, True, False])), guard)
+    assert [(m.to, m.reason) for m in rnd.moves] == [(2, "start")]
+    # A job on spot stays on spot: it is left to the price rules with its options narrowed to
+    # its pool. One without a deadline is left to the price rules with all its options.
+    rnd = _capacity_round(_fleet(1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
+    assert rnd.moves == [] and rnd.decided.tolist() == [False]
+    assert rnd.usable.tolist() == [True, True, False]
+    rnd = _capacity_round(_fleet(-1, math.inf), _options(flaky, np.zeros(3, dtype=bool)), guard)
+    assert rnd.moves == [] and rnd.decided.tolist() == [False] and rnd.usable.all()
 
 
 def test_a_job_the_tables_keep_on_spot_still_moves_to_a_cheaper_zone_of_its_pool() -> None:

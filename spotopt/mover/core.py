@@ -4,7 +4,7 @@
 
 1. **The policy input** (``policy_input``, the one builder): the available options of unfinished
    jobs, each priced at its forecast average price over finishing the job there
-   (``spotopt.mover.forecast``) plus its move cost (``spotopt.mover.planner.move_cost_usd``)
+   (``spotopt.mover.forecast``) plus its move cost (``spotopt.mover.costs.move_cost_usd``)
    amortised over the job's remaining work, so the policy already prefers staying put. The
    horizon is ``max(DEFAULT_HORIZON_HOURS, deadlines)``; capacity is the options' own.
 2. **When to re-solve**: the policy is solved again only when the set of unfinished or placed
@@ -18,9 +18,11 @@
    places each job, so one bad job never stops the others.
 4. **Targets**: per job, among the options the policy gives time, the one it runs on, else the
    cheapest per step (``targets``).
-5. **The rules, in order**: the capacity rule (``spotopt.mover.capacity_rule``) decides the
-   jobs whose spot markets have learnt capacity (wait for spot, take it, or pay for
-   on-demand); the move test (``spotopt.mover.planner.plan_moves``) decides the others.
+5. **The rules, in order** (``RULES``, over one ``spotopt.mover.rules.Round``): the capacity
+   rule (``spotopt.mover.capacity_rule``) decides the jobs whose spot markets have learnt
+   capacity (wait for spot, take it, or pay for on-demand; a job it keeps on spot goes on with
+   its options narrowed to its pool); then deadline safety, replacement, catch-up, dwell and
+   price (``spotopt.mover.rules``). A caller may hand ``decide`` another sequence of rules.
 
 ``Memory`` is plain data (``to_dict``/``from_dict``), so a daemon restarted from its journal
 decides exactly as before. Nothing here reads a clock, a database or the future: the caller
@@ -31,16 +33,18 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from spotopt.errors import InfeasibleError
-from spotopt.mover.capacity_rule import capacity_moves
+from spotopt.mover.capacity_rule import CAPACITY
+from spotopt.mover.costs import deadline_reserve_h, forecast_usd, move_cost_usd
 from spotopt.mover.fleet import FleetState, Move, Options
 from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.planner import deadline_reserve_h, forecast_usd, move_cost_usd, plan_moves
+from spotopt.mover.rules import PRICE_RULES, Round, Rule, apply_rules
 from spotopt.policies.base import Allocation, PolicyInput, get_policy
 from spotopt.policies.prune import prune_dominated, select_options
 
@@ -52,6 +56,9 @@ RESOLVE_CHANGE = 0.05
 """Re-solve when a job's best forecast $/step moved by more than this fraction since the last
 solve; a smaller change shifts the amortised costs the policy compares by less than the margin
 any move needs."""
+
+RULES: tuple[Rule, ...] = (CAPACITY, *PRICE_RULES)
+"""The decision's rules in order: capacity first, then the price and deadline rules."""
 
 
 @dataclass
@@ -213,30 +220,20 @@ def decide(
     guard: Guardrails,
     memory: Memory,
     policy: str | None = None,
+    rules: Sequence[Rule] = RULES,
 ) -> list[Move]:
     """The moves to make now (see the module docstring); updates ``memory`` in place."""
     if opts.n_options == 0:  # nothing priced that any job may use: nothing to decide
         return []
     cur = opts.position(state.option)
-    with np.errstate(invalid="ignore"):  # as in ``plan_moves``: unavailable options are NaN
+    with np.errstate(invalid="ignore"):  # unavailable options are NaN
         move_usd = move_cost_usd(state, opts, cur)
     reserve_h = deadline_reserve_h(state, opts, guard)
     _refresh_targets(state, opts, guard, memory, policy, cur, move_usd, reserve_h)
     keys = np.array([memory.target.get(name, -1) for name in state.names], dtype=np.int64)
     target = opts.position(keys)
-    rule = capacity_moves(state, opts, guard)
-    moves = rule.moves + plan_moves(
-        state, opts, cur, target, guard, move_usd=move_usd, reserve_h=reserve_h, skip=rule.decided
-    )
-    if rule.pools.any():
-        # Jobs the capacity rule keeps on spot: the price rules pick the zone, within the pool.
-        kept = np.zeros(state.n_jobs, dtype=bool)
-        kept[opts.job[rule.pools]] = True
-        in_pool = replace(opts, usd_per_hour=np.where(rule.pools, opts.usd_per_hour, np.nan))
-        moves += plan_moves(
-            state, in_pool, cur, target, guard, move_usd=move_usd, reserve_h=reserve_h, skip=~kept
-        )
-    return moves
+    rnd = Round(state, opts, guard, cur, target, move_usd, reserve_h)
+    return apply_rules(rnd, rules)
 
 
 def _fingerprint(state: FleetState) -> str:

@@ -440,7 +440,8 @@ class Daemon:
                 "(`spotopt import csv data/examples/prices.csv`) bring some"
             )
         opts = replace(self._without(view, refused), availability=availability)
-        moves = decide(state, opts, self.settings.guardrails, memory, self.settings.policy)
+        guard = self.settings.guardrails.with_jobs(specs)
+        moves = decide(state, opts, guard, memory, self.settings.policy)
         if not self.dry_run:
             with self.db.session() as session:
                 _save_memory(session, memory)

@@ -256,8 +256,9 @@ def submit(
     job, workdir, source = _load(spec, check_store)
     assert job.run is not None and job.checkpoint is not None and job.budget_usd is not None
     dumped = job.model_dump(mode="json")
-    if dumped["retry"] is None:  # left out as before it existed: a stored job stays the same job
-        del dumped["retry"]
+    for newer in ("retry", "guardrails"):  # left out as before they existed: a stored job stays the same job
+        if dumped[newer] is None:
+            del dumped[newer]
     at = now or datetime.now(UTC)
     created = ManagedJob(
         name=job.name,

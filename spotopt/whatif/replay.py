@@ -145,7 +145,7 @@ def replay(
     transfer = transfer_matrix(tl.locations, first)
     start_ticks = [round(k * request.every_h / request.tick_h) for k in range(request.starts)]
     step = None if on_step is None else (lambda name, tick: on_step(name, tl.time(tick)))
-    guard = Guardrails(period_h=request.tick_h)
+    guard = Guardrails(period_h=request.tick_h).with_jobs(spec.jobs)
     runs = run_whatif(tl, sim, events, transfer, request.strategies, start_ticks, guard, request.policy, step)
     rows = summarise(runs, sim, list(request.strategies))
     shown = [r for r in runs if r.strategy in request.strategies]

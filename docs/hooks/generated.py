@@ -1,0 +1,150 @@
+"""MkDocs hook: the pages (or parts of pages) that are generated from the code, so they cannot drift.
+
+- ``docs/index.md`` is the README: one text for GitHub, PyPI and the site, its links into
+  ``docs/`` made relative to the site.
+- ``<!-- generated: cli -->`` becomes every command of the typer app, read from the click
+  command tree typer builds (``typer.main.get_command``): usage, help and every option, as
+  ``spotopt COMMAND --help`` prints them.
+- ``<!-- generated: settings -->`` becomes every field of ``spotopt.settings.Settings``: its
+  environment variable, default and docstring (a field without a docstring fails the build).
+
+Nothing here imports MkDocs: ``tests/test_docs.py`` loads this file by path and checks the
+generated text itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import typer
+import typer.main
+from pydantic_settings import BaseSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI_MARKER = "<!-- generated: cli -->"
+SETTINGS_MARKER = "<!-- generated: settings -->"
+
+
+def on_page_markdown(markdown: str, *, page: Any, config: Any, files: Any) -> str:
+    """MkDocs event: fill in the README and the generated references."""
+    if page.file.src_uri == "index.md":
+        markdown = readme_for_site((ROOT / "README.md").read_text(encoding="utf-8"))
+    if CLI_MARKER in markdown:
+        markdown = markdown.replace(CLI_MARKER, cli_reference())
+    if SETTINGS_MARKER in markdown:
+        markdown = markdown.replace(SETTINGS_MARKER, settings_reference())
+    return markdown
+
+
+def readme_for_site(readme: str) -> str:
+    """The README with its links into ``docs/`` relative to the site's root page."""
+    return readme.replace("](docs/", "](")
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def cli_reference() -> str:
+    """Markdown for ``spotopt`` and every sub-command, in the order the app registers them."""
+    from spotopt.cli.app import app
+
+    root = typer.main.get_command(app)
+    return "\n".join(_command(root, typer.Context(root, info_name="spotopt"), level=2))
+
+
+def _command(command: Any, ctx: typer.Context, level: int) -> list[str]:
+    """One command's section (typer's own click objects: duck-typed, as typer vendors click)."""
+    path = ctx.command_path
+    out = [f"{'#' * level} `{path}`", "", _help(command.help or command.short_help or ""), ""]
+    usage = " ".join(command.collect_usage_pieces(ctx))
+    out += ["```text", f"{path} {usage}".rstrip(), "```", ""]
+    rows = [_param_row(param, ctx) for param in command.get_params(ctx) if not param.hidden]
+    rows = [row for row in rows if row is not None]
+    if rows:
+        out += ["| argument / option | meaning |", "|---|---|", *rows, ""]
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        if not sub.hidden:
+            out += _command(sub, typer.Context(sub, info_name=name, parent=ctx), level=min(level + 1, 4))
+    return out
+
+
+SHELL_OPTIONS = {"help", "install_completion", "show_completion"}
+"""Options every typer command has, documented by the shell rather than by us."""
+
+
+def _param_row(param: Any, ctx: typer.Context) -> str | None:
+    record = param.get_help_record(ctx)
+    if param.name in SHELL_OPTIONS or record is None:
+        return None
+    names, text = record
+    return f"| `{names}` | {_cell(text)} |"
+
+
+def _help(text: str) -> str:
+    """A command's help as Markdown: click's ``\\b`` (no re-wrap) markers dropped, paragraphs kept."""
+    lines = [line for line in inspect.cleandoc(text).splitlines() if line.strip() != "\b"]
+    return _escape("\n".join(lines))
+
+
+def _cell(text: str) -> str:
+    return _escape(" ".join(text.split())).replace("|", "\\|")
+
+
+def _escape(text: str) -> str:
+    """Angle brackets outside code spans are text, not HTML (inside them Markdown keeps them)."""
+    pieces = text.split("`")
+    for i in range(0, len(pieces), 2):  # the even pieces lie outside code spans
+        pieces[i] = pieces[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(pieces)
+
+
+# -- settings --------------------------------------------------------------------------------------
+
+
+def settings_reference(model: type[BaseSettings] | None = None) -> str:
+    """A Markdown table of every setting of ``model`` (default: spotopt's ``Settings``): name,
+    environment variable, default, docstring."""
+    from spotopt.settings import Settings
+
+    model = model or Settings
+    docs = field_docstrings(model)
+    prefix = model.model_config.get("env_prefix", "")
+    rows = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        if name not in docs:
+            raise ValueError(f"{model.__name__}.{name} has no docstring: document the field where it is set")
+        variable = f"{prefix}{name}".upper()
+        rows.append(f"| `{name}` | `{variable}` | {_default(field.default)} | {_cell(docs[name])} |")
+    return "\n".join(rows)
+
+
+def field_docstrings(model: type) -> dict[str, str]:
+    """The string literal under each annotated field of ``model``'s class body (its docstring),
+    reST double backquotes turned into Markdown code."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(model)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    found = {}
+    for node, after in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            found[node.target.id] = re.sub(r"``([^`]+)``", r"`\1`", inspect.cleandoc(after.value.value))
+    return found
+
+
+def _default(value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{value}`"
