@@ -12,6 +12,7 @@ from sqlalchemy import select
 from spotopt.db.engine import Database
 from spotopt.db.models import JobProgress, ManagedJob
 from spotopt.mover.progress import PROGRESS_EVERY, progress_points, record_progress
+from spotopt.mover.replay import copy_history
 from tests.mover_rows import T0, submit
 
 
@@ -55,3 +56,18 @@ def test_the_chart_ends_on_the_job_row_s_newest_heartbeat(db: Database, tmp_path
         job.steps, job.heartbeat_at = 160, T0 + timedelta(minutes=2)
         record_progress(session, job_id, 1, 160, job.heartbeat_at)
         assert progress_points(session, job) == [(T0, 100), (T0 + timedelta(minutes=2), 160)]
+
+
+def test_a_replay_s_copy_of_the_history_leaves_the_progress_behind(db: Database, tmp_path: Path) -> None:
+    """``job_progress`` is the daemon's own state, like the jobs its rows belong to: the daemon
+    replay starts from the history without either (``MOVER_TABLES``)."""
+    job_id = submit(db, tmp_path)
+    with db.session() as session:
+        record_progress(session, job_id, 1, 100, T0)
+    copy = copy_history(db, tmp_path / "replay.sqlite")
+    try:
+        with copy.session() as session:
+            assert session.scalars(select(JobProgress)).all() == []
+            assert session.scalars(select(ManagedJob)).all() == []
+    finally:
+        copy.dispose()
