@@ -21,7 +21,8 @@ CHROMIUM_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
-    "--window-size=1400,1000",
+    "--hide-scrollbars",
+    "--window-size=1280,1000",
 )
 
 

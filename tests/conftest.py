@@ -81,14 +81,26 @@ def _pg_database(server: PostgresServer) -> str:
     return server.url(name)
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """URL of a fresh migrated database, once per backend."""
+def _fresh_url(request: pytest.FixtureRequest, directory: Path) -> str:
+    """A fresh migrated database of the backend ``request.param`` (SQLite: in ``directory``)."""
     if request.param == "sqlite":
-        path = tmp_path / "history.sqlite"
+        path = directory / "history.sqlite"
         shutil.copy(request.getfixturevalue("sqlite_template"), path)
         return f"sqlite:///{path}"
     return _pg_database(request.getfixturevalue("pg_server"))
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """URL of a fresh migrated database, once per backend."""
+    return _fresh_url(request, tmp_path)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """URL of a fresh migrated database per backend, shared by one module's tests: for tests
+    that fill it once and read it through something slow to start (a server, a browser)."""
+    return _fresh_url(request, tmp_path_factory.mktemp("module-db"))
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from spotopt.checkpoints import AgentState, Location, read_heartbeat
 from spotopt.cloud_calls import MissingCredentials
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id_of
-from spotopt.db.models import DaemonTick, InstanceLifetime, JournalEntry, Market, Throughput
+from spotopt.db.models import DaemonTick, InstanceLifetime, JobProgress, JournalEntry, Market, Throughput
 from spotopt.errors import CapacityUnavailableError, ProviderError
 from spotopt.mover import daemon as daemon_module
 from spotopt.mover import jobs as jobstore
@@ -31,6 +31,7 @@ from spotopt.mover.executor import job_location
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import intervals
 from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity
+from spotopt.mover.progress import progress_points
 from spotopt.providers.base import DATABASE_TAG, Instance, LaunchSpec
 from spotopt.providers.local import LocalProvider
 from spotopt.types import MarketKey, MarketKind
@@ -102,6 +103,20 @@ def test_a_cheaper_market_moves_the_job_make_before_break(
     world.until("the job to finish", lambda: world.job().state == "done")
     weights = np.load(tmp_path / "mlp-out" / "weights.npy")
     assert np.array_equal(weights, uninterrupted_weights(tmp_path))
+    # The job's progress history, from the agents' heartbeats: each epoch's first beat is kept
+    # (the new placement's from the checkpoint at step 150 on), and the chart ends on the job row.
+    with world.db.session() as session:
+        job = jobstore.find_job(session, "mlp")
+        kept = session.execute(
+            select(JobProgress.epoch, JobProgress.steps)
+            .where(JobProgress.job_id == job.id)
+            .order_by(JobProgress.at)
+        ).all()
+        points = progress_points(session, job)
+    assert [epoch for epoch, _ in kept] == sorted(epoch for epoch, _ in kept)
+    assert {epoch for epoch, _ in kept} == {old.epoch, new.epoch}
+    assert min(steps for epoch, steps in kept if epoch == new.epoch) > 150
+    assert points[-1][1] == world.job().steps
     # Every side effect was journaled and finished; every line parses back.
     with world.db.session() as session:
         assert {e.status for e in session.query(JournalEntry)} == {"done"}

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 import urllib.request
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import promql_parser
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -186,16 +187,97 @@ def test_metrics_port_needs_a_running_daemon(sqlite_db: Database) -> None:
     assert "--metrics-port" in err
 
 
+def _exported(db: Database, tmp_path: Path) -> dict[str, set[str]]:
+    """Every sample name the daemon exports over the filled history, with its label names."""
+    fill(db, tmp_path)
+    _ticks(db)
+    found, _ = registry(db, lambda: NOW)
+    labels: dict[str, set[str]] = {}
+    for name, sample_labels in _samples(generate_latest(found).decode()):
+        labels.setdefault(name, set()).update(label for label, _ in sample_labels)
+    return labels
+
+
+def _selected(expr: promql_parser.Expr) -> list[promql_parser.VectorSelector]:
+    """The series selectors of a parsed query, wherever they sit (in calls, ranges, operands)."""
+    found: list[promql_parser.VectorSelector] = []
+
+    def visit(node: promql_parser.Expr) -> bool:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append(node)
+        return True
+
+    promql_parser.walk(expr, visit)
+    return found
+
+
 def test_grafana_dashboard_queries_only_exported_metrics(sqlite_db: Database, tmp_path: Path) -> None:
-    fill(sqlite_db, tmp_path)
-    _ticks(sqlite_db)
-    found, _ = registry(sqlite_db, lambda: NOW)
-    exported = {name for name, _ in _samples(generate_latest(found).decode())}
+    """Every panel's PromQL parses, selects only series the daemon exports, filters and groups
+    only by labels those series carry; every exported family is graphed somewhere."""
+    exported = _exported(sqlite_db, tmp_path)
     dashboard = json.loads(GRAFANA.read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     assert len(exprs) >= 10
-    queried = {name for expr in exprs for name in re.findall(r"\bspotopt_[a-z_]+", expr)}
-    assert queried <= exported, queried - exported
-    assert {p["datasource"]["uid"] for p in dashboard["panels"]} == {"${datasource}"}
+    queried = set()
+    for text in exprs:
+        expr = promql_parser.parse(text)  # a ValueError names what does not parse
+        selectors = _selected(expr)
+        assert selectors, text
+        for selector in selectors:
+            assert selector.name in exported, (text, selector.name)
+            assert {m.name for m in selector.matchers.matchers} <= exported[selector.name], text
+            queried.add(selector.name)
+        grouped: set[str] = set()
+
+        def visit(node: promql_parser.Expr, grouped: set[str] = grouped) -> bool:
+            if isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
+                grouped.update(node.modifier.labels)
+            return True
+
+        promql_parser.walk(expr, visit)
+        carried = set().union(*(exported[s.name] for s in selectors))
+        assert grouped <= carried, (text, grouped - carried)
     # Every family is graphed somewhere (leader_info is for a table a user adds, not needed).
-    assert exported - queried <= {"spotopt_leader_info"}
+    assert set(exported) - queried <= {"spotopt_leader_info"}
+
+
+def test_grafana_dashboard_loads_as_grafana_s_own_schema() -> None:
+    """Decoded by Grafana's generated models (grafana-foundation-sdk, Grafana 11.6's schema, its
+    panel plugins' options registered) and encoded again, the dashboard loses and changes
+    nothing: every key is one Grafana knows, every value of the type it expects. Every panel is
+    a known panel plugin, and every query a Prometheus query on the dashboard's data source
+    variable. ``__inputs`` is Grafana's import wrapper, outside the dashboard model."""
+    from grafana_foundation_sdk.cog import runtime
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models import prometheus
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+    written = json.loads(GRAFANA.read_text())
+    decoded = Dashboard.from_json(written)
+    again = json.loads(json.dumps(decoded, cls=JSONEncoder))
+    assert _lost(written, again) == ["/__inputs"]
+    assert decoded.panels and len(decoded.panels) == len(written["panels"])
+    for panel in decoded.panels:
+        assert runtime.panelcfg_config(panel.type_val) is not None, panel.type_val
+        assert panel.datasource is not None and panel.datasource.uid == "${datasource}"
+        assert panel.targets and all(isinstance(t, prometheus.Dataquery) for t in panel.targets)
+    assert [v["name"] for v in written["templating"]["list"]] == ["datasource"]
+
+
+def _lost(written: Any, again: Any, path: str = "") -> list[str]:
+    """Where ``again`` lacks or changed what ``written`` holds (it may add defaults)."""
+    if isinstance(written, dict) and isinstance(again, dict):
+        return [
+            lost
+            for key, value in written.items()
+            for lost in ([f"{path}/{key}"] if key not in again else _lost(value, again[key], f"{path}/{key}"))
+        ]
+    if isinstance(written, list) and isinstance(again, list) and len(written) == len(again):
+        return [
+            lost
+            for i, (w, a) in enumerate(zip(written, again, strict=True))
+            for lost in _lost(w, a, f"{path}[{i}]")
+        ]
+    return [] if written == again else [path]

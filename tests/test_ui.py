@@ -8,11 +8,14 @@ plus half a cent of rounding), nothing more.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -32,6 +35,8 @@ SAVED = "demo <i>replay</i>"
 TOKEN = "s3cret-token"
 SCREENSHOTS = os.environ.get("SPOTOPT_SCREENSHOTS")
 """Where to also write each page's screenshot (the docs' are made with docs/screenshots)."""
+SHOT_MAX_HEIGHT = 2400
+"""Screenshots are of the whole page (1280 px wide: ``tests.browser``), cut at this height."""
 
 
 def _usd(text: str) -> float:
@@ -39,12 +44,14 @@ def _usd(text: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A filled SQLite history and a stored what-if (``whatif --save``, its JSON kept)."""
+def fleet(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A filled history, on SQLite then on PostgreSQL, and a stored what-if (``whatif --save``,
+    its JSON kept). The fleet was submitted eight hours ago (the last whole hour's), so the pages
+    read as a live fleet's; every check compares the page with the CLI at the time it reads."""
     where = tmp_path_factory.mktemp("fleet")
-    url = f"sqlite:///{where / 'history.sqlite'}"
+    url = module_db_url
     db = open_history(url)
-    fill(db, where)
+    fill(db, where, start=datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=8))
     db.dispose()
     code, out, err = cli(
         "--db", url, "whatif", "--example", "--strategies", "spot,spotopt", "--save", SAVED, "-f", "json"
@@ -71,8 +78,21 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def _open(browser: Any, url: str, shot: str | None = None) -> Any:
     browser.get(url)
     if shot and SCREENSHOTS:
+        # The whole page as laid out in the 1280 px window, beyond the viewport (Chromium's own
+        # capture through the DevTools protocol), cut at SHOT_MAX_HEIGHT.
+        size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+        clip = {
+            "x": 0,
+            "y": 0,
+            "width": size["width"],
+            "height": min(size["height"], SHOT_MAX_HEIGHT),
+            "scale": 1,
+        }
+        shot_png = browser.execute_cdp_cmd(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+        )
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        browser.save_screenshot(str(Path(SCREENSHOTS) / f"{shot}.png"))
+        (Path(SCREENSHOTS) / f"{shot}.png").write_bytes(base64.b64decode(shot_png["data"]))
     return browser
 
 
@@ -80,6 +100,13 @@ def _cells(browser: Any, css: str) -> list[str]:
     from selenium.webdriver.common.by import By
 
     return [e.text for e in browser.find_elements(By.CSS_SELECTOR, css)]
+
+
+def _chart(browser: Any, chart_id: str) -> Any:
+    """The data a chart was drawn from (its ``<script type="application/json">``)."""
+    from selenium.webdriver.common.by import By
+
+    return json.loads(browser.find_element(By.ID, chart_id).get_attribute("textContent"))
 
 
 def _json(*args: str) -> Any:
@@ -152,9 +179,18 @@ def test_job_page_shows_what_jobs_cost_and_show_say(fleet: dict[str, Any], serve
         timeline = " ".join(_cells(browser, "#job-timeline td"))
         for event in show["events"]:
             assert event["reason"] in timeline
-        # The spend chart is drawn by the vendored uPlot (a canvas), with no network at all.
-        assert browser.find_elements(By.CSS_SELECTOR, "#job-ledger") and browser.find_elements(
-            By.CSS_SELECTOR, "div.chart canvas"
+        # The charts end where `jobs show` and `jobs cost` are: the steps of the newest heartbeat,
+        # the ledger's total; both are drawn by the vendored uPlot (canvases), with no network.
+        progress, spend = _chart(browser, "job-progress-chart"), _chart(browser, "job-cost-chart")
+        if show["progress"]["steps"]:
+            assert progress["series"][0]["y"][-1] == show["progress"]["steps"]
+            assert progress["series"][1]["y"][-1] == show["progress"]["work_steps"]
+        else:
+            assert progress["x"] == []
+        if cost["intervals"]:
+            assert abs(spend["series"][0]["y"][-1] - cost["total_usd"]) <= slack
+        assert len(browser.find_elements(By.CSS_SELECTOR, "div.chart canvas")) == bool(progress["x"]) + bool(
+            spend["x"]
         )
     _open(browser, f"{server}/jobs/no-such-job")
     assert "no-such-job" in browser.find_element(By.ID, "error").text
@@ -231,7 +267,20 @@ def test_availability_page_shows_the_report(fleet: dict[str, Any], server: str, 
     )
     shares = _cells(browser, "#availability-markets td.share")
     assert shares == [f"{row['available_share']:.0%}" for row in report["markets"]]
-    assert len(shares) == 2
+    assert len(shares) == 3
+    # The heatmap over time: a row per market, least available first, whose columns (equal
+    # spans of the window, every market observed from its start) average to the report's share.
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#availability-heatmap .heatmap-row[data-market]')]"
+        ".map(r => [r.dataset.market, [...r.querySelectorAll('.cell')].map(c => c.dataset.share)]);"
+    )
+    want = {
+        f"{m['cloud']} {m['zone'] or m['region']} {m['instance_type']} spot": m["available_share"]
+        for m in report["markets"]
+    }
+    assert [label for label, _ in rows] == sorted(want, key=want.__getitem__)
+    for label, cells in rows:
+        assert sum(float(c) for c in cells) / len(cells) == pytest.approx(want[label], abs=1e-9)
 
 
 def test_whatif_page_shows_the_saved_replay(fleet: dict[str, Any], server: str, browser: Any) -> None:
@@ -254,6 +303,7 @@ def test_whatif_save_refuses_a_taken_name(fleet: dict[str, Any]) -> None:
     assert "--save" in err and "choose another name" in err
 
 
+@pytest.mark.parametrize("module_db_url", ["sqlite"], indirect=True)  # the rule is the server's
 def test_token_is_required_off_loopback_and_enforced(fleet: dict[str, Any], browser: Any) -> None:
     from selenium.webdriver.common.by import By
 

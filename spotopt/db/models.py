@@ -350,6 +350,29 @@ class JobEvent(Base):
 Index("ix_job_events_job_at", JobEvent.job_id, JobEvent.at)
 
 
+class JobProgress(Base):
+    """Append-only: a managed job's steps as its agent reported them, over time.
+
+    The job row keeps only the newest heartbeat (``ManagedJob.steps``); these rows are the
+    history behind the dashboard's progress chart, written by ``spotopt.mover.progress`` at most
+    every few minutes per job and at every new epoch. ``epoch`` is the placement's: a job moved
+    or recovered restarts from its checkpoint, so its steps can go down when the epoch changes
+    (the work lost since that checkpoint).
+    """
+
+    __tablename__ = "job_progress"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("managed_jobs.id"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    epoch: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[int] = mapped_column(Integer)
+
+
+# Index: "one job's points in time order" (the job page's chart, the recorder's newest point).
+Index("ix_job_progress_job_at", JobProgress.job_id, JobProgress.at)
+
+
 PLACEMENT_STATES = ("launching", "running", "ended", "failed")
 """``launching``: the launch is journaled (it may or may not have happened); ``running``: the
 provider returned an instance; ``ended``: it is gone (``end_reason`` says why); ``failed``: the

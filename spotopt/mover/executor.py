@@ -69,6 +69,7 @@ from spotopt.mover.billing import billed_seconds
 from spotopt.mover.eventlog import log_event
 from spotopt.mover.ledger import market_key, price_entry_egress, record_entry_egress, spent_usd
 from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity, record_lifetime, record_throughput
+from spotopt.mover.progress import record_progress
 from spotopt.mover.sweep import Leftover, find_leftovers
 from spotopt.providers.base import DATABASE_TAG, Billing, InstanceState, LaunchSpec, Provider, market_label
 from spotopt.times import parse_duration
@@ -738,6 +739,7 @@ class Executor:
 
     def _record_beat(self, job_id: int, beat: Heartbeat, placement_id: int) -> None:
         """Keep the newest heartbeat's progress on the job row (``jobs show``, the next decision)
+        and in the job's progress history (``spotopt.mover.progress``, the dashboard's chart),
         and, from a provider whose instances are the market's machines, its measured steps/s."""
         with self.db.session() as session:
             job = session.get(ManagedJob, job_id)
@@ -761,6 +763,7 @@ class Executor:
                     job.checkpoint_name = beat.last_checkpoint
                     job.checkpoint_step = beat.last_checkpoint_step or 0
                 job.heartbeat_at = beat.at
+                record_progress(session, job.id, placement.epoch, beat.step, beat.at)
 
     def _launch_spec(self, job: ManagedJob, spec: Job, move: JobMove, market: MarketKey) -> LaunchSpec:
         """What the provider starts; ``SPOTOPT_MARKET``/``SPOTOPT_GPUS`` tell the job where it runs

@@ -61,7 +61,16 @@ from spotopt.whatif.timeline import Timeline
 
 Array = np.ndarray[Any, Any]
 MOVER_TABLES = frozenset(
-    {"managed_jobs", "job_events", "placements", "job_moves", "journal", "daemon_ticks", "meta"}
+    {
+        "managed_jobs",
+        "job_events",
+        "job_progress",
+        "placements",
+        "job_moves",
+        "journal",
+        "daemon_ticks",
+        "meta",
+    }
 )
 """The daemon's own state: never copied into the replay (it starts with no jobs and no memory)."""
 EPS_S = 1e-6

@@ -18,6 +18,7 @@ Section ``outages``: each outage with its start, end and hours.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib
@@ -147,25 +148,28 @@ def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
     )
 
 
-def _heatmap(result: ReportResult, since_us: int, until_us: int, rows: int) -> tuple[pd.Series, np.ndarray]:
-    """The labels of the ``rows`` least available markets and, per market and time column, the
-    share of the column it was available (NaN where its state was not known yet).
+def heatmap(
+    sections: Mapping[str, pd.DataFrame], since_us: int, until_us: int, rows: int, columns: int
+) -> tuple[pd.Series, np.ndarray]:
+    """The labels of the ``rows`` least available markets and, per market and each of
+    ``columns`` equal time columns of [since, until), the share of the column it was available
+    (NaN where its state was not known yet). ``--plot`` draws it, and so does the dashboard.
 
     Rebuilt from the sections alone: a market's state is known from ``since`` or its first
     observation, and it was available then except during its outages.
     """
-    table = result.sections["markets"].sort_values("available_share", kind="stable").head(rows)
+    table = sections["markets"].sort_values("available_share", kind="stable").head(rows)
     labels = history.market_label(table.assign(zone=table["zone"].fillna("")))
-    outages = result.sections["outages"]
+    outages = sections["outages"]
     outage_labels = history.market_label(outages.assign(zone=outages["zone"].fillna("")))
-    edges = np.linspace(since_us, until_us, PLOT_COLUMNS + 1)
+    edges = np.linspace(since_us, until_us, columns + 1)
     lo, hi = edges[:-1], edges[1:]
-    shares = np.full((len(table), PLOT_COLUMNS), np.nan)
+    shares = np.full((len(table), columns), np.nan)
     first = frames.to_us(table["first_observed"])
     for i, label in enumerate(labels):
         known_from = max(since_us, int(first[i]))
         known = np.clip(hi, known_from, None) - np.clip(lo, known_from, None)
-        down = np.zeros(PLOT_COLUMNS)
+        down = np.zeros(columns)
         mine = outages[(outage_labels == label).to_numpy()]
         for start, end in zip(
             frames.to_us(mine["outage_from"]), frames.to_us(mine["outage_to"]), strict=True
@@ -178,7 +182,7 @@ def _heatmap(result: ReportResult, since_us: int, until_us: int, rows: int) -> t
 
 def plot(result: ReportResult, args: Args, path: Path) -> None:
     since_us, until_us = frames.dt_us(args["since"]), frames.dt_us(args["until"])
-    labels, shares = _heatmap(result, since_us, until_us, PLOT_ROWS)
+    labels, shares = heatmap(result.sections, since_us, until_us, PLOT_ROWS, PLOT_COLUMNS)
     fig, ax = plots.figure()
     if len(labels):
         cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="lightgrey")

@@ -10,6 +10,7 @@ here writes; pages are plain dicts for the templates (``spotopt.ui.app``).
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -39,7 +40,10 @@ from spotopt.mover import ledger
 from spotopt.mover import status as job_status
 from spotopt.mover.jobs import job_spec
 from spotopt.mover.observed import PREEMPTION_ENDS
+from spotopt.mover.progress import progress_points
 from spotopt.providers.base import market_label
+from spotopt.reports.availability import heatmap
+from spotopt.reports.frames import dt_us
 from spotopt.reports.registry import REPORTS
 from spotopt.reports.sql import markets_stmt
 
@@ -47,6 +51,8 @@ WINDOW = timedelta(days=30)
 """The markets page shows the last 30 days of prices, the availability page of observations."""
 CHART_MARKETS = 12
 """At most this many series in a chart (the cheapest or least available first): legible lines."""
+HEATMAP_COLUMNS = 96
+"""Time columns of the availability heatmap: a quarter-hour each over a day, 7.5 h over 30 days."""
 
 
 def _deadline(job: ManagedJob) -> datetime | None:
@@ -104,8 +110,8 @@ def fleet(db: Database, now: datetime) -> dict[str, Any]:
 
 
 def job(db: Database, name: str, now: datetime) -> dict[str, Any]:
-    """The job page: ``jobs show`` and ``jobs cost`` for one job, its timeline and its cost over
-    time. Raises ``InputError`` (``find_job``'s) for an unknown name."""
+    """The job page: ``jobs show`` and ``jobs cost`` for one job, its timeline, its progress and
+    its cost over time. Raises ``InputError`` (``find_job``'s) for an unknown name."""
     job_row, status, events = job_status.show(db, name, now)
     _, intervals = job_status.ledger(db, name, now)
     with db.session() as session:
@@ -118,6 +124,7 @@ def job(db: Database, name: str, now: datetime) -> dict[str, Any]:
             (at, reason, epoch, market_label(ledger.market_key(session, market_id)))
             for at, reason, epoch, market_id in ended
         ]
+        progress = progress_points(session, job_row)
     timeline: list[dict[str, Any]] = [
         {"at": e.at, "kind": "state", "what": f"{e.from_state or '–'} → {e.to_state}", "detail": e.reason}
         for e in events
@@ -149,7 +156,18 @@ def job(db: Database, name: str, now: datetime) -> dict[str, Any]:
         "egress_usd": ledger.egress_usd(intervals),
         "timeline": timeline,
         "cost_chart": _cost_series(intervals, now),
+        "progress_chart": _progress_series(progress, status["progress"]["work_steps"]),
     }
+
+
+def _progress_series(points: list[tuple[datetime, int]], work_steps: float | None) -> dict[str, Any]:
+    """Steps done over time (``spotopt.mover.progress``) and, where the job says, its total work
+    as a flat line to reach; seconds since the epoch on x."""
+    xs = [at.timestamp() for at, _ in points]
+    series: list[dict[str, Any]] = [{"label": "steps done", "y": [steps for _, steps in points]}]
+    if work_steps:
+        series.append({"label": "work (steps)", "y": [work_steps] * len(xs)})
+    return {"x": xs, "series": series}
 
 
 def _cost_series(intervals: list[ledger.Interval], now: datetime) -> dict[str, Any]:
@@ -274,22 +292,42 @@ def _price_series(db: Database, market_ids: list[int], since: datetime, until: d
         for i in range(1, len(values)):
             if values[i] is None:
                 values[i] = values[i - 1]
-    return {"x": times, "series": [{"label": labels[m], "y": series[m]} for m in market_ids]}
+    drawn = [m for m in market_ids if any(v is not None for v in series[m])]  # catalog-only: no line
+    return {"x": times, "series": [{"label": labels[m], "y": series[m]} for m in drawn]}
 
 
 def availability(db: Database, now: datetime) -> dict[str, Any]:
     """The availability page: the ``availability`` report over the window (share of time each
-    spot market had capacity, its outages), over the last 30 days of observations."""
+    spot market had capacity, its outages) and its heatmap over time, over the last 30 days of
+    observations."""
     with db.session() as session:
         window = _window(_capacity_span(session))
     if window is None:
-        return {"window": None, "markets": [], "outages": []}
+        return {"window": None, "markets": [], "outages": [], "heatmap": None}
     since, until = window
     sections = _report(db, "availability", {"since": since.isoformat(), "until": until.isoformat()}, now)
     return {
         "window": window,
         "markets": _records(sections["markets"]),
         "outages": _records(sections["outages"]),
+        "heatmap": _availability_heatmap(sections, since, until),
+    }
+
+
+def _availability_heatmap(
+    sections: Mapping[str, pd.DataFrame], since: datetime, until: datetime
+) -> dict[str, Any]:
+    """The least available markets' share of each time column available (the report's
+    ``--plot`` heatmap, ``HEATMAP_COLUMNS`` wide): rows of a label and per column a share, None
+    before the market's first observation."""
+    labels, shares = heatmap(sections, dt_us(since), dt_us(until), CHART_MARKETS, HEATMAP_COLUMNS)
+    step = (until - since) / HEATMAP_COLUMNS
+    return {
+        "columns": [(since + i * step, since + (i + 1) * step) for i in range(HEATMAP_COLUMNS)],
+        "rows": [
+            {"label": label, "cells": [None if math.isnan(v) else float(v) for v in row]}
+            for label, row in zip(labels, shares, strict=True)
+        ],
     }
 
 
