@@ -50,11 +50,16 @@ HOLD_AT = 150
 HOLD_AFTER_MOVE = 300
 BUDGET_USD = 1.0
 PHASES = ("before", "after")
-FAULTS = ("trainer-kill", "exit-137")
-"""What can happen to the training process at ``HOLD_AT``: ``trainer-kill`` SIGKILLs it (what the
+FAULTS = ("trainer-kill", "exit-137", "store-errors")
+"""What can happen at ``HOLD_AT``: ``trainer-kill`` SIGKILLs the training process (what the
 kernel's OOM killer does: the agent sees a signal), ``exit-137`` runs it under a shell that then
 exits with status 137 (what a container runtime or wrapper reports for an OOM kill). Both are
-retryable: the job must resume and end ``done`` with the uninterrupted run's weights."""
+retryable: the job must resume and end ``done`` with the uninterrupted run's weights.
+``store-errors``: the job's store refuses writes for a while, in two phases (``_store_outage``),
+each lifted once the refusal it is for has happened: the checkpoint the move asks of the old
+placement, then the daemon's lease grant. The move must wait both out and the job end ``done``."""
+STORE_PHASES = ("checkpoints", "lease")
+"""``store-errors``' phases: the directory that refuses writes in each (below the job's store)."""
 RUN_LIMIT_S = 240.0
 """A whole scenario (all driver runs) gives up after this: only a broken build reaches it."""
 
@@ -110,10 +115,18 @@ class FaultWorld:
         return int(until.read_text(encoding="utf-8")) if until.exists() else None
 
     def stop_all(self) -> None:
-        """Teardown: end every instance this world's provider started (by its recorded pid)."""
+        """Teardown: end every instance this world's provider started (by its recorded pid), and
+        give the store back its writes (a read-only directory could not even be deleted)."""
         provider = self.provider
         for instance in provider.list_instances():
             provider.terminate(instance.instance_id, grace_s=0)
+        for phase in STORE_PHASES:
+            allow_writes(self.store_dir(phase))
+
+    def store_dir(self, phase: str) -> Path:
+        """The directory of the job's store that refuses writes in ``phase`` of ``store-errors``."""
+        job = self.tmp / "store" / JOB
+        return job / "checkpoints" if phase == "checkpoints" else job
 
 
 def new_world(db_url: str, tmp: Path, fault: str | None = None) -> FaultWorld:
@@ -168,7 +181,7 @@ def _trainer_pids(world: FaultWorld) -> list[int]:
 
 
 def _inject(world: FaultWorld) -> bool:
-    """Play the world's training fault once the first placement is held at ``HOLD_AT`` (the file
+    """Play the world's fault once the first placement is held at ``HOLD_AT`` (the file
     ``fault-injected`` holds the epoch it hit); True once it has been played."""
     marker = world.tmp / "fault-injected"
     if world.fault is None or marker.exists():
@@ -176,15 +189,82 @@ def _inject(world: FaultWorld) -> bool:
     lines = log_lines(world.log)
     if not lines or lines[-1][0] < HOLD_AT:
         return False
+    if world.fault == "store-errors":
+        world.store_dir("checkpoints").mkdir(parents=True, exist_ok=True)  # none written yet
+        refuse_writes(world.store_dir("checkpoints"))
+        marker.write_text(str(lines[-1][2]), encoding="utf-8")
+        return True
     (pid,) = _trainer_pids(world)
     marker.write_text(str(lines[-1][2]), encoding="utf-8")
     os.kill(pid, signal.SIGKILL)
     return True
 
 
+def _store_outage(world: FaultWorld, db: Database) -> None:
+    """Move ``store-errors`` on, from what happened (never from timing): the checkpoint
+    directory refuses writes until the old placement's agent said the store refused its
+    checkpoint (the move's checkpoint-and-stop); then the job's own directory refuses them (the
+    lease is written there) until the daemon's journal shows the grant failed; then all is
+    writable again (the file ``store-restored``)."""
+    if world.fault != "store-errors" or not (world.tmp / "fault-injected").exists():
+        return
+    restored = world.tmp / "store-restored"
+    if restored.exists():
+        return
+    lease_phase = world.tmp / "store-refuses-lease"
+    if not lease_phase.exists():
+        if not any("not saved (PermissionError" in text for text in _agent_logs(world)):
+            return
+        allow_writes(world.store_dir("checkpoints"))
+        refuse_writes(world.store_dir("lease"))
+        lease_phase.touch()
+        return
+    with db.session() as session:
+        grants = list(session.scalars(select(JournalEntry).where(JournalEntry.action == "grant")))
+    if any("PermissionError" in (g.detail or "") for g in grants):
+        allow_writes(world.store_dir("lease"))
+        restored.touch()
+
+
+def _agent_logs(world: FaultWorld) -> list[str]:
+    """The output of every placement's process (the agent writes its warnings there)."""
+    provider = world.provider
+    logs = [provider.log_path(i.instance_id) for i in provider.list_instances(job=JOB)]
+    return [p.read_text(encoding="utf-8", errors="replace") for p in logs if p.exists()]
+
+
+def refuse_writes(directory: Path) -> None:
+    """``directory`` takes no new entry and loses none: real writes into it fail with EPERM or
+    EACCES. Root ignores permission bits, so as root the directory is made immutable
+    (``chattr +i``, ext4/xfs/btrfs with CAP_LINUX_IMMUTABLE); otherwise it is made read-only."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(directory)], check=True, capture_output=True)
+    else:
+        directory.chmod(0o555)
+    probe = directory / ".probe"
+    try:
+        probe.touch()
+    except PermissionError:
+        return
+    probe.unlink()
+    allow_writes(directory)
+    raise RuntimeError(f"{directory} still takes writes: this machine cannot play store-errors")
+
+
+def allow_writes(directory: Path) -> None:
+    """Undo ``refuse_writes`` (nothing to do for a directory that is not there)."""
+    if not directory.is_dir():
+        return
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(directory)], check=True, capture_output=True)
+    else:
+        directory.chmod(0o755)
+
+
 def _resumed_after_fault(world: FaultWorld) -> bool:
-    """No fault, or a newer placement than the one the fault hit has reached ``HOLD_AT``."""
-    if world.fault is None:
+    """No fault, a store outage (the move is what meets it), or a newer placement than the one
+    the fault hit has reached ``HOLD_AT``."""
+    if world.fault in (None, "store-errors"):
         return True
     marker = world.tmp / "fault-injected"
     lines = log_lines(world.log)
@@ -196,11 +276,13 @@ def _resumed_after_fault(world: FaultWorld) -> bool:
 def steer(world: FaultWorld, db: Database) -> None:
     """The test's edits, from what the database says (idempotent, so any run may do them):
     the training fault once the job runs at ``HOLD_AT``; a cheaper market once it runs there (again,
-    after a fault); more steps once the move's lease moved; no limit once the move is done."""
+    after a fault); the store outage's phases; more steps once the move's lease moved; no limit
+    once the move is done."""
     job = jobstore.get_job(db, JOB)
     cheaper = world.tmp / "cheaper-added"
     if not _inject(world):
         return
+    _store_outage(world, db)
     if (
         not cheaper.exists()
         and job.state == "running"
@@ -413,6 +495,10 @@ def _check_resumed(world: FaultWorld, found: Findings) -> None:
         return
     if not (world.tmp / "fault-injected").exists():
         found.unresumed.append(f"{world.fault}: never played (the job did not reach step {HOLD_AT})")
+        return
+    if world.fault == "store-errors":
+        if not (world.tmp / "store-restored").exists():
+            found.unresumed.append("store-errors: the outage never reached the daemon's grant")
         return
     db = open_history(world.db_url)
     try:
