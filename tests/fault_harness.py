@@ -42,6 +42,7 @@ from spotopt.mover import jobs as jobstore
 from spotopt.mover.ledger import intervals, spent_usd, total_usd
 from spotopt.providers.local import LocalProvider, group_members
 from tests.mover_world import STEPS, TRAIN, a_day_ago, job_yaml, on_demand, spot
+from tests.read_only import allow_writes, refuse_writes
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = "mlp"
@@ -231,34 +232,6 @@ def _agent_logs(world: FaultWorld) -> list[str]:
     provider = world.provider
     logs = [provider.log_path(i.instance_id) for i in provider.list_instances(job=JOB)]
     return [p.read_text(encoding="utf-8", errors="replace") for p in logs if p.exists()]
-
-
-def refuse_writes(directory: Path) -> None:
-    """``directory`` takes no new entry and loses none: real writes into it fail with EPERM or
-    EACCES. Root ignores permission bits, so as root the directory is made immutable
-    (``chattr +i``, ext4/xfs/btrfs with CAP_LINUX_IMMUTABLE); otherwise it is made read-only."""
-    if os.geteuid() == 0:
-        subprocess.run(["chattr", "+i", str(directory)], check=True, capture_output=True)
-    else:
-        directory.chmod(0o555)
-    probe = directory / ".probe"
-    try:
-        probe.touch()
-    except PermissionError:
-        return
-    probe.unlink()
-    allow_writes(directory)
-    raise RuntimeError(f"{directory} still takes writes: this machine cannot play store-errors")
-
-
-def allow_writes(directory: Path) -> None:
-    """Undo ``refuse_writes`` (nothing to do for a directory that is not there)."""
-    if not directory.is_dir():
-        return
-    if os.geteuid() == 0:
-        subprocess.run(["chattr", "-i", str(directory)], check=True, capture_output=True)
-    else:
-        directory.chmod(0o755)
 
 
 def _resumed_after_fault(world: FaultWorld) -> bool:
