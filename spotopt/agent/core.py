@@ -318,7 +318,9 @@ class Agent:
         try:
             return self._poller.poll()
         except Exception as exc:
-            self._warn_now_and_then("poll", f"notice poll failed ({type(exc).__name__}: {exc}); the round goes on")
+            self._warn_now_and_then(
+                "poll", f"notice poll failed ({type(exc).__name__}: {exc}); the round goes on"
+            )
             return None
 
     def _warn_now_and_then(self, what: str, message: str) -> None:
