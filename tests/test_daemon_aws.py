@@ -38,7 +38,6 @@ from tests.test_daemon_local import (
     test_a_cheaper_market_moves_the_job_make_before_break,
     test_a_cancel_under_way_is_escalated_to_a_halt,
     test_a_deadline_spot_cannot_meet_starts_on_demand,
-    test_a_job_cancelled_now_is_terminated_without_a_checkpoint,
     test_a_job_cancelled_while_it_starts_has_its_instance_stopped,
     test_a_preemption_notice_checkpoints_and_relaunches,
 )
@@ -54,7 +53,6 @@ __all__ = [
     "test_a_cancel_under_way_is_escalated_to_a_halt",
     "test_a_cheaper_market_moves_the_job_make_before_break",
     "test_a_deadline_spot_cannot_meet_starts_on_demand",
-    "test_a_job_cancelled_now_is_terminated_without_a_checkpoint",
     "test_a_job_cancelled_while_it_starts_has_its_instance_stopped",
     "test_a_preemption_notice_checkpoints_and_relaunches",
 ]
