@@ -152,13 +152,19 @@ def test_a_kill_at_a_random_time_on_postgresql(reference: Reference, pg_url: str
     assert_survives_a_kill(new_world(pg_url, tmp_path), reference, seed=100)
 
 
-def test_a_killed_trainer_is_retried_to_the_uninterrupted_result(
-    reference: Reference, sqlite_template: Path, tmp_path: Path
-) -> None:
-    world = new_world(copy_sqlite(sqlite_template, tmp_path / "db.sqlite"), tmp_path, fault="trainer-kill")
+def survived(reference: Reference, sqlite_template: Path, tmp_path: Path, fault: str) -> Outcome:
+    """``fault`` played on SQLite with no daemon kill: one driver ended the job, nothing broken."""
+    world = new_world(copy_sqlite(sqlite_template, tmp_path / "db.sqlite"), tmp_path, fault=fault)
     outcome = played(world, reference)
     assert outcome.runs[-1].returncode == 0 and not outcome.crashed
     assert outcome.findings.problems() == {}, outcome.runs
+    return outcome
+
+
+def test_a_killed_trainer_is_retried_to_the_uninterrupted_result(
+    reference: Reference, sqlite_template: Path, tmp_path: Path
+) -> None:
+    outcome = survived(reference, sqlite_template, tmp_path, "trainer-kill")
     assert outcome.findings.epochs == [1, 2, 3]  # the killed one, its retry, the moved one
 
 
@@ -174,14 +180,11 @@ def test_an_exit_137_and_a_daemon_kill_together_on_postgresql(
 def test_a_store_that_refuses_writes_during_a_move_is_waited_out(
     reference: Reference, sqlite_template: Path, tmp_path: Path
 ) -> None:
-    world = new_world(copy_sqlite(sqlite_template, tmp_path / "db.sqlite"), tmp_path, fault="store-errors")
-    outcome = played(world, reference)
-    assert outcome.runs[-1].returncode == 0 and not outcome.crashed
-    assert outcome.findings.problems() == {}, outcome.runs
+    outcome = survived(reference, sqlite_template, tmp_path, "store-errors")
     # The old placement trained on while the store refused its checkpoint, checkpointed once
     # the store took writes again, and the new one resumed there: one move, no retry.
     assert outcome.findings.epochs == [1, 2]
-    refused = [e for e in parse_events(world.events) if e["event"] == "job-error"]
+    refused = [e for e in parse_events(tmp_path / "events.log") if e["event"] == "job-error"]
     assert refused and all("PermissionError" in e["error"] for e in refused)
     assert (tmp_path / "store-restored").exists()
 
