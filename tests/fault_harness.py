@@ -12,7 +12,7 @@ bit-identical to an uninterrupted run and every resume starting at or after the 
 checkpoint (no lost progress); no live process of any instance (orphans); the epochs in the
 shared step log never go back (two placements never trained at once); spend within the budget;
 the ledger has one closed interval per instance the provider launched, each covering its
-process's end; a training fault was resumed by a retry.
+process's end; a training fault was resumed by a retry, a store outage waited out.
 """
 
 from __future__ import annotations
@@ -422,7 +422,8 @@ class Findings:
     journal: list[str] = field(default_factory=list)
     """Journal steps left unfinished after the job ended (a crash's intent nobody closed)."""
     unresumed: list[str] = field(default_factory=list)
-    """A training fault that no retry of the job's policy resumed."""
+    """A fault the job did not get over: a training fault no retry resumed, a store outage that
+    never ran its course."""
     epochs: list[int] = field(default_factory=list)
     """The epochs that trained, in the order they did (for reports)."""
 
@@ -463,7 +464,9 @@ def check(world: FaultWorld, reference: Reference) -> Findings:
 def _check_resumed(world: FaultWorld, found: Findings) -> None:
     """A played training fault was followed by one of the retry policy's transitions: back to
     ``recovering`` from a running job, to ``pending`` when the fault came while its start (or
-    a recovery) was still confirming it (``jobs.after_failure``)."""
+    a recovery) was still confirming it (``jobs.after_failure``). A store outage needs no retry:
+    both its phases must have been played and lifted (the job's ending ``done`` is checked with
+    the money)."""
     if world.fault is None:
         return
     if not (world.tmp / "fault-injected").exists():

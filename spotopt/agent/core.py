@@ -218,7 +218,7 @@ class Agent:
                 f"stopped at step {self._step} ({self._stop_reason}); newest verified checkpoint: {where}"
             )
             raise SystemExit(EXIT_STOPPED)
-        if self._unsaved is not None:
+        if self._unsaved is not None and self._step > self._last_step():
             self._warn(
                 f"finished at step {self._step}, but the {self._unsaved}: not marked complete; "
                 "a retry resumes from the newest verified checkpoint"
