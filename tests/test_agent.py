@@ -424,3 +424,21 @@ def test_a_run_whose_last_checkpoint_was_refused_is_not_marked_complete(
         agent.finish()
     assert exited.value.code == EXIT_UNSAVED  # retried by the daemon, not final
     assert read_finished(loc, "job") is None
+
+
+def test_a_refused_second_checkpoint_of_a_saved_step_still_finishes(
+    tmp_path: Path, clock: FakeClock, loc: Location
+) -> None:
+    agent = _agent(tmp_path, clock)
+    agent.resume()
+    agent.progress(5)
+    _save(agent, 5)
+    checkpoints = Path(loc.path("job", "checkpoints"))
+    refuse_writes(checkpoints)
+    try:
+        _save(agent, 5)  # refused, but step 5 is already verified
+        agent.finish()
+    finally:
+        allow_writes(checkpoints)
+    done = read_finished(loc, "job")
+    assert done is not None and done["step"] == 5
