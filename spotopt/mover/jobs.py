@@ -379,7 +379,8 @@ def cancel(
             placement = session.get(Placement, job.placement_id) if job.placement_id else None
             if placement is None or placement.state not in ("launching", "running"):
                 raise TransitionError(
-                    f"job {name!r}: already cancelled and its placement has stopped; nothing to halt"
+                    f"job {name!r}: already cancelled and its placement has stopped; nothing to halt "
+                    "(`spotopt jobs retry NAME` resumes it)"
                 )
             at = now or datetime.now(UTC)
             session.add(
