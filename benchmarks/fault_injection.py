@@ -1,17 +1,18 @@
 """The long fault-injection sweep: the mover's daemon SIGKILLed at every journaled step on both
-backends and at seeded random times, restarted each time, and the training process killed
-(SIGKILL, as the OOM killer does) or exiting 137 (as a wrapper reports an OOM kill) on top of a
-random daemon kill, with the issue's invariants checked after every run (``tests.fault_harness``;
+backends and at seeded random times, restarted each time, and on top of a random daemon kill the
+training process killed (SIGKILL, as the OOM killer does), exiting 137 (as a wrapper reports an
+OOM kill), or the job's checkpoint store refusing writes through the move (``store-errors``),
+with the issue's invariants checked after every run (``tests.fault_harness``;
 ``tests/test_fault_injection.py`` is the fast subset).
 
     python benchmarks/fault_injection.py [--runs 200] [--seed 0] [--jobs 2] [--skip-pg]
 
 The crash points come from a clean run's journal (every key, before and after its call); the
 remaining runs are random-time kills with delays drawn from ``--seed``, each in turn with no
-training fault or one of ``FAULTS``. PostgreSQL is a
+other fault or one of ``FAULTS``. PostgreSQL is a
 throwaway server from ``tests/pg.py``. Prints one row per (backend, kind) and the total: runs,
 crashes that landed, and the violations (lost progress or a wrong result, orphaned processes,
-overlapping epochs, budget overruns, ledger mismatches, training faults no retry resumed), all of
+overlapping epochs, budget overruns, ledger mismatches, faults the job did not get over), all of
 which must be 0; exit 1 if not.
 """
 

@@ -9,7 +9,9 @@ preemption, which the ledger bills), some pending, some recovering from a preemp
 Jobs differ in throughputs (1-3 GPU models), GPU ranges, deadlines and ``allow`` filters.
 
 Timed: one ``Daemon.tick()`` with ``DaemonSettings(dry_run=True)`` and no provider, broken down
-by phase (each phase's wall seconds; ``rest`` is the tick's own bookkeeping between them).
+by phase (each phase's wall seconds; ``rest`` is the tick's own bookkeeping between them: the
+job counts of its report). A dry run writes no round record and watches no instance, so neither
+is a phase here: ``watch`` is its read of the running jobs, all a dry run does of it.
 Building the world is not timed. ``--backend postgresql`` needs ``--pg-url`` (or
 ``SPOTOPT_BENCH_PG_URL``): an empty database on a server you run (it is migrated, then filled).
 
@@ -24,6 +26,7 @@ import json
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -351,8 +354,7 @@ def _placements(
 
 
 PHASES: tuple[tuple[str, Any, str], ...] = (
-    ("tick record (begin)", Daemon, "_begin_tick"),
-    ("watch (running jobs)", Daemon, "_watch"),
+    (WATCH := "watch (running jobs, read)", Daemon, "_watch"),
     ("snapshot (prices, rates)", view_mod, "snapshot"),
     ("options (enumerate)", view_mod, "enumerate_options"),
     ("forecast (history)", view_mod, "market_forecast"),
@@ -363,6 +365,7 @@ PHASES: tuple[tuple[str, Any, str], ...] = (
     (DECIDE_ROUND := "decide round", Daemon, "_decide"),
 )
 """The tick's phases, each timed by wrapping the function the tick calls for it."""
+REST = "rest (job counts)"
 
 
 def clocks() -> Array:
@@ -371,14 +374,17 @@ def clocks() -> Array:
 
 
 @contextmanager
-def timed_phases() -> Iterator[dict[str, Array]]:
-    """Wrap every phase's function to add up its wall and CPU seconds while the block runs."""
+def timed_phases() -> Iterator[tuple[dict[str, Array], Counter[str]]]:
+    """Wrap every phase's function to add up its wall and CPU seconds, and its calls, while the
+    block runs."""
     spent = {name: np.zeros(2) for name, _, _ in PHASES}
+    calls: Counter[str] = Counter()
     saved = []
 
     def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = clocks()
+            calls[name] += 1
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -391,7 +397,7 @@ def timed_phases() -> Iterator[dict[str, Array]]:
         saved.append((owner, attr, fn))
         setattr(owner, attr, wrap(name, fn))
     try:
-        yield spent
+        yield spent, calls
     finally:
         for owner, attr, fn in saved:
             setattr(owner, attr, fn)
@@ -399,19 +405,22 @@ def timed_phases() -> Iterator[dict[str, Array]]:
 
 def timed_tick(db: Database) -> tuple[TickReport, dict[str, Array]]:
     """One dry-run tick at ``AT`` (no provider): its report and (wall, CPU) seconds per phase,
-    with ``state read`` (``_decide`` less the phases it calls), ``rest`` and ``total``."""
+    with ``state read`` (``_decide`` less the phases it calls), ``rest`` and ``total``. A phase
+    the tick never ran is an error: every row printed is time the tick spent."""
     daemon = Daemon(db, None, DaemonSettings(dry_run=True), clock=lambda: AT)
-    with timed_phases() as spent:
+    with timed_phases() as (spent, calls):
         start = clocks()
         report = daemon.tick()
         total = clocks() - start
+    if idle := [name for name, _, _ in PHASES if not calls[name]]:
+        raise RuntimeError(f"phases the dry-run tick did not run: {', '.join(idle)}; drop them from PHASES")
     phases = dict(spent)
     round_s = phases.pop(DECIDE_ROUND)
     phases["state read (jobs, specs)"] = round_s - sum(
-        (v for k, v in phases.items() if k not in ("tick record (begin)", "watch (running jobs)")),
+        (v for k, v in phases.items() if k != WATCH),
         np.zeros(2),
     )
-    phases["rest (counts, tick record)"] = total - sum(phases.values(), np.zeros(2))
+    phases[REST] = total - sum(phases.values(), np.zeros(2))
     phases["total"] = total
     return report, phases
 

@@ -12,7 +12,7 @@ bit-identical to an uninterrupted run and every resume starting at or after the 
 checkpoint (no lost progress); no live process of any instance (orphans); the epochs in the
 shared step log never go back (two placements never trained at once); spend within the budget;
 the ledger has one closed interval per instance the provider launched, each covering its
-process's end; a training fault was resumed by a retry.
+process's end; a training fault was resumed by a retry, a store outage waited out.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from spotopt.mover import jobs as jobstore
 from spotopt.mover.ledger import intervals, spent_usd, total_usd
 from spotopt.providers.local import LocalProvider, group_members
 from tests.mover_world import STEPS, TRAIN, a_day_ago, job_yaml, on_demand, spot
+from tests.read_only import allow_writes, refuse_writes
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = "mlp"
@@ -50,11 +51,16 @@ HOLD_AT = 150
 HOLD_AFTER_MOVE = 300
 BUDGET_USD = 1.0
 PHASES = ("before", "after")
-FAULTS = ("trainer-kill", "exit-137")
-"""What can happen to the training process at ``HOLD_AT``: ``trainer-kill`` SIGKILLs it (what the
+FAULTS = ("trainer-kill", "exit-137", "store-errors")
+"""What can happen at ``HOLD_AT``: ``trainer-kill`` SIGKILLs the training process (what the
 kernel's OOM killer does: the agent sees a signal), ``exit-137`` runs it under a shell that then
 exits with status 137 (what a container runtime or wrapper reports for an OOM kill). Both are
-retryable: the job must resume and end ``done`` with the uninterrupted run's weights."""
+retryable: the job must resume and end ``done`` with the uninterrupted run's weights.
+``store-errors``: the job's store refuses writes for a while, in two phases (``_store_outage``),
+each lifted once the refusal it is for has happened: the checkpoint the move asks of the old
+placement, then the daemon's lease grant. The move must wait both out and the job end ``done``."""
+STORE_PHASES = ("checkpoints", "lease")
+"""``store-errors``' phases: the directory that refuses writes in each (below the job's store)."""
 RUN_LIMIT_S = 240.0
 """A whole scenario (all driver runs) gives up after this: only a broken build reaches it."""
 
@@ -110,10 +116,18 @@ class FaultWorld:
         return int(until.read_text(encoding="utf-8")) if until.exists() else None
 
     def stop_all(self) -> None:
-        """Teardown: end every instance this world's provider started (by its recorded pid)."""
+        """Teardown: end every instance this world's provider started (by its recorded pid), and
+        give the store back its writes (a read-only directory could not even be deleted)."""
         provider = self.provider
         for instance in provider.list_instances():
             provider.terminate(instance.instance_id, grace_s=0)
+        for phase in STORE_PHASES:
+            allow_writes(self.store_dir(phase))
+
+    def store_dir(self, phase: str) -> Path:
+        """The directory of the job's store that refuses writes in ``phase`` of ``store-errors``."""
+        job = self.tmp / "store" / JOB
+        return job / "checkpoints" if phase == "checkpoints" else job
 
 
 def new_world(db_url: str, tmp: Path, fault: str | None = None) -> FaultWorld:
@@ -168,7 +182,7 @@ def _trainer_pids(world: FaultWorld) -> list[int]:
 
 
 def _inject(world: FaultWorld) -> bool:
-    """Play the world's training fault once the first placement is held at ``HOLD_AT`` (the file
+    """Play the world's fault once the first placement is held at ``HOLD_AT`` (the file
     ``fault-injected`` holds the epoch it hit); True once it has been played."""
     marker = world.tmp / "fault-injected"
     if world.fault is None or marker.exists():
@@ -176,15 +190,54 @@ def _inject(world: FaultWorld) -> bool:
     lines = log_lines(world.log)
     if not lines or lines[-1][0] < HOLD_AT:
         return False
+    if world.fault == "store-errors":
+        world.store_dir("checkpoints").mkdir(parents=True, exist_ok=True)  # none written yet
+        refuse_writes(world.store_dir("checkpoints"))
+        marker.write_text(str(lines[-1][2]), encoding="utf-8")
+        return True
     (pid,) = _trainer_pids(world)
     marker.write_text(str(lines[-1][2]), encoding="utf-8")
     os.kill(pid, signal.SIGKILL)
     return True
 
 
+def _store_outage(world: FaultWorld, db: Database) -> None:
+    """Move ``store-errors`` on, from what happened (never from timing): the checkpoint
+    directory refuses writes until the old placement's agent said the store refused its
+    checkpoint (the move's checkpoint-and-stop); then the job's own directory refuses them (the
+    lease is written there) until the daemon's journal shows the grant failed; then all is
+    writable again (the file ``store-restored``)."""
+    if world.fault != "store-errors" or not (world.tmp / "fault-injected").exists():
+        return
+    restored = world.tmp / "store-restored"
+    if restored.exists():
+        return
+    lease_phase = world.tmp / "store-refuses-lease"
+    if not lease_phase.exists():
+        if not any("not saved (PermissionError" in text for text in _agent_logs(world)):
+            return
+        allow_writes(world.store_dir("checkpoints"))
+        refuse_writes(world.store_dir("lease"))
+        lease_phase.touch()
+        return
+    with db.session() as session:
+        grants = list(session.scalars(select(JournalEntry).where(JournalEntry.action == "grant")))
+    if any("PermissionError" in (g.detail or "") for g in grants):
+        allow_writes(world.store_dir("lease"))
+        restored.touch()
+
+
+def _agent_logs(world: FaultWorld) -> list[str]:
+    """The output of every placement's process (the agent writes its warnings there)."""
+    provider = world.provider
+    logs = [provider.log_path(i.instance_id) for i in provider.list_instances(job=JOB)]
+    return [p.read_text(encoding="utf-8", errors="replace") for p in logs if p.exists()]
+
+
 def _resumed_after_fault(world: FaultWorld) -> bool:
-    """No fault, or a newer placement than the one the fault hit has reached ``HOLD_AT``."""
-    if world.fault is None:
+    """No fault, a store outage (the move is what meets it), or a newer placement than the one
+    the fault hit has reached ``HOLD_AT``."""
+    if world.fault in (None, "store-errors"):
         return True
     marker = world.tmp / "fault-injected"
     lines = log_lines(world.log)
@@ -196,11 +249,13 @@ def _resumed_after_fault(world: FaultWorld) -> bool:
 def steer(world: FaultWorld, db: Database) -> None:
     """The test's edits, from what the database says (idempotent, so any run may do them):
     the training fault once the job runs at ``HOLD_AT``; a cheaper market once it runs there (again,
-    after a fault); more steps once the move's lease moved; no limit once the move is done."""
+    after a fault); the store outage's phases; more steps once the move's lease moved; no limit
+    once the move is done."""
     job = jobstore.get_job(db, JOB)
     cheaper = world.tmp / "cheaper-added"
     if not _inject(world):
         return
+    _store_outage(world, db)
     if (
         not cheaper.exists()
         and job.state == "running"
@@ -367,7 +422,8 @@ class Findings:
     journal: list[str] = field(default_factory=list)
     """Journal steps left unfinished after the job ended (a crash's intent nobody closed)."""
     unresumed: list[str] = field(default_factory=list)
-    """A training fault that no retry of the job's policy resumed."""
+    """A fault the job did not get over: a training fault no retry resumed, a store outage that
+    never ran its course."""
     epochs: list[int] = field(default_factory=list)
     """The epochs that trained, in the order they did (for reports)."""
 
@@ -408,11 +464,17 @@ def check(world: FaultWorld, reference: Reference) -> Findings:
 def _check_resumed(world: FaultWorld, found: Findings) -> None:
     """A played training fault was followed by one of the retry policy's transitions: back to
     ``recovering`` from a running job, to ``pending`` when the fault came while its start (or
-    a recovery) was still confirming it (``jobs.after_failure``)."""
+    a recovery) was still confirming it (``jobs.after_failure``). A store outage needs no retry:
+    both its phases must have been played and lifted (the job's ending ``done`` is checked with
+    the money)."""
     if world.fault is None:
         return
     if not (world.tmp / "fault-injected").exists():
         found.unresumed.append(f"{world.fault}: never played (the job did not reach step {HOLD_AT})")
+        return
+    if world.fault == "store-errors":
+        if not (world.tmp / "store-restored").exists():
+            found.unresumed.append("store-errors: the outage never reached the daemon's grant")
         return
     db = open_history(world.db_url)
     try:

@@ -207,10 +207,11 @@ def make_world(
     preempt: Callable[[str], None] | None = None,
     agent_env: dict[str, str] | None = None,
     markets: Markets = AWS,
+    clock: Callable[[], datetime] | None = None,
 ) -> World:
     """The world on ``provider`` (default: the local provider, whose ``preempt`` gives the
     notice and kills 30 s later); ``agent_env`` adds to ``AGENT_ENV``; ``markets``: where the
-    shared scenarios play."""
+    shared scenarios play; ``clock``: the daemon's (default: the wall clock)."""
     local = LocalProvider(tmp / "local", grace_s=5.0)
     provider = provider or local
     settings = DaemonSettings(
@@ -218,7 +219,7 @@ def make_world(
         guardrails=guard or Guardrails(min_dwell_h=0.0, period_h=PERIOD_H),
         timeouts=Timeouts(launch_s=300.0, stop_s=300.0, unavailable_s=600.0),
     )
-    daemon = Daemon(db, provider, settings, agent_env={**AGENT_ENV, **(agent_env or {})})
+    daemon = Daemon(db, provider, settings, clock=clock or now, agent_env={**AGENT_ENV, **(agent_env or {})})
     return World(db, tmp, provider, daemon, settings, preempt or (lambda i: local.preempt(i, 30.0)), markets)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from spotopt.agent import ENV_VARS, EXIT_STOPPED, EXIT_SUPERSEDED, Agent, AgentConfig, young_daly_s
+from spotopt.agent.core import EXIT_UNSAVED, STORE_RETRY_FIRST_S
 from spotopt.agent.notices import (
     AwsImdsPoller,
     AzureScheduledEventsPoller,
@@ -34,6 +35,7 @@ from spotopt.checkpoints import (
 )
 from spotopt.errors import ConfigError
 from tests.fake_metadata import FakeMetadata, metadata
+from tests.read_only import allow_writes, refuse_writes
 
 __all__ = ["metadata"]
 
@@ -369,3 +371,74 @@ def test_a_failing_notice_poll_does_not_stop_the_round(
     agent.poll_once()
     failures = [w for w in warned if "notice poll failed (TimeoutError: timed out)" in w]
     assert poller.polls == 7 and len(failures) == 2
+
+
+@pytest.fixture
+def refused(loc: Location) -> Iterator[Path]:
+    """The job's checkpoint directory, refusing writes until the test allows them again."""
+    checkpoints = Path(loc.path("job", "checkpoints"))
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    refuse_writes(checkpoints)
+    yield checkpoints
+    allow_writes(checkpoints)
+
+
+def test_a_refused_checkpoint_keeps_training_and_is_tried_again_after_a_backoff(
+    tmp_path: Path, clock: FakeClock, loc: Location, refused: Path
+) -> None:
+    """A store that refuses the checkpoint a daemon asked for (issue 21: an error writing a
+    checkpoint made the job fail for good): the script goes on, the request stays pending, the
+    next try waits the backoff, and once the store takes writes the stop is answered."""
+    warned: list[str] = []
+    agent = Agent(_config(tmp_path), clock=clock, warn=warned.append, background=False)
+    agent.resume()
+    agent.progress(3)
+    request = send_request(loc, "job", 1, RequestKind.CHECKPOINT_AND_STOP, datetime.fromtimestamp(T0, UTC))
+    agent.poll_once()
+    _save(agent, 3)  # no exception reaches the training script
+    assert agent.last_checkpoint is None and list_checkpoints(loc, "job") == []
+    assert "checkpoint at step 3 not saved (PermissionError" in warned[-1]
+    assert not agent.should_stop() and not agent.should_checkpoint()  # backing off
+    clock.now += STORE_RETRY_FIRST_S
+    assert agent.should_checkpoint()  # the request is still pending
+    _save(agent, 3)
+    assert "trying the store again in 2 s" in warned[-1]  # the backoff doubled
+    clock.now += 2 * STORE_RETRY_FIRST_S
+    allow_writes(refused)
+    assert agent.should_checkpoint()
+    _save(agent, 3)
+    assert agent.last_checkpoint is not None and agent.last_checkpoint.step == 3
+    assert agent.should_stop()
+    ack = read_acknowledgement(loc, "job", request.id)
+    assert ack is not None and ack.step == 3
+
+
+def test_a_run_whose_last_checkpoint_was_refused_is_not_marked_complete(
+    tmp_path: Path, clock: FakeClock, loc: Location, refused: Path
+) -> None:
+    agent = _agent(tmp_path, clock)
+    agent.resume()
+    agent.progress(5)
+    _save(agent, 5)
+    with pytest.raises(SystemExit) as exited:
+        agent.finish()
+    assert exited.value.code == EXIT_UNSAVED  # retried by the daemon, not final
+    assert read_finished(loc, "job") is None
+
+
+def test_a_refused_second_checkpoint_of_a_saved_step_still_finishes(
+    tmp_path: Path, clock: FakeClock, loc: Location
+) -> None:
+    agent = _agent(tmp_path, clock)
+    agent.resume()
+    agent.progress(5)
+    _save(agent, 5)
+    checkpoints = Path(loc.path("job", "checkpoints"))
+    refuse_writes(checkpoints)
+    try:
+        _save(agent, 5)  # refused, but step 5 is already verified
+        agent.finish()
+    finally:
+        allow_writes(checkpoints)
+    done = read_finished(loc, "job")
+    assert done is not None and done["step"] == 5

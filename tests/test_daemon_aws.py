@@ -35,6 +35,7 @@ from tests.mover_world import World, a_day_ago, job_yaml, make_world, on_demand,
 from tests.stores import moto_s3
 from tests.test_daemon_local import (
     test_a_budget_cap_stops_the_job_over_budget_within_the_cap,
+    test_a_cancel_under_way_is_escalated_to_a_halt,
     test_a_cheaper_market_moves_the_job_make_before_break,
     test_a_deadline_spot_cannot_meet_starts_on_demand,
     test_a_job_cancelled_while_it_starts_has_its_instance_stopped,
@@ -49,6 +50,7 @@ __all__ = [
     "moto_s3",
     "session",
     "test_a_budget_cap_stops_the_job_over_budget_within_the_cap",
+    "test_a_cancel_under_way_is_escalated_to_a_halt",
     "test_a_cheaper_market_moves_the_job_make_before_break",
     "test_a_deadline_spot_cannot_meet_starts_on_demand",
     "test_a_job_cancelled_while_it_starts_has_its_instance_stopped",

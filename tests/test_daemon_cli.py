@@ -210,6 +210,8 @@ def test_guardrails_reach_the_daemon_from_its_options_and_the_jobs_spec(
         assert [d["kind"] for d in strict_json(out)["decisions"]] == ["move"]
         code, _, err = cli(*dry, "--launch-timeout", "0s")
         assert code == 2 and "--launch-timeout: '0s' must be longer than 0s" in err
+        code, _, err = cli(*dry, "--store-outage", "soon")
+        assert code == 2 and "--store-outage" in err and "\n" not in err.strip()
     finally:
         world.stop_all()
 

@@ -47,6 +47,7 @@ from tests.mover_world import (
     spot,
     uninterrupted_weights,
 )
+from tests.read_only import allow_writes, refuse_writes
 from tests.traces import stored_capacity
 
 
@@ -201,12 +202,23 @@ def test_a_cancelled_job_is_checkpointed_and_stopped(world: World, tmp_path: Pat
     assert not world.provider.status(placement.instance_id or "").state.is_live
 
 
-def test_a_job_cancelled_now_is_terminated_without_a_checkpoint(
-    world: World, tmp_path: Path, db_url: str
-) -> None:
-    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
-    jobstore.submit(world.db, job_yaml(tmp_path))
+def _url(db: Database) -> str:
+    return db.engine.url.render_as_string(hide_password=False)
+
+
+def _halt_journal(world: World, move_id: int) -> list[tuple[str, str]]:
+    """The journal of ``move_id``: (key, status), each written before its call and closed after."""
+    with world.db.session() as session:
+        entries = list(session.scalars(select(JournalEntry).where(JournalEntry.move_id == move_id)))
+    assert all(e.finished_at is not None and e.finished_at >= e.started_at for e in entries)
+    return [(e.key, e.status) for e in entries]
+
+
+def test_a_job_cancelled_now_is_terminated_without_a_checkpoint(world: World, tmp_path: Path) -> None:
+    world.prices(*world.markets.history())
+    jobstore.submit(world.db, world.markets.job_yaml(tmp_path))
     started(world, 40)
+    db_url = _url(world.db)
     checkpoints = sorted((tmp_path / "store" / "mlp").glob("checkpoints/*/manifest.json"))
     code, out, err = cli("--db", db_url, "jobs", "cancel", "mlp", "--now", "--reason", "wrong data")
     assert code == 0 and "mlp: cancelled (at once, no checkpoint: wrong data)" in out, err
@@ -221,16 +233,65 @@ def test_a_job_cancelled_now_is_terminated_without_a_checkpoint(
     assert not world.provider.status(placement.instance_id or "").state.is_live
     assert world.job().state == "cancelled"
     assert sorted((tmp_path / "store" / "mlp").glob("checkpoints/*/manifest.json")) == checkpoints
+    assert _halt_journal(world, halt.id) == [
+        (f"m{halt.id}:fence", "done"),
+        (f"m{halt.id}:terminate-old", "done"),
+    ]
     with world.db.session() as session:
-        journal = [
-            (e.key, e.status)
-            for e in session.scalars(select(JournalEntry).where(JournalEntry.move_id == halt.id))
-        ]
         (interval,) = intervals(session, world.job().id, now())
-    assert journal == [(f"m{halt.id}:fence", "done"), (f"m{halt.id}:terminate-old", "done")]
     assert interval.instance_id == placement.instance_id and interval.ended_at == placement.ended_at
+    assert world.daemon.executor is not None and world.daemon.executor.sweep(dry_run=True) == []
     code, _, err = cli("--db", db_url, "jobs", "cancel", "mlp", "--now")
     assert code == 2 and "cancelled" in err
+
+
+def test_a_cancel_under_way_is_escalated_to_a_halt(world: World, tmp_path: Path) -> None:
+    """``jobs cancel`` asks for a checkpoint-and-stop that does not come (the store refuses the
+    checkpoint); ``jobs cancel --now`` then wins: the stop is abandoned, the placement fenced
+    and terminated in the next round, both steps journaled, nothing left billing, no
+    checkpoint written after the halt."""
+    world.prices(*world.markets.history())
+    jobstore.submit(world.db, world.markets.job_yaml(tmp_path))
+    started(world, 40)
+    db_url = _url(world.db)
+    refused = tmp_path / "store" / "mlp" / "checkpoints"
+    refused.mkdir(parents=True, exist_ok=True)
+    refuse_writes(refused)
+    try:
+        code, _, err = cli("--db", db_url, "jobs", "cancel", "mlp", "--reason", "not needed")
+        assert code == 0, err
+        world.daemon.tick()
+        _start, stop = world.moves()
+        assert (stop.kind, stop.outcome) == ("stop", None)  # its request sent, no answer possible
+        assert _halt_journal(world, stop.id) == [(f"m{stop.id}:stop-old", "done")]
+        code, out, err = cli("--db", db_url, "jobs", "cancel", "mlp", "--now", "--reason", "taking too long")
+        assert code == 0 and "mlp: cancelled (at once, no checkpoint: taking too long)" in out, err
+        world.daemon.tick()
+    finally:
+        allow_writes(refused)
+    _start, stop, halt = world.moves()
+    assert stop.outcome == "aborted" and "cancelled" in (stop.detail or "")
+    assert (halt.kind, halt.outcome, halt.checkpoint_step) == ("halt", "done", None)
+    assert _halt_journal(world, halt.id) == [
+        (f"m{halt.id}:fence", "done"),
+        (f"m{halt.id}:terminate-old", "done"),
+    ]
+    (placement,) = world.placements()
+    assert (placement.state, placement.end_reason) == ("ended", "terminated")
+    assert not world.provider.status(placement.instance_id or "").state.is_live
+    assert [e.reason for e in jobstore.events(world.db, "mlp") if e.to_state == "cancelled"] == [
+        "not needed",
+        "at once, no checkpoint: taking too long",
+    ]
+    with world.db.session() as session:
+        (interval,) = intervals(session, world.job().id, now())
+    assert interval.instance_id == placement.instance_id and interval.ended_at == placement.ended_at
+    assert world.daemon.executor is not None and world.daemon.executor.sweep(dry_run=True) == []
+    world.daemon.tick()  # the fenced agent can write nothing, now that the store would take it
+    assert list(refused.glob("*/manifest.json")) == []
+    assert world.job().state == "cancelled"
+    code, _, err = cli("--db", db_url, "jobs", "cancel", "mlp", "--now")
+    assert code == 2 and "cannot become cancelled: that state is final" in err
 
 
 def test_a_job_cancelled_while_it_starts_has_its_instance_stopped(world: World, tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ and the issue's invariants checked after every run (see ``tests.fault_harness``)
 The crash points are not listed here: a clean run of the scenario journals its side effects
 (``m<move>:<action>`` keys), and every key is killed before and after its call. Every point runs
 on SQLite (spread over a few tests so ``-n 2`` shares them), three on PostgreSQL, plus a few
-seeded random-time kills, and the two training faults (the trainer SIGKILLed; a wrapper exiting
-137 with a seeded daemon kill besides, on PostgreSQL); ``benchmarks/fault_injection.py`` is the long sweep.
+seeded random-time kills, the two training faults (the trainer SIGKILLed; a wrapper exiting
+137 with a seeded daemon kill besides, on PostgreSQL) and a store that refuses writes during the
+move; ``benchmarks/fault_injection.py`` is the long sweep.
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ def clean(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory, refer
     return Clean(journal_keys(world.db_url), outcome, time.monotonic() - started)
 
 
+def parse_events(path: Path) -> list[dict[str, str]]:
+    """The drivers' event lines, parsed."""
+    return [parse(line) for line in path.read_text().splitlines()]
+
+
 def played(world: FaultWorld, reference: Reference, **how: object) -> Outcome:
     try:
         return play(world, reference, **how)  # type: ignore[arg-type]
@@ -86,9 +92,7 @@ def assert_crashed_at(world: FaultWorld, outcome: Outcome, point: tuple[str, str
     """The first driver died where asked, the restart finished the job, nothing was violated,
     and the journal holds exactly the clean run's steps, each done once."""
     assert outcome.crashed and outcome.runs[-1].returncode == 0, outcome.runs
-    crashes = [
-        e for e in (parse(line) for line in world.events.read_text().splitlines()) if e["event"] == "crash"
-    ]
+    crashes = [e for e in parse_events(world.events) if e["event"] == "crash"]
     assert [(e["key"], e["phase"]) for e in crashes] == [point]
     assert outcome.findings.problems() == {}, point
     assert journal_keys(world.db_url) == clean.keys, point
@@ -148,13 +152,19 @@ def test_a_kill_at_a_random_time_on_postgresql(reference: Reference, pg_url: str
     assert_survives_a_kill(new_world(pg_url, tmp_path), reference, seed=100)
 
 
-def test_a_killed_trainer_is_retried_to_the_uninterrupted_result(
-    reference: Reference, sqlite_template: Path, tmp_path: Path
-) -> None:
-    world = new_world(copy_sqlite(sqlite_template, tmp_path / "db.sqlite"), tmp_path, fault="trainer-kill")
+def survived(reference: Reference, sqlite_template: Path, tmp_path: Path, fault: str) -> Outcome:
+    """``fault`` played on SQLite with no daemon kill: one driver ended the job, nothing broken."""
+    world = new_world(copy_sqlite(sqlite_template, tmp_path / "db.sqlite"), tmp_path, fault=fault)
     outcome = played(world, reference)
     assert outcome.runs[-1].returncode == 0 and not outcome.crashed
     assert outcome.findings.problems() == {}, outcome.runs
+    return outcome
+
+
+def test_a_killed_trainer_is_retried_to_the_uninterrupted_result(
+    reference: Reference, sqlite_template: Path, tmp_path: Path
+) -> None:
+    outcome = survived(reference, sqlite_template, tmp_path, "trainer-kill")
     assert outcome.findings.epochs == [1, 2, 3]  # the killed one, its retry, the moved one
 
 
@@ -165,6 +175,18 @@ def test_an_exit_137_and_a_daemon_kill_together_on_postgresql(
     outcome = played(new_world(pg_url, tmp_path, fault="exit-137"), reference, kill_after_s=delay)
     assert outcome.runs[-1].returncode == 0
     assert outcome.findings.problems() == {}, (delay, outcome.runs)
+
+
+def test_a_store_that_refuses_writes_during_a_move_is_waited_out(
+    reference: Reference, sqlite_template: Path, tmp_path: Path
+) -> None:
+    outcome = survived(reference, sqlite_template, tmp_path, "store-errors")
+    # The old placement trained on while the store refused its checkpoint, checkpointed once
+    # the store took writes again, and the new one resumed there: one move, no retry.
+    assert outcome.findings.epochs == [1, 2]
+    refused = [e for e in parse_events(tmp_path / "events.log") if e["event"] == "job-error"]
+    assert refused and all("PermissionError" in e["error"] for e in refused)
+    assert (tmp_path / "store-restored").exists()
 
 
 # -- the checks themselves catch what they are for ------------------------------------------------

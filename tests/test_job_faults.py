@@ -6,6 +6,7 @@ provider), a real store, S3 served by moto; SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from spotopt.db.models import ManagedJob
 from spotopt.errors import InputError
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.executor import FAULTS_TO_FAIL
-from tests.mover_world import World, a_day_ago, job_yaml, make_world, on_demand, spot
+from tests.mover_world import World, a_day_ago, job_yaml, make_world, now, on_demand, spot
 from tests.stores import moto_s3
 
 __all__ = ["moto_s3"]  # the fixture, imported for pytest
@@ -99,8 +100,18 @@ def test_a_job_whose_store_is_unknown_fails_alone_and_the_others_start(world: Wo
 
 
 def test_a_running_job_whose_store_breaks_is_failed_and_stopped_while_the_other_is_watched(
-    world: World, tmp_path: Path
+    db: Database, tmp_path: Path
 ) -> None:
+    skew = [timedelta(0)]
+    world = make_world(db, tmp_path, clock=lambda: now() + skew[0])
+    world.prices(spot("us-east-1a", 0.9, a_day_ago()), on_demand(3.06, a_day_ago()))
+    try:
+        _break_a_store_for_good(world, tmp_path, skew)
+    finally:
+        world.stop_all()
+
+
+def _break_a_store_for_good(world: World, tmp_path: Path, skew: list[timedelta]) -> None:
     fragile = _with_store(job_yaml(tmp_path, name="fragile"), str(tmp_path / "fragile-store"))
     jobstore.submit(world.db, fragile)
     jobstore.submit(world.db, job_yaml(tmp_path))
@@ -113,8 +124,13 @@ def test_a_running_job_whose_store_breaks_is_failed_and_stopped_while_the_other_
     # The store goes: its directory replaced by a file (a bucket deleted, a mount gone).
     shutil.rmtree(tmp_path / "fragile-store")
     (tmp_path / "fragile-store").write_text("not a store", encoding="utf-8")
-    for _ in range(FAULTS_TO_FAIL):
+    # An outage is waited out: as many failed rounds as it takes, within Timeouts.store_s...
+    for _ in range(FAULTS_TO_FAIL + 1):
         world.daemon.poll()
+    assert world.job("fragile").state == "running"
+    # ...and past it the job is failed (the daemon's clock moved on, the store is still gone).
+    skew[0] = timedelta(seconds=world.settings.timeouts.store_s)
+    world.daemon.poll()
     assert world.job("fragile").state == "failed"
     reason = next(e for e in jobstore.events(world.db, "fragile") if e.to_state == "failed").reason
     assert "NotADirectoryError" in reason and "\n" not in reason

@@ -172,6 +172,8 @@ def test_cancel_records_the_transition_with_time_and_reason(db: Database) -> Non
         InputError, match="job 'resnet': a cancelled job cannot become cancelled: that state is final"
     ):
         jobs.cancel(db, "resnet", "again")
+    with pytest.raises(InputError, match="job 'resnet': already cancelled and its placement has stopped"):
+        jobs.cancel(db, "resnet", "again, at once", at_once=True)  # nothing runs: nothing to halt
     with pytest.raises(InputError, match="NAME: no managed job named 'nope'"):
         jobs.cancel(db, "nope", "typo")
     assert stored(db) == {"jobs": 1, "events": 2}

@@ -34,15 +34,25 @@ from spotopt.checkpoints.lease import check_epoch, read_lease
 from spotopt.checkpoints.location import Location
 from spotopt.checkpoints.manifest import Manifest
 from spotopt.checkpoints.store import restore_latest, write_checkpoint
-from spotopt.errors import SupersededError
+from spotopt.errors import InputError, SupersededError
 from spotopt.young_daly import young_daly_s
 
 Clock = Callable[[], float]
 POLL_WARN_EVERY_S = 60.0
-"""A failing notice poll is said at most this often (it fails every round while it fails)."""
+"""A failing notice poll or store write is said at most this often (it fails every round while
+it fails)."""
+STORE_RETRY_FIRST_S = 1.0
+STORE_RETRY_MAX_S = 60.0
+"""After the store refused a checkpoint (or its acknowledgement), the training loop's next try
+waits ``STORE_RETRY_FIRST_S``, doubling per refusal up to this: an outage is not hammered, and
+training goes on meanwhile."""
 EXIT_STOPPED = 0
 """Exit status after a requested stop: the newest verified checkpoint holds all progress."""
 EXIT_SUPERSEDED = SupersededError.exit_code
+EXIT_UNSAVED = 75
+"""Exit status (``EX_TEMPFAIL``) of a run that finished while the store refused its last
+checkpoint: the result is not safe, so the job is not marked complete; the daemon's retry
+resumes from the newest verified checkpoint and trains the rest again."""
 
 
 def _stderr(message: str) -> None:
@@ -79,7 +89,11 @@ class Agent:
         self._stop_reason: str | None = None
         self._superseded: str | None = None
         self._beat: tuple[float, int] | None = None
-        self._poll_warned_at: float | None = None
+        self._warned_at: dict[str, float] = {}
+        self._refusals = 0
+        self._retry_store_at: float | None = None
+        self._unsaved: str | None = None
+        """Why the newest checkpoint the script wrote is not in the store (None: it is)."""
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -112,11 +126,13 @@ class Agent:
         self._step = step
 
     def should_checkpoint(self) -> bool:
-        """True when a checkpoint is due: the period elapsed, or the daemon, SIGTERM or a notice asked."""
+        """True when a checkpoint is due: the period elapsed, or the daemon, SIGTERM or a notice
+        asked (not while waiting to try a store that refused the last one again)."""
         with self._lock:
-            if self._superseded:
+            if self._superseded or self._store_backing_off():
                 return False
-            if self._settle():
+            if self._step <= self._last_step():
+                self._settle()
                 return False
             if self._triggers:
                 return True
@@ -129,6 +145,10 @@ class Agent:
         On a clean exit of the ``with`` block the files are uploaded, read back and checked, the
         manifest is written last, and only then does the checkpoint count. If the block raises,
         nothing is uploaded. A superseded epoch exits the process (status 5) writing nothing.
+        A store that refuses the checkpoint (an outage, a permission taken away) is said and
+        training goes on: the newest verified checkpoint stays the one to resume from, and the
+        checkpoint is tried again after a backoff (``STORE_RETRY_FIRST_S``), the requests it was
+        to answer still pending.
         """
         loc = self._start()
         if self._superseded:
@@ -148,20 +168,34 @@ class Agent:
             except SupersededError as exc:
                 self._supersede(str(exc))
                 self._exit_superseded()
+            except InputError:
+                raise  # the script's mistake (nothing written into the directory), not the store's
+            except Exception as exc:  # any back-end's refusal: permission, quota, outage, read-back
+                with self._lock:
+                    last = self._last
+                    self._unsaved = f"checkpoint at step {step} not saved ({type(exc).__name__}: {exc})"
+                    where = f"{last.name} (step {last.step})" if last else "none"
+                    self._store_refused(f"{self._unsaved}; newest verified checkpoint: {where}")
+                return
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         with self._lock:
             self._last = manifest
             self._last_checkpoint_at = self.clock()
             self._measured_checkpoint_s = self._last_checkpoint_at - started
+            self._unsaved = None
+            self._refusals, self._retry_store_at = 0, None
             self._answer(answering, manifest)
         if self.config.managed:
             self._heartbeat(AgentState.STOPPING if self._stop_reason else AgentState.RUNNING)
 
     def should_stop(self) -> bool:
-        """True once a stop was asked for and the progress is safe in a verified checkpoint."""
+        """True once a stop was asked for, the progress is safe in a verified checkpoint and the
+        daemon's request acknowledged."""
         with self._lock:
-            return bool(self._superseded) or (self._stop_reason is not None and self._settle())
+            if self._superseded:
+                return True
+            return self._stop_reason is not None and not self._store_backing_off() and self._settle()
 
     def finish(self) -> None:
         """Mark the job complete with the newest verified checkpoint as its result.
@@ -184,6 +218,12 @@ class Agent:
                 f"stopped at step {self._step} ({self._stop_reason}); newest verified checkpoint: {where}"
             )
             raise SystemExit(EXIT_STOPPED)
+        if self._unsaved is not None and self._step > self._last_step():
+            self._warn(
+                f"finished at step {self._step}, but the {self._unsaved}: not marked complete; "
+                "a retry resumes from the newest verified checkpoint"
+            )
+            raise SystemExit(EXIT_UNSAVED)
         if last is None or last.step < self._step:
             self._warn(
                 f"finished at step {self._step} but the newest verified checkpoint is at step "
@@ -278,11 +318,28 @@ class Agent:
         try:
             return self._poller.poll()
         except Exception as exc:
-            now = self.clock()
-            if self._poll_warned_at is None or now - self._poll_warned_at >= POLL_WARN_EVERY_S:
-                self._poll_warned_at = now
-                self._warn(f"notice poll failed ({type(exc).__name__}: {exc}); the round goes on")
+            self._warn_now_and_then(
+                "poll", f"notice poll failed ({type(exc).__name__}: {exc}); the round goes on"
+            )
             return None
+
+    def _warn_now_and_then(self, what: str, message: str) -> None:
+        """Say ``message`` unless a message about ``what`` was said within ``POLL_WARN_EVERY_S``."""
+        now = self.clock()
+        said = self._warned_at.get(what)
+        if said is None or now - said >= POLL_WARN_EVERY_S:
+            self._warned_at[what] = now
+            self._warn(message)
+
+    def _store_refused(self, message: str) -> None:
+        """The store refused the training loop's write: say so, and wait before the next try."""
+        self._refusals += 1
+        wait = min(STORE_RETRY_MAX_S, STORE_RETRY_FIRST_S * 2 ** (self._refusals - 1))
+        self._retry_store_at = self.clock() + wait
+        self._warn(f"{message}; training goes on, trying the store again in {wait:g} s")
+
+    def _store_backing_off(self) -> bool:
+        return self._retry_store_at is not None and self.clock() < self._retry_store_at
 
     def _start(self) -> Location:
         """Open the store on first use: lease check, write probe, SIGTERM handler, poller thread."""
@@ -321,10 +378,13 @@ class Agent:
             if not announced:
                 self._warn(f"job {job}: epoch {epoch} waits for the lease (held by epoch {lease.epoch})")
                 announced = True
-            write_heartbeat(
-                loc,
-                Heartbeat(job, epoch, AgentState.WAITING, 0, None, None, None, self._now()),
-            )
+            try:
+                write_heartbeat(
+                    loc,
+                    Heartbeat(job, epoch, AgentState.WAITING, 0, None, None, None, self._now()),
+                )
+            except Exception as exc:  # the store refuses for now: the daemon waits; so do we
+                self._warn_now_and_then("heartbeat", f"heartbeat not written ({type(exc).__name__}: {exc})")
             if self._halt.wait(self.config.poll_s):
                 return
 
@@ -354,32 +414,42 @@ class Agent:
         return self._last.step if self._last else 0
 
     def _settle(self) -> bool:
-        """True when nothing is unsaved; then the newest checkpoint answers every pending trigger.
+        """True when nothing is unsaved and every pending trigger is answered by the newest
+        checkpoint (False while the store refuses an acknowledgement).
 
         A request that arrived while a checkpoint of the current step was being written is
         answered by that checkpoint (it holds all progress) rather than by a second one.
         """
         if self._step > self._last_step():
             return False
-        if self._triggers:
-            self._answer(dict(self._triggers), self._last)
-        return True
+        return self._answer(dict(self._triggers), self._last)
 
-    def _answer(self, triggers: dict[str, ControlRequest | None], manifest: Manifest | None) -> None:
-        """Clear the triggers a checkpoint satisfied and acknowledge the daemon's requests."""
+    def _answer(self, triggers: dict[str, ControlRequest | None], manifest: Manifest | None) -> bool:
+        """Clear the triggers a checkpoint satisfied and acknowledge the daemon's requests; a
+        request whose acknowledgement the store refused stays pending (tried again after the
+        backoff). True when every trigger was answered."""
         now = self._now()
         for reason, request in triggers.items():
-            self._triggers.pop(reason, None)
             if request is not None and self._loc is not None:
-                acknowledge(
-                    self._loc,
-                    request,
-                    manifest.name if manifest else None,
-                    manifest.step if manifest else None,
-                    now,
-                )
+                try:
+                    acknowledge(
+                        self._loc,
+                        request,
+                        manifest.name if manifest else None,
+                        manifest.step if manifest else None,
+                        now,
+                    )
+                except Exception as exc:  # any back-end's refusal; the daemon waits for the answer
+                    self._store_refused(
+                        f"acknowledgement of {request.id} not written ({type(exc).__name__}: {exc})"
+                    )
+                    return False
+            self._triggers.pop(reason, None)
+        return True
 
     def _heartbeat(self, state: AgentState) -> None:
+        """Write this agent's heartbeat; a store that refuses it is said now and then, never
+        raised: a heartbeat is advisory (the daemon judges a silent agent by its instance)."""
         if self._superseded or self._loc is None:
             return
         now, step = self.clock(), self._step
@@ -388,20 +458,21 @@ class Agent:
             rate = (step - self._beat[1]) / (now - self._beat[0])
         self._beat = (now, step)
         last = self._last
-        write_heartbeat(
-            self._loc,
-            Heartbeat(
-                job=self.config.job,
-                epoch=self.config.epoch,
-                state=state,
-                step=step,
-                steps_per_s=rate,
-                last_checkpoint=last.name if last else None,
-                last_checkpoint_step=last.step if last else None,
-                at=datetime.fromtimestamp(now, UTC),
-                reason=self._stop_reason,
-            ),
+        beat = Heartbeat(
+            job=self.config.job,
+            epoch=self.config.epoch,
+            state=state,
+            step=step,
+            steps_per_s=rate,
+            last_checkpoint=last.name if last else None,
+            last_checkpoint_step=last.step if last else None,
+            at=datetime.fromtimestamp(now, UTC),
+            reason=self._stop_reason,
         )
+        try:
+            write_heartbeat(self._loc, beat)
+        except Exception as exc:  # any back-end's refusal
+            self._warn_now_and_then("heartbeat", f"heartbeat not written ({type(exc).__name__}: {exc})")
 
     def _supersede(self, message: str) -> None:
         with self._lock:

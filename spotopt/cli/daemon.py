@@ -189,6 +189,14 @@ def run(
             help="A market that refused a launch sits out this long.",
         ),
     ] = "1h",
+    store_outage: Annotated[
+        str,
+        typer.Option(
+            "--store-outage",
+            envvar="SPOTOPT_STORE_OUTAGE",
+            help="A job's checkpoint store may refuse the daemon this long before the job is failed.",
+        ),
+    ] = "5m",
     replay: Annotated[
         bool,
         typer.Option(
@@ -271,6 +279,7 @@ def run(
         launch_s=_hours(launch_timeout, "--launch-timeout") * 3600.0,
         stop_s=_hours(stop_timeout, "--stop-timeout") * 3600.0,
         unavailable_s=_hours(unavailable_for, "--unavailable-for", zero=True) * 3600.0,
+        store_s=_hours(store_outage, "--store-outage", zero=True) * 3600.0,
     )
     router, clouds = _clouds(db, provider) if provider in PROVIDERS and provider != "local" else (None, None)
     settings = DaemonSettings(

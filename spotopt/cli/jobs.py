@@ -358,7 +358,8 @@ def cancel(
     ] = False,
 ) -> None:
     """Cancel a job (recorded with its time and reason); a finished or cancelled job is an error.
-    The daemon checkpoints and stops a running placement, or with --now terminates it at once."""
+    The daemon checkpoints and stops a running placement, or with --now terminates it at once;
+    --now also halts a cancelled job whose checkpoint-and-stop is still under way."""
     job = jobs.cancel(state(ctx).db(), name, reason, at_once=now)
     say(f"{job.name}: cancelled ({jobs.AT_ONCE + reason if now else reason})")
 

@@ -103,8 +103,9 @@ such a job again in the same round)."""
 
 
 FAULTS_TO_FAIL = 3
-"""Rounds in a row a job's own step may fail (its store unreachable) before the job is failed:
-a network blip heals within them, a bucket that does not exist does not."""
+"""Rounds in a row a job's own step must fail (its store unreachable), for at least
+``Timeouts.store_s``, before the job is failed: a store outage heals within them, a bucket that
+does not exist does not."""
 
 
 class LostLeadership(SpotoptError):
@@ -125,6 +126,10 @@ class Timeouts:
     silent_s: float = 180.0
     """An agent heard from within this (its heartbeat, every 30 s by default) is alive even where
     the provider has no record of its instance; silent longer, its placement is lost."""
+    store_s: float = 300.0
+    """A job's store may refuse the daemon this long (an object store's 503s, a permission
+    change rolled back, a mount that comes back) before the job is failed: its steps are
+    retried every round meanwhile, so an outage costs time, not the job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +200,8 @@ class Executor:
         self.max_usd_per_hour = max_usd_per_hour
         self.failpoint = failpoint or (lambda _key, _phase: None)
         self._database_id: str | None = None
-        self._faults: dict[str, int] = {}
+        self._faults: dict[str, tuple[int, datetime]] = {}
+        """Per job: rounds in a row its step failed, and when the first of them failed."""
 
     @property
     def database_id(self) -> str:
@@ -301,15 +307,18 @@ class Executor:
 
     def job_fault(self, job_name: str, exc: Exception) -> bool:
         """Account for an error that one job's step or watch raised (its store unreachable, a
-        back-end missing on the daemon's machine): logged in one line, and after
-        ``FAULTS_TO_FAIL`` rounds in a row (at once for a ``ConfigError``, which never heals by
-        itself) the job is failed with that line as its reason (``fail_job``). The other jobs
-        go on either way. True once the job was failed."""
+        back-end missing on the daemon's machine): logged in one line, and once it has failed
+        ``FAULTS_TO_FAIL`` rounds in a row over at least ``Timeouts.store_s`` (at once for a
+        ``ConfigError``, which never heals by itself) the job is failed with that line as its
+        reason (``fail_job``). The other jobs go on either way. True once the job was failed."""
         line = one_line(exc)
-        count = self._faults.get(job_name, 0) + 1
-        self._faults[job_name] = count
+        now = self.clock()
+        count, since = self._faults.get(job_name, (0, now))
+        count += 1
+        self._faults[job_name] = (count, since)
         log_event("job-error", job=job_name, error=line, rounds=count)
-        if isinstance(exc, ConfigError) or count >= FAULTS_TO_FAIL:
+        lasted = (now - since).total_seconds() >= self.timeouts.store_s
+        if isinstance(exc, ConfigError) or (count >= FAULTS_TO_FAIL and lasted):
             self.fail_job(job_name, line)
             return True
         return False

@@ -366,12 +366,32 @@ def cancel(
     ``at_once``: the daemon terminates its instance without the checkpoint-and-stop (a run
     that is wrong or costly, whose state is not worth the wait).
 
+    One exception: a job cancelled without ``at_once`` whose placement is still up (its
+    checkpoint-and-stop under way: a slow store, a long step) may be cancelled again
+    ``at_once``. That escalation is recorded as a cancelled → cancelled event, the newest
+    cancellation, so the daemon abandons the stop and halts the placement (``cancelled_at_once``).
+
     The row is locked (``SELECT … FOR UPDATE`` on PostgreSQL) so a concurrent executor
     transition cannot interleave between the check and the write.
     """
     with db.session() as session:
         job = find_job(session, name, lock=True)
-        record_transition(session, job, "cancelled", AT_ONCE + reason if at_once else reason, now)
+        if at_once and job.state == "cancelled" and not cancelled_at_once(session, job):
+            placement = session.get(Placement, job.placement_id) if job.placement_id else None
+            if placement is None or placement.state not in ("launching", "running"):
+                raise TransitionError(
+                    f"job {name!r}: already cancelled and its placement has stopped; nothing to halt "
+                    "(`spotopt jobs retry NAME` resumes it)"
+                )
+            at = now or datetime.now(UTC)
+            session.add(
+                JobEvent(
+                    job_id=job.id, at=at, from_state=job.state, to_state=job.state, reason=AT_ONCE + reason
+                )
+            )
+            job.updated_at = at
+        else:
+            record_transition(session, job, "cancelled", AT_ONCE + reason if at_once else reason, now)
     return job
 
 
