@@ -1,0 +1,143 @@
+"""The Hugging Face Trainer and Lightning callbacks (``spotopt.agent.torch.hf`` / ``.lightning``):
+their examples, a tiny model built in code, interrupted at seeded random points
+(``tests/interruptions.py``: SIGKILL, SIGTERM, a cloud notice from the fake metadata server, the
+daemon's stop request) on ``file://`` and moto S3, end with parameters, optimizer state and every
+step's parameter fingerprint bit-identical to an uninterrupted run.
+
+Skips without torch, transformers or lightning; CI installs the ``hf`` and ``lightning`` extras'
+pins next to ``torch==2.13.0`` (the CPU wheel) so these run there.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from spotopt.agent.torch import ResumableSampler  # noqa: E402
+from tests.interruptions import TIMEOUT_S, Interrupt, interrupted, log_lines, provider  # noqa: E402
+from tests.stores import moto_s3  # noqa: E402
+
+__all__ = ["interrupted", "moto_s3", "provider"]
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
+TRAINERS = {"hf": ("transformers", "train_hf.py"), "lightning": ("lightning", "train_lightning.py")}
+STEPS = 40
+"""3⅓ epochs of 12 batches: interruptions land mid-epoch and, sometimes, at an epoch's end."""
+STEP_DELAY_S = 0.03
+KINDS = ("sigkill", "sigterm", "notice", "control")
+
+
+def _cases(seed: int) -> list[tuple[str, str, str, int]]:
+    """Per trainer, every kind of interruption once (the cloud drawn for the notice), half of
+    them on each store, each at a random step."""
+    rng = random.Random(seed)
+    cases = []
+    for trainer in TRAINERS:
+        stores = ["file", "s3"] * (len(KINDS) // 2)
+        rng.shuffle(stores)
+        for kind, store in zip(KINDS, stores, strict=True):
+            mode = rng.choice(("aws", "gcp", "azure")) if kind == "notice" else kind
+            cases.append((trainer, store, mode, rng.randrange(4, STEPS - 16)))
+    return cases
+
+
+CASES = _cases(2323)
+
+
+def _command(trainer: str, out: Path, log: Path, *extra: str) -> list[str]:
+    script = EXAMPLES / TRAINERS[trainer][1]
+    return [sys.executable, str(script), "--steps", str(STEPS), "--out", str(out), "--log", str(log), *extra]
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
+
+
+Result = tuple[dict[str, Any], dict[str, Any], dict[int, str]]
+
+
+def _result(out: Path, log: Path) -> Result:
+    return torch.load(out / "model.pt"), torch.load(out / "optimizer.pt"), dict(log_lines(log))
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The uninterrupted runs (standalone: no provider, no environment), made on first use."""
+    made: dict[str, Result] = {}
+
+    def reference(trainer: str) -> Result:
+        if trainer not in made:
+            work = tmp_path_factory.mktemp(f"reference-{trainer}")
+            command = _command(trainer, work / "out", work / "log")
+            subprocess.run(command, cwd=work, env=_clean_env(), check=True, timeout=TIMEOUT_S)
+            made[trainer] = _result(work / "out", work / "log")
+        return made[trainer]
+
+    yield reference
+
+
+def _assert_identical(got: Result, want: Result) -> None:
+    model, optimizer, trajectory = got
+    assert model.keys() == want[0].keys()
+    assert all(torch.equal(model[k], want[0][k]) for k in model)
+    assert optimizer["param_groups"] == want[1]["param_groups"]
+    assert optimizer["state"].keys() == want[1]["state"].keys()
+    for index, state in optimizer["state"].items():
+        assert all(torch.equal(state[k], want[1]["state"][index][k]) for k in state)
+    assert sorted(trajectory) == list(range(1, STEPS + 1))
+    mismatched = [(s, h) for s, h in trajectory.items() if want[2][s] != h]
+    assert not mismatched, f"steps whose parameters differ from the uninterrupted run: {mismatched[:5]}"
+
+
+@pytest.mark.parametrize(("trainer", "store_kind", "mode", "kill_step"), CASES)
+def test_an_interrupted_trainer_job_resumes_bit_identical(
+    interrupted: Interrupt, references: Any, trainer: str, store_kind: str, mode: str, kill_step: int
+) -> None:
+    pytest.importorskip(TRAINERS[trainer][0])
+    out, log = interrupted(
+        store_kind, mode, (kill_step,), lambda o, g: _command(trainer, o, g, "--step-delay", str(STEP_DELAY_S))
+    )
+    runs: dict[str, list[int]] = {}
+    for step, _, epoch in (line.split() for line in log.read_text().splitlines()):
+        runs.setdefault(epoch, []).append(int(step))
+    assert len(runs) == 2, f"not one interrupted run and one resumed run: {runs}"
+    assert list(runs.values())[1][0] > 1, "the second run started over instead of resuming"
+    _assert_identical(_result(out, log), references(trainer))
+
+
+def test_the_cases_cover_every_kind_on_both_stores_for_both_trainers() -> None:
+    for trainer in TRAINERS:
+        mine = [(s, m) for t, s, m, _ in CASES if t == trainer]
+        assert {"file", "s3"} == {s for s, _ in mine}
+        assert {"sigkill", "sigterm", "control"} < {m for _, m in mine}
+        assert {m for _, m in mine} & {"aws", "gcp", "azure"}
+
+
+def test_the_sampler_follows_a_trainer_s_epochs_and_gradient_accumulation() -> None:
+    """What the callbacks rely on: ``at(step, batches_per_step)`` as the trainers count steps, and
+    ``set_epoch`` shifted by the epochs a restarted epoch count does not know of."""
+    from torch.utils.data import DistributedSampler
+
+    data = list(range(10))
+    inner = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
+    sampler = ResumableSampler(inner, batch_size=2)  # 5 batches an epoch: steps of 2 batches, 3 an epoch
+    orders = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+    assert sampler.at(4, batches_per_step=2) == 1 and sampler.mid_epoch  # epoch 1, after its first step
+    sampler.epoch_shift = 1  # a trainer that counts this epoch as its 0
+    sampler.set_epoch(0)
+    assert list(sampler) == orders[1][4:]
+    sampler.set_epoch(1)
+    assert not sampler.mid_epoch and list(sampler) == orders[2]
+    assert sampler.at(6, batches_per_step=2) == 2 and not sampler.mid_epoch
