@@ -82,4 +82,6 @@ class ResumableSampler(Sampler[int]):
         return itertools.islice(iter(self.sampler), skip, None)
 
     def __len__(self) -> int:
-        return len(self.sampler) - self._skip
+        """A whole epoch's, a resumed one's too: trainers read it once for every epoch and count
+        a resumed epoch's batches from its start (Lightning)."""
+        return len(self.sampler)

@@ -22,11 +22,13 @@ callbacks (early stopping, ``ModelCheckpoint``) is not kept.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
 from spotopt.agent import torch as agent
 from spotopt.agent.torch.data import ResumableSampler
@@ -77,6 +79,8 @@ class SpotoptCallback(pl.Callback):
         self.sampler.at(step, trainer.accumulate_grad_batches)
         if self.sampler.mid_epoch:
             self._rng_at_resume = rng_state()
+            # Lightning cannot see that the sampler, not the loader, holds the position
+            warnings.filterwarnings("ignore", "You're resuming from a checkpoint that ended before", PossibleUserWarning)
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
