@@ -103,9 +103,8 @@ def test_an_interrupted_trainer_job_resumes_bit_identical(
     interrupted: Interrupt, references: Any, trainer: str, store_kind: str, mode: str, kill_step: int
 ) -> None:
     pytest.importorskip(TRAINERS[trainer][0])
-    out, log = interrupted(
-        store_kind, mode, (kill_step,), lambda o, g: _command(trainer, o, g, "--step-delay", str(STEP_DELAY_S))
-    )
+    delay = ("--step-delay", str(STEP_DELAY_S))
+    out, log = interrupted(store_kind, mode, (kill_step,), lambda o, g: _command(trainer, o, g, *delay))
     runs: dict[str, list[int]] = {}
     for step, _, epoch in (line.split() for line in log.read_text().splitlines()):
         runs.setdefault(epoch, []).append(int(step))

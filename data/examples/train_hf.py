@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
 from spotopt.agent.torch.hf import SpotoptCallback
 
@@ -56,7 +62,8 @@ class StepLog(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if self.path is not None:
-            line = f"{state.global_step} {fingerprint(model).hex()} {os.environ.get('SPOTOPT_EPOCH', '0')}\n"
+            epoch = os.environ.get("SPOTOPT_EPOCH", "0")
+            line = f"{state.global_step} {fingerprint(model).hex()} {epoch}\n"
             with self.path.open("a", encoding="utf-8") as out:
                 out.write(line)
         if self.delay:

@@ -59,7 +59,8 @@ class StepLog(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *args: Any) -> None:
         if self.path is not None:
-            line = f"{trainer.global_step} {fingerprint(module).hex()} {os.environ.get('SPOTOPT_EPOCH', '0')}\n"
+            epoch = os.environ.get("SPOTOPT_EPOCH", "0")
+            line = f"{trainer.global_step} {fingerprint(module).hex()} {epoch}\n"
             with self.path.open("a", encoding="utf-8") as out:
                 out.write(line)
         if self.delay:

@@ -80,7 +80,9 @@ class SpotoptCallback(pl.Callback):
         if self.sampler.mid_epoch:
             self._rng_at_resume = rng_state()
             # Lightning cannot see that the sampler, not the loader, holds the position
-            warnings.filterwarnings("ignore", "You're resuming from a checkpoint that ended before", PossibleUserWarning)
+            warnings.filterwarnings(
+                "ignore", "You're resuming from a checkpoint that ended", PossibleUserWarning
+            )
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -102,7 +104,9 @@ class SpotoptCallback(pl.Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         agent.finish(**self._parts)
 
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
         """Lightning raises on SIGTERM once the batch is done: checkpoint that step (unless saved), exit 0."""
         if isinstance(exception, SIGTERMException) and self._parts:
             agent.step(trainer.global_step, **self._parts)
