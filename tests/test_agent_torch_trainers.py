@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from spotopt.agent.torch import ResumableSampler  # noqa: E402
-from tests.interruptions import TIMEOUT_S, Interrupt, interrupted, log_lines, provider  # noqa: E402
+from tests.interruptions import CLOUDS, TIMEOUT_S, Interrupt, interrupted, log_lines, provider  # noqa: E402
 from tests.stores import moto_s3  # noqa: E402
 
 __all__ = ["interrupted", "moto_s3", "provider"]
@@ -36,17 +36,19 @@ STEP_DELAY_S = 0.03
 KINDS = ("sigkill", "sigterm", "notice", "control")
 
 
-def _cases(seed: int) -> list[tuple[str, str, str, int]]:
-    """Per trainer, every kind of interruption once (the cloud drawn for the notice), half of
-    them on each store, each at a random step."""
+def _cases(seed: int) -> list[tuple[str, str, tuple[str, ...], tuple[int, ...]]]:
+    """Per trainer, the four kinds of interruption in a random order (the notice from a random
+    cloud), two in one job on each store, each at a random step: one job a process start per
+    interruption, as few starts as cover every kind on both stores."""
     rng = random.Random(seed)
     cases = []
     for trainer in TRAINERS:
-        stores = ["file", "s3"] * (len(KINDS) // 2)
-        rng.shuffle(stores)
-        for kind, store in zip(KINDS, stores, strict=True):
-            mode = rng.choice(("aws", "gcp", "azure")) if kind == "notice" else kind
-            cases.append((trainer, store, mode, rng.randrange(4, STEPS - 16)))
+        kinds = [rng.choice(CLOUDS) if kind == "notice" else kind for kind in KINDS]
+        rng.shuffle(kinds)
+        for store, modes in (("file", kinds[:2]), ("s3", kinds[2:])):
+            first = rng.randrange(4, STEPS // 2)
+            steps = (first, rng.randrange(first + 4, STEPS - 10))
+            cases.append((trainer, store, tuple(modes), steps))
     return cases
 
 
@@ -62,11 +64,14 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
 
 
-Result = tuple[dict[str, Any], dict[str, Any], dict[int, str]]
+Result = tuple[dict[str, Any], dict[str, Any], dict[int, str], dict[str, Any]]
 
 
 def _result(out: Path, log: Path) -> Result:
-    return torch.load(out / "model.pt"), torch.load(out / "optimizer.pt"), dict(log_lines(log))
+    model, optimizer, counters = (
+        torch.load(out / f"{name}.pt") for name in ("model", "optimizer", "counters")
+    )
+    return model, optimizer, dict(log_lines(log)), counters
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +91,8 @@ def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def _assert_identical(got: Result, want: Result) -> None:
-    model, optimizer, trajectory = got
+    model, optimizer, trajectory, counters = got
+    assert counters == want[3]  # the trainer's own global step, epoch and learning rate
     assert model.keys() == want[0].keys()
     assert all(torch.equal(model[k], want[0][k]) for k in model)
     assert optimizer["param_groups"] == want[1]["param_groups"]
@@ -98,27 +104,32 @@ def _assert_identical(got: Result, want: Result) -> None:
     assert not mismatched, f"steps whose parameters differ from the uninterrupted run: {mismatched[:5]}"
 
 
-@pytest.mark.parametrize(("trainer", "store_kind", "mode", "kill_step"), CASES)
+@pytest.mark.parametrize(("trainer", "store_kind", "modes", "kill_steps"), CASES)
 def test_an_interrupted_trainer_job_resumes_bit_identical(
-    interrupted: Interrupt, references: Any, trainer: str, store_kind: str, mode: str, kill_step: int
+    interrupted: Interrupt,
+    references: Any,
+    trainer: str,
+    store_kind: str,
+    modes: tuple[str, ...],
+    kill_steps: tuple[int, ...],
 ) -> None:
     pytest.importorskip(TRAINERS[trainer][0])
     delay = ("--step-delay", str(STEP_DELAY_S))
-    out, log = interrupted(store_kind, mode, (kill_step,), lambda o, g: _command(trainer, o, g, *delay))
+    out, log = interrupted(store_kind, modes, kill_steps, lambda o, g: _command(trainer, o, g, *delay))
     runs: dict[str, list[int]] = {}
     for step, _, epoch in (line.split() for line in log.read_text().splitlines()):
         runs.setdefault(epoch, []).append(int(step))
-    assert len(runs) == 2, f"not one interrupted run and one resumed run: {runs}"
-    assert list(runs.values())[1][0] > 1, "the second run started over instead of resuming"
+    assert len(runs) == len(kill_steps) + 1, f"not one run per interruption and a last one: {runs}"
+    assert all(steps[0] > 1 for steps in list(runs.values())[1:]), f"a run started over: {runs}"
     _assert_identical(_result(out, log), references(trainer))
 
 
 def test_the_cases_cover_every_kind_on_both_stores_for_both_trainers() -> None:
     for trainer in TRAINERS:
-        mine = [(s, m) for t, s, m, _ in CASES if t == trainer]
-        assert {"file", "s3"} == {s for s, _ in mine}
-        assert {"sigkill", "sigterm", "control"} < {m for _, m in mine}
-        assert {m for _, m in mine} & {"aws", "gcp", "azure"}
+        mine = [(store, modes) for t, store, modes, _ in CASES if t == trainer]
+        assert sorted(store for store, _ in mine) == ["file", "s3"]
+        kinds = [m for _, modes in mine for m in modes]
+        assert len(kinds) == 4 and {"sigkill", "sigterm", "control"} < set(kinds) and set(kinds) & set(CLOUDS)
 
 
 def test_the_sampler_follows_a_trainer_s_epochs_and_gradient_accumulation() -> None:

@@ -7,7 +7,8 @@
 The one spotopt line is ``callbacks=[SpotoptCallback()]``. Dropout, AdamW, a linear warm-up and
 decay schedule and the Trainer's shuffled loader are all in play; with deterministic algorithms on
 one thread a run resumed from any checkpoint ends bit-identical to an uninterrupted one.
-``--out DIR`` receives ``model.pt`` and ``optimizer.pt`` (state dicts); ``--log FILE`` gets
+``--out DIR`` receives ``model.pt`` and ``optimizer.pt`` (state dicts) and ``counters.pt`` (the
+Trainer's global step and epoch, the last learning rate); ``--log FILE`` gets
 ``<step> <fingerprint hex> <epoch>`` per step, the fingerprint being the sum of all parameters
 (in practice a different value at any differing bit).
 """
@@ -118,6 +119,9 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), args.out / "model.pt")
         torch.save(trainer.optimizer.state_dict(), args.out / "optimizer.pt")
+        lr = trainer.lr_scheduler.get_last_lr()
+        counters = {"global_step": trainer.state.global_step, "epoch": trainer.state.epoch, "lr": lr}
+        torch.save(counters, args.out / "counters.pt")
 
 
 if __name__ == "__main__":

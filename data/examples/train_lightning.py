@@ -7,7 +7,8 @@ The spotopt lines: the loader's ``ResumableSampler`` (its own ``generator`` too)
 ``callbacks=[SpotoptCallback(sampler)]``. Dropout, AdamW, a step-wise LR schedule and a shuffled
 loader are in play; with deterministic algorithms on one thread a run resumed from any checkpoint
 ends bit-identical to an uninterrupted one. ``--out DIR`` receives ``model.pt`` and
-``optimizer.pt`` (state dicts); ``--log FILE`` gets ``<step> <fingerprint hex> <epoch>`` per step,
+``optimizer.pt`` (state dicts) and ``counters.pt`` (Lightning's global step and epoch, the last
+learning rate); ``--log FILE`` gets ``<step> <fingerprint hex> <epoch>`` per step,
 the fingerprint being the sum of all parameters (in practice a different value at any differing bit).
 """
 
@@ -101,6 +102,11 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         torch.save(module.state_dict(), args.out / "model.pt")
         torch.save(trainer.optimizers[0].state_dict(), args.out / "optimizer.pt")
+        counters = {"global_step": trainer.global_step, "epoch": trainer.current_epoch}
+        torch.save(
+            counters | {"lr": trainer.lr_scheduler_configs[0].scheduler.get_last_lr()},
+            args.out / "counters.pt",
+        )
 
 
 if __name__ == "__main__":
