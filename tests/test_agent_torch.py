@@ -98,13 +98,20 @@ def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, R
     yield reference  # type: ignore[misc]
 
 
+def assert_same_weights(got: tuple[Any, Any], want: tuple[Any, Any]) -> None:
+    """Model and optimizer state dicts equal bit for bit (the trainer callbacks' tests use it too)."""
+    (model, optimizer), (want_model, want_optimizer) = got, want
+    assert model.keys() == want_model.keys()
+    assert all(torch.equal(model[k], want_model[k]) for k in model)
+    assert optimizer["param_groups"] == want_optimizer["param_groups"]
+    assert optimizer["state"].keys() == want_optimizer["state"].keys()
+    for index, state in optimizer["state"].items():
+        assert all(torch.equal(state[k], want_optimizer["state"][index][k]) for k in state)
+
+
 def _assert_identical(got: Result, want: Result) -> None:
     model, optimizer, losses, trajectory = got
-    assert model.keys() == want[0].keys()
-    assert all(torch.equal(model[k], want[0][k]) for k in model)
-    assert optimizer["param_groups"] == want[1]["param_groups"]
-    for index, state in optimizer["state"].items():
-        assert all(torch.equal(state[k], want[1]["state"][index][k]) for k in state)
+    assert_same_weights((model, optimizer), want[:2])
     assert torch.equal(losses, want[2])
     mismatched = [(s, h) for s, h in trajectory.items() if want[3][s] != h]
     assert not mismatched, f"steps whose loss differs from the uninterrupted run: {mismatched[:5]}"

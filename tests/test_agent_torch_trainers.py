@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 from spotopt.agent.torch import ResumableSampler  # noqa: E402
 from tests.interruptions import CLOUDS, TIMEOUT_S, Interrupt, interrupted, log_lines, provider  # noqa: E402
 from tests.stores import moto_s3  # noqa: E402
+from tests.test_agent_torch import assert_same_weights  # noqa: E402
 
 __all__ = ["interrupted", "moto_s3", "provider"]
 
@@ -93,12 +94,7 @@ def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def _assert_identical(got: Result, want: Result) -> None:
     model, optimizer, trajectory, counters = got
     assert counters == want[3]  # the trainer's own global step, epoch and learning rate
-    assert model.keys() == want[0].keys()
-    assert all(torch.equal(model[k], want[0][k]) for k in model)
-    assert optimizer["param_groups"] == want[1]["param_groups"]
-    assert optimizer["state"].keys() == want[1]["state"].keys()
-    for index, state in optimizer["state"].items():
-        assert all(torch.equal(state[k], want[1]["state"][index][k]) for k in state)
+    assert_same_weights((model, optimizer), want[:2])
     assert sorted(trajectory) == list(range(1, STEPS + 1))
     mismatched = [(s, h) for s, h in trajectory.items() if want[2][s] != h]
     assert not mismatched, f"steps whose parameters differ from the uninterrupted run: {mismatched[:5]}"

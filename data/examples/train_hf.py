@@ -8,21 +8,18 @@ The one spotopt line is ``callbacks=[SpotoptCallback()]``. Dropout, AdamW, a lin
 decay schedule and the Trainer's shuffled loader are all in play; with deterministic algorithms on
 one thread a run resumed from any checkpoint ends bit-identical to an uninterrupted one.
 ``--out DIR`` receives ``model.pt`` and ``optimizer.pt`` (state dicts) and ``counters.pt`` (the
-Trainer's global step and epoch, the last learning rate); ``--log FILE`` gets
-``<step> <fingerprint hex> <epoch>`` per step, the fingerprint being the sum of all parameters
-(in practice a different value at any differing bit).
+Trainer's global step and epoch, the last learning rate); ``--log`` and ``--step-delay`` are the
+tests' (``step_record.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
 import torch
+from step_record import arguments, record
 from transformers import (
     BertConfig,
     BertForSequenceClassification,
@@ -51,34 +48,16 @@ class TokenData(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return {"input_ids": self.ids[i], "labels": self.labels[i]}
 
 
-def fingerprint(model: torch.nn.Module) -> float:
-    return float(sum(p.detach().double().sum() for p in model.parameters()))
-
-
-class StepLog(TrainerCallback):
-    """The example's own record of each step (what the tests compare), and an optional slow-down."""
-
-    def __init__(self, log: Path | None, delay: float) -> None:
-        self.path, self.delay = log, delay
+class StepRecord(TrainerCallback):
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if self.path is not None:
-            epoch = os.environ.get("SPOTOPT_EPOCH", "0")
-            line = f"{state.global_step} {fingerprint(model).hex()} {epoch}\n"
-            with self.path.open("a", encoding="utf-8") as out:
-                out.write(line)
-        if self.delay:
-            time.sleep(self.delay)
+        record(self.args, state.global_step, model)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="write model.pt and optimizer.pt here when done")
-    parser.add_argument("--log", type=Path, help="append '<step> <fingerprint hex> <epoch>' per step")
-    parser.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (tests: slow it down)")
-    args = parser.parse_args()
+    args = arguments(__doc__.split("\n", 1)[0])
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
@@ -112,7 +91,7 @@ def main() -> None:
             model=model,
             args=training,
             train_dataset=TokenData(args.seed),
-            callbacks=[StepLog(args.log, args.step_delay), SpotoptCallback()],
+            callbacks=[StepRecord(args), SpotoptCallback()],
         )
         trainer.train()
     if args.out:

@@ -8,20 +8,17 @@ The spotopt lines: the loader's ``ResumableSampler`` (its own ``generator`` too)
 loader are in play; with deterministic algorithms on one thread a run resumed from any checkpoint
 ends bit-identical to an uninterrupted one. ``--out DIR`` receives ``model.pt`` and
 ``optimizer.pt`` (state dicts) and ``counters.pt`` (Lightning's global step and epoch, the last
-learning rate); ``--log FILE`` gets ``<step> <fingerprint hex> <epoch>`` per step,
-the fingerprint being the sum of all parameters (in practice a different value at any differing bit).
+learning rate); ``--log`` and ``--step-delay`` are the tests' (``step_record.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import time
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from step_record import arguments, record
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -48,34 +45,16 @@ class Classifier(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def fingerprint(model: torch.nn.Module) -> float:
-    return float(sum(p.detach().double().sum() for p in model.parameters()))
+class StepRecord(pl.Callback):
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
 
-
-class StepLog(pl.Callback):
-    """The example's own record of each step (what the tests compare), and an optional slow-down."""
-
-    def __init__(self, log: Path | None, delay: float) -> None:
-        self.path, self.delay = log, delay
-
-    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *args: Any) -> None:
-        if self.path is not None:
-            epoch = os.environ.get("SPOTOPT_EPOCH", "0")
-            line = f"{trainer.global_step} {fingerprint(module).hex()} {epoch}\n"
-            with self.path.open("a", encoding="utf-8") as out:
-                out.write(line)
-        if self.delay:
-            time.sleep(self.delay)
+    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *_: Any) -> None:
+        record(self.args, trainer.global_step, module)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="write model.pt and optimizer.pt here when done")
-    parser.add_argument("--log", type=Path, help="append '<step> <fingerprint hex> <epoch>' per step")
-    parser.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (tests: slow it down)")
-    args = parser.parse_args()
+    args = arguments(__doc__.split("\n", 1)[0])
 
     torch.set_num_threads(1)
     pl.seed_everything(args.seed, verbose=False)
@@ -91,7 +70,7 @@ def main() -> None:
         accelerator="cpu",
         devices=1,
         deterministic=True,
-        callbacks=[StepLog(args.log, args.step_delay), SpotoptCallback(sampler)],
+        callbacks=[StepRecord(args), SpotoptCallback(sampler)],
         enable_checkpointing=False,
         logger=False,
         enable_progress_bar=False,
