@@ -57,7 +57,7 @@ def _cases(
 
 
 CASES = _cases(23, "single", {"file": MODES, "s3": ("sigterm", "control")}) + _cases(
-    32, "ddp", {"file": ("sigkill", "sigterm", "aws", "control"), "s3": ("gcp",)}
+    32, "ddp", {"file": ("sigkill", "sigterm", "control"), "s3": ("gcp",)}
 )
 
 

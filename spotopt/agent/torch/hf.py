@@ -61,7 +61,7 @@ class _TrainerStateDict:
             setattr(self.state, name, value)
 
 
-class SpotoptCallback(TrainerCallback):  # type: ignore[misc]
+class SpotoptCallback(TrainerCallback):
     """Resume at ``on_train_begin``, report and checkpoint at ``on_step_end``, finish at ``on_train_end``."""
 
     def __init__(self) -> None:
