@@ -147,3 +147,16 @@ def test_the_sampler_follows_a_trainer_s_epochs_and_gradient_accumulation() -> N
     sampler.set_epoch(1)
     assert not sampler.mid_epoch and list(sampler) == orders[2]
     assert sampler.at(6, batches_per_step=2) == 2 and not sampler.mid_epoch
+
+
+def test_the_trainer_callback_refuses_an_accumulation_that_splits_an_epoch() -> None:
+    """A resume mid-epoch could not be bit-identical there (the Trainer's last step of an epoch
+    takes what is left): refused at the start, naming the setting, before anything is restored."""
+    pytest.importorskip("transformers")
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from spotopt.agent.torch.hf import SpotoptCallback
+
+    args = TrainingArguments(output_dir="unused", gradient_accumulation_steps=5, use_cpu=True, report_to=[])
+    with pytest.raises(ValueError, match=r"^gradient_accumulation_steps: 5 does not divide the 12 batches"):
+        SpotoptCallback().on_train_begin(args, TrainerState(), TrainerControl(), train_dataloader=range(12))
