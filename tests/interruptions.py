@@ -5,7 +5,8 @@ Shared by the NumPy example's interruption tests and the PyTorch ones. Interrupt
 fake metadata endpoint (AWS, GCP, Azure), the daemon's checkpoint-and-stop request, and the local
 provider's ``preempt``. The command must append ``<step> <loss hex> <epoch>`` per step to a log;
 the driver waits for the log to reach a kill step, then interrupts. Where exactly an
-interruption lands depends on timing, but what the tests assert holds wherever it lands.
+interruption lands depends on timing, but what the tests assert holds wherever it lands. One run
+may mix modes, one per kill step: a job interrupted in several ways in turn.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tests.stores import StoreUnderTest, store_for
 
 MARKET = MarketKey("local", "local", None, "process", MarketKind.SPOT)
 MODES = ("sigkill", "sigterm", "aws", "gcp", "azure", "control", "preempt")
+CLOUDS = ("aws", "gcp", "azure")
 GENTLE = {"sigterm", "aws", "gcp", "azure", "control", "preempt"}
 """Modes that let the agent checkpoint and stop: the process must exit 0."""
 TIMEOUT_S = 60.0
@@ -69,7 +71,9 @@ def wait(
         time.sleep(0.02)
 
 
-Interrupt = Callable[[str, str, Sequence[int], Callable[[Path, Path], Sequence[str]]], tuple[Path, Path]]
+Interrupt = Callable[
+    [str, str | Sequence[str], Sequence[int], Callable[[Path, Path], Sequence[str]]], tuple[Path, Path]
+]
 
 
 @pytest.fixture
@@ -79,7 +83,7 @@ def interrupted(request: pytest.FixtureRequest, tmp_path: Path, provider: LocalP
 
     def run(
         store_kind: str,
-        mode: str,
+        mode: str | Sequence[str],
         kill_steps: Sequence[int],
         command_for: Callable[[Path, Path], Sequence[str]],
     ) -> tuple[Path, Path]:
@@ -101,22 +105,25 @@ def run_interrupted(
     job: str,
     command: Sequence[str],
     log: Path,
-    mode: str,
+    mode: str | Sequence[str],
     kill_steps: Sequence[int],
 ) -> None:
-    """Launch ``command`` as ``job``, interrupt it in ``mode`` at each of ``kill_steps``, relaunch
-    it each time under a new lease, and let the last run finish (it must exit 0)."""
+    """Launch ``command`` as ``job``, interrupt it in ``mode`` (one for all, or one per step) at
+    each of ``kill_steps``, relaunch it each time under a new lease, and let the last run finish
+    (it must exit 0)."""
     loc = store.location()
-    metadata = FakeMetadata() if mode in ("aws", "gcp", "azure") else None
+    modes = [mode] * len(kill_steps) if isinstance(mode, str) else list(mode)
+    assert len(modes) == len(kill_steps), "one mode per kill step"
+    metadata = FakeMetadata() if set(modes) & set(CLOUDS) else None
     if metadata is not None:
         metadata._thread.start()
         request.addfinalizer(metadata.server.shutdown)
-    for kill_step in (*kill_steps, None):
+    for kill_step, mode in zip((*kill_steps, None), (*modes, None), strict=True):
         lease = grant_lease(loc, job, datetime.now(UTC))
         timing = dict(TIMING[store_kind])
         every = float(timing.pop("checkpoint_every_s"))
         env = {k: str(v) for k, v in timing.items()}
-        if metadata is not None:
+        if metadata is not None and mode in CLOUDS:
             env |= {"SPOTOPT_CLOUD": mode, f"SPOTOPT_{mode.upper()}_METADATA_URL": metadata.url}
         spec = LaunchSpec(
             job,

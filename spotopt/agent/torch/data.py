@@ -6,6 +6,10 @@ not by loading data, the batches of the current epoch that were already trained.
 position from the step (one step = one batch) rather than counting what the loader fetched
 keeps it right when worker processes prefetch batches ahead of training.
 
+Trainers that set each epoch themselves (Lightning; the Hugging Face Trainer, through
+accelerate's loader) call ``set_epoch``; the HF Trainer counts its epochs from 0 again after a
+resume, which ``epoch_shift`` makes up for (``spotopt.agent.torch.hf`` sets it).
+
 Two things the sampler cannot do for the loop (the example does both): give the ``DataLoader``
 its own ``generator`` — making an iterator otherwise draws a seed from torch's global generator,
 so an iterator made at a resume would shift every later random draw — and keep randomness in
@@ -25,7 +29,7 @@ from torch.utils.data import RandomSampler, Sampler
 class ResumableSampler(Sampler[int]):
     def __init__(self, sampler: Sampler[Any], batch_size: int, drop_last: bool = False) -> None:
         """``batch_size`` and ``drop_last`` as given to the ``DataLoader`` (per rank)."""
-        if isinstance(sampler, RandomSampler):
+        if isinstance(sampler, RandomSampler) and not hasattr(sampler, "set_epoch"):
             raise ValueError(
                 "sampler: a RandomSampler draws a new order from the global generator each epoch, "
                 "so a resumed epoch would differ; use DistributedSampler(dataset, num_replicas=…, "
@@ -37,6 +41,8 @@ class ResumableSampler(Sampler[int]):
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.epoch = 0
+        self.epoch_shift = 0
+        """Added to the epoch a trainer hands to ``set_epoch``."""
         self._skip = 0
 
     @property
@@ -44,18 +50,38 @@ class ResumableSampler(Sampler[int]):
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
-    def at(self, step: int) -> int:
-        """Position the next iteration at ``step`` (steps done so far); returns its epoch."""
-        self.epoch, batches = divmod(step, self.batches_per_epoch)
-        self._skip = batches * self.batch_size
+    def at(self, step: int, batches_per_step: int = 1) -> int:
+        """Position the next iteration after ``step`` steps (done so far); returns its epoch.
+
+        With gradient accumulation a step takes ``batches_per_step`` batches and an epoch's last
+        step what is left of it, as the Hugging Face Trainer and Lightning count them.
+        """
+        steps_per_epoch = math.ceil(self.batches_per_epoch / batches_per_step)
+        epoch, steps = divmod(step, steps_per_epoch)
+        self._skip = steps * batches_per_step * self.batch_size
+        self._set_inner_epoch(epoch)
+        return epoch
+
+    @property
+    def mid_epoch(self) -> bool:
+        """Whether the next iteration starts part-way through its epoch (``at`` a step inside one)."""
+        return self._skip > 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """A trainer's epoch count (plus ``epoch_shift``); the skip that ``at`` set still applies."""
+        self._set_inner_epoch(epoch + self.epoch_shift)
+
+    def _set_inner_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
         set_epoch = getattr(self.sampler, "set_epoch", None)
         if set_epoch is not None:
-            set_epoch(self.epoch)
-        return self.epoch
+            set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
         skip, self._skip = self._skip, 0
         return itertools.islice(iter(self.sampler), skip, None)
 
     def __len__(self) -> int:
-        return len(self.sampler) - self._skip
+        """A whole epoch's, a resumed one's too: trainers read it once for every epoch and count
+        a resumed epoch's batches from its start (Lightning)."""
+        return len(self.sampler)

@@ -1,0 +1,162 @@
+"""The Hugging Face Trainer and Lightning callbacks (``spotopt.agent.torch.hf`` / ``.lightning``):
+their examples, a tiny model built in code, interrupted at seeded random points
+(``tests/interruptions.py``: SIGKILL, SIGTERM, a cloud notice from the fake metadata server, the
+daemon's stop request) on ``file://`` and moto S3, end with parameters, optimizer state and every
+step's parameter fingerprint bit-identical to an uninterrupted run.
+
+Skips without torch, transformers or lightning; CI installs the ``hf`` and ``lightning`` extras'
+pins next to ``torch==2.13.0`` (the CPU wheel) so these run there.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from spotopt.agent.torch import ResumableSampler  # noqa: E402
+from tests.interruptions import CLOUDS, TIMEOUT_S, Interrupt, interrupted, log_lines, provider  # noqa: E402
+from tests.stores import moto_s3  # noqa: E402
+from tests.test_agent_torch import assert_same_weights  # noqa: E402
+
+__all__ = ["interrupted", "moto_s3", "provider"]
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
+TRAINERS = {"hf": ("transformers", "train_hf.py"), "lightning": ("lightning", "train_lightning.py")}
+STEPS = 40
+"""3⅓ epochs of 12 batches: interruptions land mid-epoch and, sometimes, at an epoch's end."""
+STEP_DELAY_S = 0.03
+KINDS = ("sigkill", "sigterm", "notice", "control")
+
+
+def _cases(seed: int) -> list[tuple[str, str, tuple[str, ...], tuple[int, ...]]]:
+    """Per trainer, the four kinds of interruption in a random order (the notice from a random
+    cloud), two in one job on each store, each at a random step: one job a process start per
+    interruption, as few starts as cover every kind on both stores."""
+    rng = random.Random(seed)
+    cases = []
+    for trainer in TRAINERS:
+        kinds = [rng.choice(CLOUDS) if kind == "notice" else kind for kind in KINDS]
+        rng.shuffle(kinds)
+        for store, modes in (("file", kinds[:2]), ("s3", kinds[2:])):
+            first = rng.randrange(4, STEPS // 2)
+            steps = (first, rng.randrange(first + 4, STEPS - 10))
+            cases.append((trainer, store, tuple(modes), steps))
+    return cases
+
+
+CASES = _cases(2323)
+
+
+def _command(trainer: str, out: Path, log: Path, *extra: str) -> list[str]:
+    script = EXAMPLES / TRAINERS[trainer][1]
+    return [sys.executable, str(script), "--steps", str(STEPS), "--out", str(out), "--log", str(log), *extra]
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
+
+
+Result = tuple[dict[str, Any], dict[str, Any], dict[int, str], dict[str, Any]]
+
+
+def _result(out: Path, log: Path) -> Result:
+    model, optimizer, counters = (
+        torch.load(out / f"{name}.pt") for name in ("model", "optimizer", "counters")
+    )
+    return model, optimizer, dict(log_lines(log)), counters
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The uninterrupted runs (standalone: no provider, no environment), made on first use."""
+    made: dict[str, Result] = {}
+
+    def reference(trainer: str) -> Result:
+        if trainer not in made:
+            work = tmp_path_factory.mktemp(f"reference-{trainer}")
+            command = _command(trainer, work / "out", work / "log")
+            subprocess.run(command, cwd=work, env=_clean_env(), check=True, timeout=TIMEOUT_S)
+            made[trainer] = _result(work / "out", work / "log")
+        return made[trainer]
+
+    yield reference
+
+
+def _assert_identical(got: Result, want: Result) -> None:
+    model, optimizer, trajectory, counters = got
+    assert counters == want[3]  # the trainer's own global step, epoch and learning rate
+    assert_same_weights((model, optimizer), want[:2])
+    assert sorted(trajectory) == list(range(1, STEPS + 1))
+    mismatched = [(s, h) for s, h in trajectory.items() if want[2][s] != h]
+    assert not mismatched, f"steps whose parameters differ from the uninterrupted run: {mismatched[:5]}"
+
+
+@pytest.mark.parametrize(("trainer", "store_kind", "modes", "kill_steps"), CASES)
+def test_an_interrupted_trainer_job_resumes_bit_identical(
+    interrupted: Interrupt,
+    references: Any,
+    trainer: str,
+    store_kind: str,
+    modes: tuple[str, ...],
+    kill_steps: tuple[int, ...],
+) -> None:
+    pytest.importorskip(TRAINERS[trainer][0])
+    delay = ("--step-delay", str(STEP_DELAY_S))
+    out, log = interrupted(store_kind, modes, kill_steps, lambda o, g: _command(trainer, o, g, *delay))
+    runs: dict[str, list[int]] = {}
+    for step, _, epoch in (line.split() for line in log.read_text().splitlines()):
+        runs.setdefault(epoch, []).append(int(step))
+    assert len(runs) == len(kill_steps) + 1, f"not one run per interruption and a last one: {runs}"
+    assert all(steps[0] > 1 for steps in list(runs.values())[1:]), f"a run started over: {runs}"
+    _assert_identical(_result(out, log), references(trainer))
+
+
+def test_the_cases_cover_every_kind_on_both_stores_for_both_trainers() -> None:
+    for trainer in TRAINERS:
+        mine = [(store, modes) for t, store, modes, _ in CASES if t == trainer]
+        assert sorted(store for store, _ in mine) == ["file", "s3"]
+        kinds = [m for _, modes in mine for m in modes]
+        assert len(kinds) == 4 and {"sigkill", "sigterm", "control"} < set(kinds) and set(kinds) & set(CLOUDS)
+
+
+def test_the_sampler_follows_a_trainer_s_epochs_and_gradient_accumulation() -> None:
+    """What the callbacks rely on: ``at(step, batches_per_step)`` as the trainers count steps, and
+    ``set_epoch`` shifted by the epochs a restarted epoch count does not know of."""
+    from torch.utils.data import DistributedSampler
+
+    data = list(range(10))
+    inner = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
+    sampler = ResumableSampler(inner, batch_size=2)  # 5 batches an epoch: steps of 2 batches, 3 an epoch
+    orders = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+    assert sampler.at(4, batches_per_step=2) == 1 and sampler.mid_epoch  # epoch 1, after its first step
+    sampler.epoch_shift = 1  # a trainer that counts this epoch as its 0
+    sampler.set_epoch(0)
+    assert list(sampler) == orders[1][4:]
+    sampler.set_epoch(1)
+    assert not sampler.mid_epoch and list(sampler) == orders[2]
+    assert sampler.at(6, batches_per_step=2) == 2 and not sampler.mid_epoch
+
+
+def test_the_trainer_callback_refuses_an_accumulation_that_splits_an_epoch() -> None:
+    """A resume mid-epoch could not be bit-identical there (the Trainer's last step of an epoch
+    takes what is left): refused at the start, naming the setting, before anything is restored."""
+    pytest.importorskip("transformers")
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from spotopt.agent.torch.hf import SpotoptCallback
+
+    args = TrainingArguments(output_dir="unused", gradient_accumulation_steps=5, use_cpu=True, report_to=[])
+    with pytest.raises(ValueError, match=r"^gradient_accumulation_steps: 5 does not divide the 12 batches"):
+        SpotoptCallback().on_train_begin(args, TrainerState(), TrainerControl(), train_dataloader=range(12))
