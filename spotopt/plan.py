@@ -527,7 +527,7 @@ def _hours(value: float) -> float | None:
 
 
 def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
-    """The plan as a JSON-ready dict (schema in the README, "Planning jobs")."""
+    """The plan as a JSON-ready dict (schema in docs/guides/plan.md)."""
     inp = problem.input
     jobs = []
     for j, job in enumerate(problem.jobs):

@@ -1,6 +1,6 @@
 """Verified checkpoints: write, list, restore with fallback, keep the newest K, collect torn leftovers.
 
-Layout of one job under the store root (see the README's "store layout")::
+Layout of one job under the store root (docs/guides/agent.md, "Store layout")::
 
     <root>/<job>/lease.json                          current epoch (see lease.py)
     <root>/<job>/checkpoints/<step>-e<epoch>-<nonce>/data/...   the files the script wrote

@@ -233,7 +233,7 @@ def run(
     """Run the mover. Without --once it runs until SIGTERM: collectors on --collect-cron, polling
     every --poll, reconcile + rebalance every --period. Only the leader acts; another daemon on
     the same database waits and takes over when the leader dies. --replay runs it instead on a
-    simulated clock over the recorded market (see "Fidelity" in the README)."""
+    simulated clock over the recorded market (docs/guides/daemon.md, "Fidelity")."""
     period_h = parse_duration(period, "--period").total_seconds() / 3600.0
     poll_s = parse_duration(poll, "--poll").total_seconds()
     if period_h <= 0 or poll_s <= 0:

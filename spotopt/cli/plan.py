@@ -38,7 +38,7 @@ COLUMNS = [
 
 def plan(
     ctx: typer.Context,
-    jobs_file: Annotated[Path, typer.Argument(metavar="JOBS.yaml", help="Job spec (see README).")],
+    jobs_file: Annotated[Path, typer.Argument(metavar="JOBS.yaml", help="Job spec (docs/guides/plan.md).")],
     policy: Annotated[
         str, typer.Option(help="min-cost, min-cost-slo, min-makespan-budget or max-throughput.")
     ] = "min-cost-slo",

@@ -71,7 +71,8 @@ def _clouds(text: str | None) -> tuple[str, ...] | None:
 def whatif(
     ctx: typer.Context,
     jobs_file: Annotated[
-        Path | None, typer.Argument(metavar="[JOBS.yaml]", help="Job spec (see README); omit with --example.")
+        Path | None,
+        typer.Argument(metavar="[JOBS.yaml]", help="Job spec (docs/guides/plan.md); no file with --example."),
     ] = None,
     example: Annotated[
         bool,
@@ -207,7 +208,7 @@ def _show(
     if fmt is Format.JSON:
         typer.echo(to_json(result.document()))
         return
-    caption = "oracle: cost_usd is its hindsight schedule, bound_usd a proven lower bound (see README)"
+    caption = "oracle: cost_usd is its hindsight schedule, bound_usd a proven lower bound (see docs)"
     render(
         result.rows,
         fmt,

@@ -92,7 +92,7 @@ STEPS: dict[str, tuple[str, ...]] = {
     "stop": ("stop-old", "await-checkpoint", "terminate-old"),
     "halt": ("fence", "terminate-old"),
 }
-"""The steps of each kind of move, in order (the README's move state machine table)."""
+"""The steps of each kind of move, in order (docs/guides/daemon.md, "Moves")."""
 
 JOB_STATE_DURING = {"start": "launching", "move": "moving", "recover": "recovering"}
 UNAVAILABLE_KEY = "mover_unavailable"

@@ -108,7 +108,7 @@ class ReplayResult:
         return [p for r in shown for p in placements(r, self.timeline, self.jobs)]
 
     def document(self) -> dict[str, Any]:
-        """The JSON document of ``spotopt whatif --format json`` (schema in the README)."""
+        """The JSON document of ``spotopt whatif --format json`` (schema in docs/guides/whatif.md)."""
         req = self.request
         return {
             "synthetic": self.synthetic,
