@@ -53,25 +53,7 @@ def _cases(seed: int) -> list[tuple[str, str, tuple[str, ...], tuple[int, ...]]]
     return cases
 
 
-KNOWN_BUG = (
-    "Lightning, resumed twice with the second resume at an epoch's end (step 24 of 12-batch "
-    "epochs, after a resume at step 12): the next epoch's batches differ from the uninterrupted "
-    "run's from its first step (its shuffle's epoch, most likely Lightning's restored loop "
-    "progress against the sampler's); open in issue 23"
-)
-
-
-def _marked(case: tuple[str, str, tuple[str, ...], tuple[int, ...]]) -> Any:
-    """The case, expected to fail (strictly: a fix makes it fail until this mark goes) where it
-    meets ``KNOWN_BUG``."""
-    trainer, store, _, steps = case
-    if (trainer, store, steps) == ("lightning", "file", (12, 25)):
-        return pytest.param(*case, marks=pytest.mark.xfail(strict=True, reason=KNOWN_BUG))
-    return case
-
-
-PLAN = _cases(2323)
-CASES = [_marked(case) for case in PLAN]
+CASES = _cases(2323)
 
 
 def _command(trainer: str, out: Path, log: Path, *extra: str) -> list[str]:
@@ -140,7 +122,7 @@ def test_an_interrupted_trainer_job_resumes_bit_identical(
 
 def test_the_cases_cover_every_kind_on_both_stores_for_both_trainers() -> None:
     for trainer in TRAINERS:
-        mine = [(store, modes) for t, store, modes, _ in PLAN if t == trainer]
+        mine = [(store, modes) for t, store, modes, _ in CASES if t == trainer]
         assert sorted(store for store, _ in mine) == ["file", "s3"]
         kinds = [m for _, modes in mine for m in modes]
         assert len(kinds) == 4 and {"sigkill", "sigterm", "control"} < set(kinds) and set(kinds) & set(CLOUDS)
