@@ -526,6 +526,22 @@ def check_processes(world: FaultWorld, found: Findings) -> None:
         record = json.loads((home / "record.json").read_text(encoding="utf-8"))
         if record.get("pid") is not None and group_members(int(record["pid"])):
             found.orphans.append(f"{instance.instance_id}: process group {record['pid']} still has processes")
+    for pid in _processes_naming(world.log):  # a trainer no record knows (a launch done twice)
+        found.orphans.append(f"pid {pid}: a training process of this world still runs")
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """Live processes (zombies excluded) whose command line names ``path``."""
+    named = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+            state = (cmdline.parent / "stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if state != "Z" and any(str(path).encode() in arg for arg in argv):
+            named.append(int(cmdline.parent.name))
+    return named
 
 
 def _check_money(world: FaultWorld, found: Findings) -> None:

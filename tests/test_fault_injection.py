@@ -12,6 +12,8 @@ move; ``benchmarks/fault_injection.py`` is the long sweep.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,6 +246,21 @@ def test_the_checks_see_an_orphaned_process(tmp_path: Path) -> None:
         assert len(found.orphans) == 2 and all(instance.instance_id in o for o in found.orphans)
     finally:
         provider.terminate(instance.instance_id, grace_s=0)
+    after = Findings()
+    check_processes(world, after)
+    assert after.orphans == []
+
+
+def test_the_checks_see_a_training_process_no_instance_record_knows(tmp_path: Path) -> None:
+    world = FaultWorld("sqlite://", tmp_path)
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(world.log)])
+    try:
+        found = Findings()
+        check_processes(world, found)
+        assert found.orphans == [f"pid {stray.pid}: a training process of this world still runs"]
+    finally:
+        stray.kill()
+        stray.wait()
     after = Findings()
     check_processes(world, after)
     assert after.orphans == []

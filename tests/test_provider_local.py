@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -181,3 +185,78 @@ def test_an_empty_command_or_a_missing_program_is_a_provider_error(provider: Loc
     wait_for(provider, bad.instance_id, {InstanceState.EXITED})
     assert "nonexistent" in provider.log_path(bad.instance_id).read_text()
     assert provider.status(bad.instance_id).exit_code == 127
+
+
+KILLED_LAUNCHER = """
+import os, sys
+from spotopt.providers.base import LaunchSpec
+from spotopt.providers.local import LocalProvider
+from tests.test_provider_local import LOCAL_MARKET
+provider = LocalProvider(sys.argv[1])
+real_write, writes = provider._write, []
+def write_or_die(record):
+    writes.append(record)
+    if sys.argv[2] == "before-pid" and len(writes) == 2:
+        os._exit(9)  # as a SIGKILL would: no cleanup, the pid never recorded
+    real_write(record)
+    if sys.argv[2] == "after-record":
+        os._exit(9)
+provider._write = write_or_die
+command = ("sh", "-c", 'echo $$ >> "$0"; exec sleep 60', sys.argv[3])
+spec = LaunchSpec(job="j", epoch=1, command=command, checkpoint_uri="file:///tmp/s")
+provider.launch(spec, LOCAL_MARKET, "k")
+"""
+"""A launcher that dies ``after-record`` (the record written, nothing started yet) or
+``before-pid`` (the process runs, its pid not recorded)."""
+
+
+def _killed_launcher(state: Path, when: str, starts: Path) -> None:
+    args = [sys.executable, "-c", KILLED_LAUNCHER, str(state), when, str(starts)]
+    assert subprocess.run(args, cwd=Path(__file__).parents[1], check=False).returncode == 9
+
+
+def _relaunch(provider: LocalProvider, starts: Path) -> int:
+    command = ("sh", "-c", 'echo $$ >> "$0"; exec sleep 60', str(starts))
+    spec = LaunchSpec(job="j", epoch=1, command=command, checkpoint_uri="file:///tmp/s")
+    instance = provider.launch(spec, LOCAL_MARKET, "k")
+    record = provider.state_dir / "instances" / instance.instance_id / "record.json"
+    return int(json.loads(record.read_text())["pid"])
+
+
+def test_a_launch_after_a_launcher_killed_mid_start_adopts_the_running_process(
+    provider: LocalProvider, tmp_path: Path
+) -> None:
+    # The launcher died after starting the process, before recording its pid (what SIGKILLed
+    # the fault-injection daemon once and left two trainers of one epoch): the next launch with
+    # the key must adopt that process, so terminating the instance ends the only trainer.
+    starts = tmp_path / "starts"
+    _killed_launcher(provider.state_dir, "before-pid", starts)
+    orphan = wait_for_line(starts)
+    try:
+        pgid = _relaunch(provider, starts)
+        assert os.getpgid(orphan) == pgid  # the adopted group is the orphan's
+        provider.terminate(provider.list_instances()[0].instance_id, grace_s=5)
+        assert group_members(pgid) == []
+        assert starts.read_text().split() == [str(orphan)]  # one trainer ever started
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(os.getpgid(orphan), signal.SIGKILL)
+
+
+def test_a_launch_after_a_launcher_killed_before_the_start_starts_the_process(
+    provider: LocalProvider, tmp_path: Path
+) -> None:
+    starts = tmp_path / "starts"
+    _killed_launcher(provider.state_dir, "after-record", starts)
+    assert not starts.exists()
+    pgid = _relaunch(provider, starts)
+    assert os.getpgid(wait_for_line(starts)) == pgid
+    assert provider.status(provider.list_instances()[0].instance_id).state is InstanceState.RUNNING
+
+
+def wait_for_line(path: Path) -> int:
+    deadline = time.monotonic() + 60
+    while not path.exists() or not path.read_text().strip():
+        assert time.monotonic() < deadline, f"{path} never written"
+        time.sleep(0.01)
+    return int(path.read_text().split()[0])

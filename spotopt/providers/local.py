@@ -12,13 +12,20 @@ recorded availability): a new launch on a market it says is out raises
 
 The instance id is derived from the idempotency key, and launches are serialised by a file
 lock, so the same key launches one process even from two processes at once. The record is
-written before the process starts and completed with its pid right after; a crash in between
-leaves a record without a pid, and the next launch with that key starts the process.
+written before the process starts and completed with its pid right after. A crash in between
+leaves a record without a pid and perhaps a process already running: the next launch with that
+key must adopt it, never start a second trainer beside it. So the launching process takes an
+``flock`` on the instance's ``alive.lock`` before it forks and hands that open file to the
+child, which keeps it locked for as long as any process of the instance lives (a lock held by a
+dead launcher is released by the kernel); the runner's first act writes its pid to ``pid``. The
+next launch finds the lock free (nothing started: it starts the process) or held (it waits for
+``pid`` and adopts that process).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -45,8 +52,13 @@ from spotopt.providers.base import (
 )
 from spotopt.types import MarketKey, MarketKind
 
-RUNNER = 'trap : TERM INT; "$@"; code=$?; echo "$code" > "$0.tmp" && mv "$0.tmp" "$0"; exit "$code"'
-"""``sh -c RUNNER EXIT_FILE COMMAND…``: the process-group leader that records the command's status.
+RUNNER = (
+    'echo $$ > "$0/pid.tmp" && mv "$0/pid.tmp" "$0/pid"; trap : TERM INT; "$@"; code=$?; '
+    'echo "$code" > "$0/exit_code.tmp" && mv "$0/exit_code.tmp" "$0/exit_code"; exit "$code"'
+)
+"""``sh -c RUNNER INSTANCE_DIR COMMAND…``: the process-group leader that says its pid at once (a
+launcher killed before recording it is succeeded by one that adopts it) and records the
+command's status.
 
 A restarted daemon is not the job's parent and cannot ``wait`` for it, so this shell waits and
 writes the status (``128 + signal`` when a signal ended it, 127 when the program is missing)
@@ -58,6 +70,9 @@ LOCAL_MARKET = MarketKey("local", "local", None, "process", MarketKind.ON_DEMAND
 """The one market of this machine: processes are never taken back unless ``preempt`` says so."""
 WAIT_STEP_S = 0.02
 KILL_WAIT_S = 10.0
+ADOPT_WAIT_S = 10.0
+"""How long a launch waits for the pid of a process a killed launcher started (it is written
+by the runner's first command, so only a machine under heavy load takes more than moments)."""
 
 
 def group_members(pgid: int) -> list[int]:
@@ -111,6 +126,8 @@ class LocalProvider:
         instance_id = "local-" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:16]
         with FileLock(str(self.state_dir / "launch.lock")):
             record = self._read(instance_id)
+            if record is not None and record.get("pid") is None:
+                record = self._adopt(record)
             if record is not None and record.get("pid") is not None:
                 return self._instance(record)
             if self.capacity is not None and not self.capacity(market):
@@ -137,9 +154,10 @@ class LocalProvider:
                 "SPOTOPT_NOTICE_FILE": str(home / "notice"),
                 "SPOTOPT_CLOUD": spec.env.get("SPOTOPT_CLOUD", "local"),
             }
-            runner = ["/bin/sh", "-c", RUNNER, str(home / "exit_code")]
+            runner = ["/bin/sh", "-c", RUNNER, str(home)]
             try:
-                with (home / "log").open("ab") as log:
+                with (home / "log").open("ab") as log, (home / "alive.lock").open("ab") as alive:
+                    fcntl.flock(alive, fcntl.LOCK_EX)  # the child inherits the lock with the file
                     child = subprocess.Popen(
                         [*runner, *spec.command],
                         env=env,
@@ -148,6 +166,7 @@ class LocalProvider:
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
+                        pass_fds=(alive.fileno(),),
                     )
             except OSError as exc:
                 raise ProviderError(f"job {spec.job}: cannot start {spec.command[0]!r}: {exc}") from exc
@@ -237,6 +256,32 @@ class LocalProvider:
 
     def _dir(self, instance_id: str) -> Path:
         return self.state_dir / "instances" / instance_id
+
+    def _adopt(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """A record without a pid: its launcher died around the start. The process it may have
+        started, adopted (the record completed and returned), or None when none lives (then
+        the launch starts it). Called under the launch lock."""
+        home = self._dir(record["instance_id"])
+        with (home / "alive.lock").open("ab") as alive:
+            try:
+                fcntl.flock(alive, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass  # a process of this instance holds it: adopt that one
+            else:
+                return None
+        deadline = time.monotonic() + ADOPT_WAIT_S
+        while not (home / "pid").exists():
+            if time.monotonic() >= deadline:
+                raise ProviderError(
+                    f"{record['instance_id']}: a process of this instance runs but never said its pid; "
+                    f"end it (fuser {home / 'alive.lock'}) and launch again"
+                )
+            time.sleep(WAIT_STEP_S)
+        pid = int((home / "pid").read_text(encoding="utf-8"))
+        proc = _proc_start_ticks(pid)
+        record["pid"], record["start_ticks"] = pid, proc[1] if proc else None
+        self._write(record)
+        return record
 
     def _read(self, instance_id: str) -> dict[str, Any] | None:
         try:
