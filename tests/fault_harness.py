@@ -497,7 +497,12 @@ def check_training(world: FaultWorld, reference: Reference, found: Findings) -> 
             found.wrong_result.append(f"epoch {epoch} step {step}: loss differs from the uninterrupted run")
     checkpoints = verified_checkpoints(world.tmp / "store")
     newest_epoch = -1
+    seen: set[tuple[int, int]] = set()
     for i, (step, _loss, epoch) in enumerate(lines):
+        if (epoch, step) in seen:  # one placement trains each step once: two trainers of one epoch
+            found.overlaps.append(f"line {i + 1}: epoch {epoch} trained step {step} twice")
+            continue
+        seen.add((epoch, step))
         if epoch < newest_epoch:
             found.overlaps.append(f"line {i + 1}: epoch {epoch} trained step {step} after {newest_epoch}")
             continue

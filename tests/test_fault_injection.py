@@ -221,7 +221,13 @@ def test_the_checks_see_overlapping_epochs_lost_progress_and_wrong_losses(
     check_training(world, reference, overlapping)
     assert overlapping.overlaps == ["line 401: epoch 1 trained step 151 after 2"]
 
-    # Epoch 2 resumed at step 100 although step 150 was verified: progress lost.
+    # Two trainers of epoch 1 (a launch done twice), interleaved before the move.
+    twice = [(s, 1) for s in range(1, 11)] + [(s, 1) for s in range(1, 151)] + [(s, 2) for s in steps[150:]]
+    _write_log(world, reference, twice)
+    doubled = Findings()
+    check_training(world, reference, doubled)
+    assert doubled.overlaps[0] == "line 11: epoch 1 trained step 1 twice" and len(doubled.overlaps) == 10
+
     _write_log(world, reference, [(s, 1) for s in range(1, 151)] + [(s, 2) for s in range(101, STEPS + 1)])
     lost = Findings()
     check_training(world, reference, lost)
