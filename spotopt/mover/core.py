@@ -41,7 +41,7 @@ import numpy as np
 
 from spotopt.errors import InfeasibleError
 from spotopt.mover.capacity_rule import CAPACITY
-from spotopt.mover.costs import deadline_reserve_h, forecast_usd, move_cost_usd
+from spotopt.mover.costs import forecast_usd, round_costs
 from spotopt.mover.fleet import FleetState, Move, Options
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.rules import PRICE_RULES, Round, Rule, apply_rules
@@ -137,14 +137,16 @@ def policy_input(
     remaining = state.remaining_steps[job_of]
     tput = opts.steps_per_hour[idx]
     hours = remaining / tput
-    move = (move_cost_usd(state, opts, cur) if move_usd is None else move_usd)[idx]
+    if move_usd is None or reserve_h is None:
+        move_usd, reserve_h = round_costs(state, opts, guard, cur)
+    move = move_usd[idx]
     staying = (cur[job_of] == idx) & ~state.notice[job_of] & ~state.lost[job_of]
     move = np.where(staying, 0.0, move)
     usd = (forecast_usd(opts, idx, hours) + move) / hours
     live = np.flatnonzero(active) if every_job else np.unique(job_of)
     remap = np.full(state.n_jobs, -1, dtype=np.int64)
     remap[live] = np.arange(len(live))
-    reserve = (deadline_reserve_h(state, opts, guard) if reserve_h is None else reserve_h)[live]
+    reserve = reserve_h[live]
     deadline = np.maximum(state.deadline_h[live] - reserve, 1e-6)
     finite = deadline[np.isfinite(deadline)]
     horizon = horizon_h if horizon_h is not None else max([DEFAULT_HORIZON_HOURS, *finite.tolist()])
@@ -226,9 +228,7 @@ def decide(
     if opts.n_options == 0:  # nothing priced that any job may use: nothing to decide
         return []
     cur = opts.position(state.option)
-    with np.errstate(invalid="ignore"):  # unavailable options are NaN
-        move_usd = move_cost_usd(state, opts, cur)
-    reserve_h = deadline_reserve_h(state, opts, guard)
+    move_usd, reserve_h = round_costs(state, opts, guard, cur)
     _refresh_targets(state, opts, guard, memory, policy, cur, move_usd, reserve_h)
     keys = np.array([memory.target.get(name, -1) for name in state.names], dtype=np.int64)
     target = opts.position(keys)

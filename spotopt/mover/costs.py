@@ -13,6 +13,9 @@ For job ``j`` and an option ``e`` with ``R`` steps left:
   price, plus egress (``spotopt.mover.egress.entry_usd``, the one egress rule);
 - *deadline reserve* (``deadline_reserve_h``): the hours before a deadline no plan may use.
 
+``round_costs`` gives a decision round both per-option arrays at once (the policy and the rules
+read the same ones).
+
 Pure: arrays in (``spotopt.mover.fleet``), arrays out.
 """
 
@@ -88,3 +91,10 @@ def deadline_reserve_h(state: FleetState, opts: Options, guard: Guardrails) -> A
     reserve = reserve + rate * left_h * guard.period_h / 2.0
     reserve = reserve + RESERVE_SIGMAS * np.sqrt(rate * left_h) * loss_h
     return np.asarray(np.where(np.isfinite(state.deadline_h), reserve, 0.0))
+
+
+def round_costs(state: FleetState, opts: Options, guard: Guardrails, cur: Array) -> tuple[Array, Array]:
+    """A round's ``(move_cost_usd, deadline_reserve_h)``, computed once for the policy and the rules."""
+    with np.errstate(invalid="ignore"):  # unavailable options are NaN
+        move_usd = move_cost_usd(state, opts, cur)
+    return move_usd, deadline_reserve_h(state, opts, guard)

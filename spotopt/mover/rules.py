@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.mover.costs import deadline_reserve_h, forecast_usd, move_cost_usd
+from spotopt.mover.costs import forecast_usd, round_costs
 from spotopt.mover.fleet import FleetState, Move, Options
 from spotopt.mover.guardrails import Guardrails
 
@@ -100,6 +100,7 @@ class Round:
         self.decided = ~self.state.active
         self.min_dwell_h = self.guard.per_job("min_dwell_h", self.state.names)
         self.move_margin = self.guard.per_job("move_margin", self.state.names)
+        self.deadline_margin_h = self.guard.per_job("deadline_margin_h", self.state.names)
         self.usable = np.isfinite(self.opts.usd_per_hour)
         order = np.argsort(self.opts.job, kind="stable")
         self._by_job = order
@@ -114,17 +115,9 @@ class Round:
         cur: Array,
         target: Array,
         guard: Guardrails,
-        *,
-        move_usd: Array | None = None,
-        reserve_h: Array | None = None,
     ) -> Round:
-        """A round; ``move_usd``/``reserve_h`` are computed here unless the caller has them."""
-        if move_usd is None:
-            with np.errstate(invalid="ignore"):  # unavailable options are NaN
-                move_usd = move_cost_usd(state, opts, cur)
-        if reserve_h is None:
-            reserve_h = deadline_reserve_h(state, opts, guard)
-        return cls(state, opts, guard, cur, target, move_usd, reserve_h)
+        """A round with its costs computed (``spotopt.mover.costs.round_costs``)."""
+        return cls(state, opts, guard, cur, target, *round_costs(state, opts, guard, cur))
 
     def options_of(self, j: int) -> Array:
         """Positions of job ``j``'s options (usable or not)."""
@@ -195,7 +188,7 @@ class Round:
         self.need_od = np.where(od, state.restart_h[j_of] + remaining / opts.steps_per_hour, np.inf)
         min_need = np.full(n_jobs, np.inf)
         np.minimum.at(min_need, j_of, self.need_od)
-        slack = state.deadline_h - guard.period_h - guard.per_job("deadline_margin_h", state.names)
+        slack = state.deadline_h - guard.period_h - self.deadline_margin_h
         self.safe = ~np.isfinite(min_need) | (slack >= min_need)
         usable_h = state.deadline_h - self.reserve_h
         fastest = np.zeros(n_jobs)
