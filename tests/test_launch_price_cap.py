@@ -5,15 +5,19 @@ than its cap, even between two of the daemon's budget checks."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from spotopt.db.engine import Database
+from spotopt.db.models import JobMove
 from spotopt.mover.executor import Executor
+from spotopt.mover.ledger import fleet_usd_per_hour
 from spotopt.providers.base import Instance, LaunchSpec
 from spotopt.types import MarketKey
-from tests.mover_rows import AWS_V100, JOB, T0, market_id, seed_markets, submit
+from tests.helpers import ingest, price
+from tests.mover_rows import AWS_V100, JOB, T0, market_id, place, seed_markets, submit
 from tests.test_ledger_egress import StubProvider
 
 
@@ -61,3 +65,33 @@ def test_the_launch_carries_the_job_s_cap_per_instance(
     executor.advance(move)  # grant, launch, then waits for the agent
     (launched,) = provider.specs
     assert launched.max_usd_per_instance_hour == cap
+
+
+def test_the_fleet_cap_counts_running_slots_at_the_price_in_effect_now(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    # A placement launched at $0.90/h whose market now asks $1.50/h: with a fleet cap of $2/h,
+    # another $0.90/h launch is refused (the budget checks bill $1.50 for the first one, so the
+    # cap must too); at launch prices ($1.80/h) it would have passed.
+    seed_markets(sqlite_db)
+    first = submit(sqlite_db, tmp_path, UNCAPPED)
+    second = tmp_path / "second"
+    second.mkdir()
+    submit(sqlite_db, second, UNCAPPED.replace("name: resnet", "name: bert"))
+    spot = market_id(sqlite_db, AWS_V100)
+    place(sqlite_db, first, spot, T0 - timedelta(minutes=30), usd_per_hour=0.9)
+    with sqlite_db.session() as session:
+        assert fleet_usd_per_hour(session, T0) == pytest.approx(0.9)
+    ingest(sqlite_db, [price(AWS_V100, "2026-03-01 11:50", 1.50)])
+    with sqlite_db.session() as session:
+        assert fleet_usd_per_hour(session, T0) == pytest.approx(1.5)
+    executor = Executor(sqlite_db, Recording(), clock=lambda: T0, max_usd_per_hour=2.0)
+    move = executor.open_move(
+        "bert", "start", "test", market_id=spot, gpus=1, instances=1.0, usd_per_hour=0.9
+    )
+    assert move is not None
+    executor.advance(move)
+    with sqlite_db.session() as session:
+        row = session.get(JobMove, move)
+        assert row is not None and row.outcome == "failed"
+        assert row.detail == "budget: the fleet would spend $2.4000/h, above max_usd_per_hour $2.0000"

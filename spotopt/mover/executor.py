@@ -67,7 +67,13 @@ from spotopt.jobspec import Job
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.billing import billed_seconds
 from spotopt.mover.eventlog import log_event
-from spotopt.mover.ledger import market_key, price_entry_egress, record_entry_egress, spent_usd
+from spotopt.mover.ledger import (
+    fleet_usd_per_hour,
+    market_key,
+    price_entry_egress,
+    record_entry_egress,
+    spent_usd,
+)
 from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity, record_lifetime, record_throughput
 from spotopt.mover.progress import record_progress
 from spotopt.mover.sweep import Leftover, find_leftovers
@@ -811,7 +817,7 @@ class Executor:
         assert move.market_id is not None
         with self.db.session() as session:
             spent = spent_usd(session, job.id, now)
-            fleet = self.fleet_usd_per_hour(session)
+            fleet = fleet_usd_per_hour(session, now)
             cloud = market_key(session, move.market_id).cloud
             egress = price_entry_egress(session, move, spec, now).usd
         # The cloud bills at least its minimum for any start (AWS/GCP 60 s), so that is the least
@@ -829,14 +835,6 @@ class Executor:
                 f"${self.max_usd_per_hour:.4f}"
             )
         return ""
-
-    @staticmethod
-    def fleet_usd_per_hour(session: Session) -> float:
-        """What the running placements cost per hour at their launch prices."""
-        rates = session.scalars(
-            select(Placement.usd_per_hour).where(Placement.state.in_(("launching", "running")))
-        )
-        return float(sum(rates))
 
     def _mark_unavailable(self, market_id: int) -> None:
         until = self.clock() + timedelta(seconds=self.timeouts.unavailable_s)

@@ -18,7 +18,8 @@ whose launch never returned bills none. A row's ``billed_usd`` is its instance t
 egress; the ledger's total, ``spent_usd`` and ``spent_by_job`` sum those.
 
 This is the one cost function of the mover: the budget checks of the executor and the daemon,
-``jobs show`` and ``jobs cost`` all read ``intervals`` (or its batched twin ``spent_by_job``).
+``jobs show`` and ``jobs cost`` all read ``intervals`` (or its batched twin ``spent_by_job``),
+and the fleet's spend-rate cap reads the same prices in effect (``fleet_usd_per_hour``).
 """
 
 from __future__ import annotations
@@ -154,6 +155,14 @@ def slot_usd_per_hour(session: Session, p: Placement, start: datetime, end: date
     price times the instances the slot takes (the price at launch where the history has none)."""
     launch_price = p.usd_per_hour / p.instances if p.instances else 0.0
     return p.instances * price_in_effect(session, p.market_id, start, end, launch_price)
+
+
+def fleet_usd_per_hour(session: Session, now: datetime) -> float:
+    """What the launching and running placements cost per hour now: each slot at its market's
+    price in effect now, the price the budget checks bill (the fleet's spend-rate cap compared
+    launch prices once, so a price that rose since went unseen)."""
+    running = session.scalars(select(Placement).where(Placement.state.in_(("launching", "running"))))
+    return float(sum(slot_usd_per_hour(session, p, now, now) for p in running))
 
 
 def intervals(session: Session, job_id: int, now: datetime) -> list[Interval]:
