@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,20 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from spotopt.agent.torch import ResumableSampler  # noqa: E402
-from tests.interruptions import CLOUDS, TIMEOUT_S, Interrupt, interrupted, log_lines, provider  # noqa: E402
-from tests.stores import moto_s3  # noqa: E402
+from spotopt.checkpoints import grant_lease, read_finished  # noqa: E402
+from spotopt.providers.base import LaunchSpec  # noqa: E402
+from spotopt.providers.local import LocalProvider  # noqa: E402
+from tests.interruptions import (  # noqa: E402
+    CLOUDS,
+    MARKET,
+    TIMEOUT_S,
+    Interrupt,
+    interrupted,
+    log_lines,
+    provider,
+    wait,
+)
+from tests.stores import StoreUnderTest, moto_s3  # noqa: E402
 from tests.test_agent_torch import assert_same_weights  # noqa: E402
 
 __all__ = ["interrupted", "moto_s3", "provider"]
@@ -117,6 +130,38 @@ def test_an_interrupted_trainer_job_resumes_bit_identical(
         runs.setdefault(epoch, []).append(int(step))
     assert len(runs) == len(kill_steps) + 1, f"not one run per interruption and a last one: {runs}"
     assert all(steps[0] > 1 for steps in list(runs.values())[1:]), f"a run started over: {runs}"
+    _assert_identical(_result(out, log), references(trainer))
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_a_job_lost_after_its_last_step_ends_as_an_uninterrupted_run(
+    provider: LocalProvider, references: Any, tmp_path: Path, trainer: str
+) -> None:
+    """Killed after the checkpoint of its last step, before the agent's ``finish``: the next run
+    trains no step (the Trainer would run one more), ends bit-identical, and marks the job
+    finished (Lightning skips its fit loop, and ``on_train_end`` with it)."""
+    pytest.importorskip(TRAINERS[trainer][0])
+    store = StoreUnderTest(f"file://{tmp_path / 'store'}")
+    loc = store.location()
+    out, log = tmp_path / "out", tmp_path / "steps.log"
+    epochs = []
+    # A checkpoint at every step, so the one of the last step is there when the process dies.
+    for extra, every in ((("--die-before-finish",), 0.0), ((), None)):
+        lease = grant_lease(loc, "train", datetime.now(UTC))
+        epochs.append(lease.epoch)
+        command = tuple(_command(trainer, out, log, *extra))
+        spec = LaunchSpec("train", lease.epoch, command, store.url, checkpoint_every_s=every)
+        iid = provider.launch(spec, MARKET, f"train-{lease.epoch}").instance_id
+        wait(provider, iid, "the run to end")
+        status = provider.status(iid)
+        if extra:
+            assert status.exit_code != 0 and read_finished(loc, "train") is None
+        else:
+            assert status.exit_code == 0, provider.log_path(iid).read_text()
+    epochs_logged = {line.split()[2] for line in log.read_text().splitlines()}
+    assert epochs_logged == {str(epochs[0])}, "the run after the last step trained a step"
+    finished = read_finished(loc, "train")
+    assert finished is not None and (finished["epoch"], finished["step"]) == (epochs[1], STEPS)
     _assert_identical(_result(out, log), references(trainer))
 
 

@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 import torch
-from step_record import arguments, record
+from step_record import arguments, record, train_end
 from transformers import (
     BertConfig,
     BertForSequenceClassification,
@@ -54,6 +54,9 @@ class StepRecord(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         record(self.args, state.global_step, model)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        train_end(self.args)
 
 
 def main() -> None:

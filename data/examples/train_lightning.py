@@ -18,7 +18,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from step_record import arguments, record
+from step_record import arguments, record, train_end
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -51,6 +51,9 @@ class StepRecord(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *_: Any) -> None:
         record(self.args, trainer.global_step, module)
+
+    def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        train_end(self.args)
 
 
 def main() -> None:

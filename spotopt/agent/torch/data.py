@@ -62,6 +62,11 @@ class ResumableSampler(Sampler[int]):
         self._set_inner_epoch(epoch)
         return epoch
 
+    def exhaust(self) -> None:
+        """Make the next iteration yield nothing: a trainer resumed at its last step must train no
+        other (the Hugging Face Trainer runs a step before it looks at ``max_steps``)."""
+        self._skip = len(self.sampler)
+
     @property
     def mid_epoch(self) -> bool:
         """Whether the next iteration starts part-way through its epoch (``at`` a step inside one)."""
