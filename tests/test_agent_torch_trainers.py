@@ -175,23 +175,28 @@ def test_the_cases_cover_every_kind_on_both_stores_for_both_trainers() -> None:
 
 def test_the_sampler_follows_a_trainer_s_epochs_and_gradient_accumulation() -> None:
     """What the callbacks rely on: ``at(step, batches_per_step)`` as the trainers count steps, and
-    ``set_epoch`` shifted by the epochs a restarted epoch count does not know of."""
+    every later iteration the next epoch, whatever epoch a trainer thinks it is in (it has no
+    ``set_epoch`` for them to call: their counts restart or lag after a resume)."""
     from torch.utils.data import DistributedSampler
 
     data = list(range(10))
+    reference = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
+    orders = []
+    for epoch in range(4):
+        reference.set_epoch(epoch)
+        orders.append(list(reference))
     inner = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
     sampler = ResumableSampler(inner, batch_size=2)  # 5 batches an epoch: steps of 2 batches, 3 an epoch
-    orders = []
-    for epoch in range(3):
-        sampler.set_epoch(epoch)
-        orders.append(list(sampler))
+    assert [list(sampler) for _ in range(3)] == orders[:3]  # a fresh sampler: epochs 0, 1, 2 in turn
+    assert not hasattr(sampler, "set_epoch")
     assert sampler.at(4, batches_per_step=2) == 1 and sampler.mid_epoch  # epoch 1, after its first step
-    sampler.epoch_shift = 1  # a trainer that counts this epoch as its 0
-    sampler.set_epoch(0)
     assert list(sampler) == orders[1][4:]
-    sampler.set_epoch(1)
     assert not sampler.mid_epoch and list(sampler) == orders[2]
     assert sampler.at(6, batches_per_step=2) == 2 and not sampler.mid_epoch
+    assert list(sampler) == orders[2]
+    sampler.at(6, batches_per_step=2)
+    sampler.exhaust()  # resumed at the last step: the trainer's next epoch has no batch
+    assert list(sampler) == [] and list(sampler) == orders[3]
 
 
 def test_the_trainer_callback_refuses_an_accumulation_that_splits_an_epoch() -> None:

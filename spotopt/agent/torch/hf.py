@@ -96,8 +96,7 @@ class SpotoptCallback(TrainerCallback):
             sampler.exhaust()
             _trainer_log.addFilter(_quiet_empty_epoch)
             return
-        epoch = sampler.at(step, accumulation)
-        sampler.epoch_shift = epoch  # the Trainer's epoch loop starts from 0 again
+        sampler.at(step, accumulation)
         if sampler.mid_epoch:
             self._rng_at_resume = rng_state()
 

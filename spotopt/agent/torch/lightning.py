@@ -86,14 +86,6 @@ class SpotoptCallback(pl.Callback):
                 "ignore", "You're resuming from a checkpoint that ended", PossibleUserWarning
             )
 
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """The sampler's epoch from the global step, over the one Lightning just set: Lightning
-        numbers it from its restored loop progress, which after a second resume at an epoch's
-        end is not the epoch the steps say (the next epoch then trained on another shuffle)."""
-        if self.sampler is not None:
-            per_epoch = -(-self.sampler.batches_per_epoch // trainer.accumulate_grad_batches)
-            self.sampler.set_epoch(trainer.global_step // per_epoch)
-
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
