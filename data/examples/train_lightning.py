@@ -8,7 +8,8 @@ The spotopt lines: the loader's ``ResumableSampler`` (its own ``generator`` too)
 loader are in play; with deterministic algorithms on one thread a run resumed from any checkpoint
 ends bit-identical to an uninterrupted one. ``--out DIR`` receives ``model.pt`` and
 ``optimizer.pt`` (state dicts) and ``counters.pt`` (Lightning's global step and epoch, the last
-learning rate); ``--log`` and ``--step-delay`` are the tests' (``step_record.py``).
+learning rate); ``--log``, ``--step-delay`` and ``--die-before-finish`` are the tests'
+(``step_record.py``).
 """
 
 from __future__ import annotations
