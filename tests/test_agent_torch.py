@@ -284,7 +284,7 @@ def test_the_sampler_position_follows_the_step() -> None:
         uninterrupted.append(list(sampler))
     assert uninterrupted[0] != uninterrupted[1]  # shuffled per epoch
     assert sampler.at(6) == 1 and list(sampler) == uninterrupted[1][6:]  # 2 batches of epoch 1 done
-    assert list(sampler) == uninterrupted[1]  # the skip applies to one iteration only
+    assert list(sampler) == uninterrupted[2]  # the next iteration: the next epoch, whole
     assert list(agent.ResumableSampler(SequentialSampler(data), 3, drop_last=True)) == data
     with pytest.raises(ValueError, match="sampler: a RandomSampler"):
         agent.ResumableSampler(RandomSampler(data), 3)

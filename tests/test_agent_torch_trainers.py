@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,20 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from spotopt.agent.torch import ResumableSampler  # noqa: E402
-from tests.interruptions import CLOUDS, TIMEOUT_S, Interrupt, interrupted, log_lines, provider  # noqa: E402
-from tests.stores import moto_s3  # noqa: E402
+from spotopt.checkpoints import grant_lease, read_finished  # noqa: E402
+from spotopt.providers.base import LaunchSpec  # noqa: E402
+from spotopt.providers.local import LocalProvider  # noqa: E402
+from tests.interruptions import (  # noqa: E402
+    CLOUDS,
+    MARKET,
+    TIMEOUT_S,
+    Interrupt,
+    interrupted,
+    log_lines,
+    provider,
+    wait,
+)
+from tests.stores import StoreUnderTest, moto_s3  # noqa: E402
 from tests.test_agent_torch import assert_same_weights  # noqa: E402
 
 __all__ = ["interrupted", "moto_s3", "provider"]
@@ -120,6 +133,38 @@ def test_an_interrupted_trainer_job_resumes_bit_identical(
     _assert_identical(_result(out, log), references(trainer))
 
 
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_a_job_lost_after_its_last_step_ends_as_an_uninterrupted_run(
+    provider: LocalProvider, references: Any, tmp_path: Path, trainer: str
+) -> None:
+    """Killed after the checkpoint of its last step, before the agent's ``finish``: the next run
+    trains no step (the Trainer would run one more), ends bit-identical, and marks the job
+    finished (Lightning skips its fit loop, and ``on_train_end`` with it)."""
+    pytest.importorskip(TRAINERS[trainer][0])
+    store = StoreUnderTest(f"file://{tmp_path / 'store'}")
+    loc = store.location()
+    out, log = tmp_path / "out", tmp_path / "steps.log"
+    epochs = []
+    # A checkpoint at every step, so the one of the last step is there when the process dies.
+    for extra, every in ((("--die-before-finish",), 0.0), ((), None)):
+        lease = grant_lease(loc, "train", datetime.now(UTC))
+        epochs.append(lease.epoch)
+        command = tuple(_command(trainer, out, log, *extra))
+        spec = LaunchSpec("train", lease.epoch, command, store.url, checkpoint_every_s=every)
+        iid = provider.launch(spec, MARKET, f"train-{lease.epoch}").instance_id
+        wait(provider, iid, "the run to end")
+        status = provider.status(iid)
+        if extra:
+            assert status.exit_code != 0 and read_finished(loc, "train") is None
+        else:
+            assert status.exit_code == 0, provider.log_path(iid).read_text()
+    epochs_logged = {line.split()[2] for line in log.read_text().splitlines()}
+    assert epochs_logged == {str(epochs[0])}, "the run after the last step trained a step"
+    finished = read_finished(loc, "train")
+    assert finished is not None and (finished["epoch"], finished["step"]) == (epochs[1], STEPS)
+    _assert_identical(_result(out, log), references(trainer))
+
+
 def test_the_cases_cover_every_kind_on_both_stores_for_both_trainers() -> None:
     for trainer in TRAINERS:
         mine = [(store, modes) for t, store, modes, _ in CASES if t == trainer]
@@ -130,23 +175,28 @@ def test_the_cases_cover_every_kind_on_both_stores_for_both_trainers() -> None:
 
 def test_the_sampler_follows_a_trainer_s_epochs_and_gradient_accumulation() -> None:
     """What the callbacks rely on: ``at(step, batches_per_step)`` as the trainers count steps, and
-    ``set_epoch`` shifted by the epochs a restarted epoch count does not know of."""
+    every later iteration the next epoch, whatever epoch a trainer thinks it is in (it has no
+    ``set_epoch`` for them to call: their counts restart or lag after a resume)."""
     from torch.utils.data import DistributedSampler
 
     data = list(range(10))
+    reference = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
+    orders = []
+    for epoch in range(4):
+        reference.set_epoch(epoch)
+        orders.append(list(reference))
     inner = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
     sampler = ResumableSampler(inner, batch_size=2)  # 5 batches an epoch: steps of 2 batches, 3 an epoch
-    orders = []
-    for epoch in range(3):
-        sampler.set_epoch(epoch)
-        orders.append(list(sampler))
+    assert [list(sampler) for _ in range(3)] == orders[:3]  # a fresh sampler: epochs 0, 1, 2 in turn
+    assert not hasattr(sampler, "set_epoch")
     assert sampler.at(4, batches_per_step=2) == 1 and sampler.mid_epoch  # epoch 1, after its first step
-    sampler.epoch_shift = 1  # a trainer that counts this epoch as its 0
-    sampler.set_epoch(0)
     assert list(sampler) == orders[1][4:]
-    sampler.set_epoch(1)
     assert not sampler.mid_epoch and list(sampler) == orders[2]
     assert sampler.at(6, batches_per_step=2) == 2 and not sampler.mid_epoch
+    assert list(sampler) == orders[2]
+    sampler.at(6, batches_per_step=2)
+    sampler.exhaust()  # resumed at the last step: the trainer's next epoch has no batch
+    assert list(sampler) == [] and list(sampler) == orders[3]
 
 
 def test_the_trainer_callback_refuses_an_accumulation_that_splits_an_epoch() -> None:

@@ -1,12 +1,14 @@
 """What the trainer examples (``train_hf.py``, ``train_lightning.py``) share: their arguments and a
 per-step record of the parameters for the tests that interrupt them (``--log``; a trainer hands
 its callbacks no per-step loss, so the record is the sum of all parameters: in practice a
-different value at any differing bit)."""
+different value at any differing bit), and a death between the last step and the agent's finish
+(``--die-before-finish``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -22,6 +24,11 @@ def arguments(description: str) -> argparse.Namespace:
     )
     parser.add_argument("--log", type=Path, help="append '<step> <fingerprint hex> <epoch>' per step")
     parser.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (tests: slow it down)")
+    parser.add_argument(
+        "--die-before-finish",
+        action="store_true",
+        help="SIGKILL this process when training ends, before the agent's finish (tests: a job lost there)",
+    )
     return parser.parse_args()
 
 
@@ -34,3 +41,10 @@ def record(args: argparse.Namespace, step: int, model: torch.nn.Module) -> None:
             out.write(line)
     if args.step_delay:
         time.sleep(args.step_delay)
+
+
+def train_end(args: argparse.Namespace) -> None:
+    """At the trainer's end of training, before ``SpotoptCallback`` (listed after the recorder)
+    finishes the job: with ``--die-before-finish``, the process dies there as a lost machine would."""
+    if args.die_before_finish:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -8,8 +8,8 @@ The one spotopt line is ``callbacks=[SpotoptCallback()]``. Dropout, AdamW, a lin
 decay schedule and the Trainer's shuffled loader are all in play; with deterministic algorithms on
 one thread a run resumed from any checkpoint ends bit-identical to an uninterrupted one.
 ``--out DIR`` receives ``model.pt`` and ``optimizer.pt`` (state dicts) and ``counters.pt`` (the
-Trainer's global step and epoch, the last learning rate); ``--log`` and ``--step-delay`` are the
-tests' (``step_record.py``).
+Trainer's global step and epoch, the last learning rate); ``--log``, ``--step-delay`` and
+``--die-before-finish`` are the tests' (``step_record.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 import torch
-from step_record import arguments, record
+from step_record import arguments, record, train_end
 from transformers import (
     BertConfig,
     BertForSequenceClassification,
@@ -54,6 +54,9 @@ class StepRecord(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         record(self.args, state.global_step, model)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        train_end(self.args)
 
 
 def main() -> None:

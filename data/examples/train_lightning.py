@@ -8,7 +8,8 @@ The spotopt lines: the loader's ``ResumableSampler`` (its own ``generator`` too)
 loader are in play; with deterministic algorithms on one thread a run resumed from any checkpoint
 ends bit-identical to an uninterrupted one. ``--out DIR`` receives ``model.pt`` and
 ``optimizer.pt`` (state dicts) and ``counters.pt`` (Lightning's global step and epoch, the last
-learning rate); ``--log`` and ``--step-delay`` are the tests' (``step_record.py``).
+learning rate); ``--log``, ``--step-delay`` and ``--die-before-finish`` are the tests'
+(``step_record.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from step_record import arguments, record
+from step_record import arguments, record, train_end
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -51,6 +52,9 @@ class StepRecord(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *_: Any) -> None:
         record(self.args, trainer.global_step, module)
+
+    def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        train_end(self.args)
 
 
 def main() -> None:

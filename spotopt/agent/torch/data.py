@@ -6,9 +6,11 @@ not by loading data, the batches of the current epoch that were already trained.
 position from the step (one step = one batch) rather than counting what the loader fetched
 keeps it right when worker processes prefetch batches ahead of training.
 
-Trainers that set each epoch themselves (Lightning; the Hugging Face Trainer, through
-accelerate's loader) call ``set_epoch``; the HF Trainer counts its epochs from 0 again after a
-resume, which ``epoch_shift`` makes up for (``spotopt.agent.torch.hf`` sets it).
+The epoch follows the step too: ``at`` sets it, and every later iteration is the next epoch.
+The sampler has no ``set_epoch``, on purpose: trainers that set each epoch themselves number
+them from their own state, which after a resume is not the steps' epoch (the Hugging Face
+Trainer counts from 0 again; Lightning, resumed a second time at an epoch's end, one short), so
+they leave the sampler alone and one rule serves a plain loop and both trainers.
 
 Two things the sampler cannot do for the loop (the example does both): give the ``DataLoader``
 its own ``generator`` — making an iterator otherwise draws a seed from torch's global generator,
@@ -41,9 +43,9 @@ class ResumableSampler(Sampler[int]):
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.epoch = 0
-        self.epoch_shift = 0
-        """Added to the epoch a trainer hands to ``set_epoch``."""
         self._skip = 0
+        self._placed = True
+        """Whether the next iteration is of ``epoch`` (placed by ``at``), not of the one after."""
 
     @property
     def batches_per_epoch(self) -> int:
@@ -59,25 +61,31 @@ class ResumableSampler(Sampler[int]):
         steps_per_epoch = math.ceil(self.batches_per_epoch / batches_per_step)
         epoch, steps = divmod(step, steps_per_epoch)
         self._skip = steps * batches_per_step * self.batch_size
-        self._set_inner_epoch(epoch)
+        self._place(epoch)
         return epoch
+
+    def exhaust(self) -> None:
+        """Make the next iteration yield nothing: a trainer resumed at its last step must train no
+        other (the Hugging Face Trainer runs a step before it looks at ``max_steps``)."""
+        self._skip = len(self.sampler)
+        self._placed = True
 
     @property
     def mid_epoch(self) -> bool:
         """Whether the next iteration starts part-way through its epoch (``at`` a step inside one)."""
         return self._skip > 0
 
-    def set_epoch(self, epoch: int) -> None:
-        """A trainer's epoch count (plus ``epoch_shift``); the skip that ``at`` set still applies."""
-        self._set_inner_epoch(epoch + self.epoch_shift)
-
-    def _set_inner_epoch(self, epoch: int) -> None:
+    def _place(self, epoch: int) -> None:
         self.epoch = epoch
+        self._placed = True
         set_epoch = getattr(self.sampler, "set_epoch", None)
         if set_epoch is not None:
             set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
+        if not self._placed:
+            self._place(self.epoch + 1)
+        self._placed = False
         skip, self._skip = self._skip, 0
         return itertools.islice(iter(self.sampler), skip, None)
 

@@ -22,6 +22,7 @@ a resume is averaged over the steps since 0 (the Trainer keeps that counter outs
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -91,8 +92,11 @@ class SpotoptCallback(TrainerCallback):
         if step == 0:
             return
         self._resumed = True
-        epoch = sampler.at(step, accumulation)
-        sampler.epoch_shift = epoch  # the Trainer's epoch loop starts from 0 again
+        if step >= state.max_steps:  # lost after its last step, before finishing: train none
+            sampler.exhaust()
+            _trainer_log.addFilter(_quiet_empty_epoch)
+            return
+        sampler.at(step, accumulation)
         if sampler.mid_epoch:
             self._rng_at_resume = rng_state()
 
@@ -114,6 +118,7 @@ class SpotoptCallback(TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
+        _trainer_log.removeFilter(_quiet_empty_epoch)
         agent.finish(**self._parts(kwargs))
 
     def _parts(self, hook_kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,6 +128,15 @@ class SpotoptCallback(TrainerCallback):
             "scheduler": hook_kwargs.get("lr_scheduler"),
             "extra": self._extra,
         }
+
+
+_trainer_log = logging.getLogger("transformers.trainer")
+
+
+def _quiet_empty_epoch(record: logging.LogRecord) -> bool:
+    """Drop the Trainer's warning about an epoch without a batch, which is how a job resumed at
+    its last step ends without training another (``SpotoptCallback`` exhausts the sampler)."""
+    return not record.getMessage().startswith("There seems not to be a single sample")
 
 
 def _resumable_sampler(loader: Any) -> ResumableSampler:

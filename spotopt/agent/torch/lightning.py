@@ -51,7 +51,7 @@ class _Loops:
 
 
 class SpotoptCallback(pl.Callback):
-    """Resume at ``on_fit_start``, checkpoint at ``on_train_batch_end``, finish at ``on_train_end``."""
+    """Resume at ``on_fit_start``, checkpoint at ``on_train_batch_end``, finish at ``on_fit_end``."""
 
     def __init__(self, sampler: ResumableSampler | None = None) -> None:
         """``sampler``: the training loader's; without one a resume mid-epoch starts the epoch over."""
@@ -74,6 +74,8 @@ class SpotoptCallback(pl.Callback):
         }
         step = agent.resume(**self._parts)
         self._last_step = step
+        if 0 <= trainer.max_steps <= step:
+            _close_last_epoch(trainer)
         if step == 0 or self.sampler is None:
             return
         self.sampler.at(step, trainer.accumulate_grad_batches)
@@ -83,14 +85,6 @@ class SpotoptCallback(pl.Callback):
             warnings.filterwarnings(
                 "ignore", "You're resuming from a checkpoint that ended", PossibleUserWarning
             )
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """The sampler's epoch from the global step, over the one Lightning just set: Lightning
-        numbers it from its restored loop progress, which after a second resume at an epoch's
-        end is not the epoch the steps say (the next epoch then trained on another shuffle)."""
-        if self.sampler is not None:
-            per_epoch = -(-self.sampler.batches_per_epoch // trainer.accumulate_grad_batches)
-            self.sampler.set_epoch(trainer.global_step // per_epoch)
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -109,7 +103,10 @@ class SpotoptCallback(pl.Callback):
         if agent.step(step, **self._parts):
             trainer.should_stop = True
 
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Here rather than at ``on_train_end``: resumed from its last step (lost before finishing),
+        Lightning skips the whole fit loop, ``on_train_end`` included, and the job would never be
+        marked complete."""
         agent.finish(**self._parts)
 
     def on_exception(
@@ -119,3 +116,14 @@ class SpotoptCallback(pl.Callback):
         if isinstance(exception, SIGTERMException) and self._parts:
             agent.step(trainer.global_step, **self._parts)
             agent.finish(**self._parts)
+
+
+def _close_last_epoch(trainer: pl.Trainer) -> None:
+    """Count the epoch that the last step ended, as Lightning's loop does on leaving it: resumed
+    from a checkpoint of that step (lost before finishing), Lightning skips the whole loop, and
+    its ``current_epoch`` would stay one short of the uninterrupted run's. A checkpoint ``finish``
+    wrote after the loop already counts it."""
+    progress = trainer.fit_loop.epoch_progress
+    if progress.current.processed < progress.current.started:
+        progress.increment_processed()
+        progress.increment_completed()
