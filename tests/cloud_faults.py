@@ -30,7 +30,7 @@ from spotopt.checkpoints import AgentState, Heartbeat, write_heartbeat
 from spotopt.db.engine import Database
 from spotopt.db.models import ManagedJob, Placement
 from spotopt.errors import SpotoptError
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.executor import Timeouts, job_location

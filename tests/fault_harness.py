@@ -36,8 +36,8 @@ from sqlalchemy import select
 
 from spotopt.db.engine import Database
 from spotopt.db.models import JobMove, JournalEntry
-from spotopt.db.setup import open_history
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
+from spotopt.history.setup import open_history
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.ledger import intervals, spent_usd, total_usd
 from spotopt.providers.local import LocalProvider, group_members

@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from spotopt.db.engine import Database
 from spotopt.db.models import JobMove, ManagedJob, Placement
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.executor import Timeouts

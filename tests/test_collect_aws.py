@@ -12,11 +12,11 @@ from moto import mock_aws
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from spotopt import collect as collect_module
-from spotopt.collect import CollectRequest, ScopeResult, run_collect
 from spotopt.collectors.aws_advisor import bucket_upper_bound, snapshot_time
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run, Watermark
+from spotopt.history import collect as collect_module
+from spotopt.history.collect import CollectRequest, ScopeResult, run_collect
 from tests.collect_fakes import (
     ADVISOR_URL,
     NOW,
@@ -432,7 +432,7 @@ def test_a_crash_in_the_write_after_a_flushed_batch_leaves_nothing_of_that_scope
                 select(Watermark.scope, Watermark.until).where(Watermark.collector == "aws-spot-prices")
             )
         }
-    monkeypatch.setattr("spotopt.ingest.BATCH_ROWS", 1)  # every price is flushed as it comes
+    monkeypatch.setattr("spotopt.history.ingest.BATCH_ROWS", 1)  # every price is flushed as it comes
     flushed: list[int] = []
 
     advance = collect_module._advance

@@ -21,8 +21,8 @@ from spotopt.cloud_calls import redact
 from spotopt.collectors.base import COLLECTORS
 from spotopt.db.engine import Database
 from spotopt.db.models import PricePoint, Run
-from spotopt.db.setup import open_history
 from spotopt.errors import InputError
+from spotopt.history.setup import open_history
 from tests.collect_fakes import (
     ADVISOR_URL,
     AwsError,
@@ -263,7 +263,8 @@ def _loaded_after(imports: str, prefixes: tuple[str, ...]) -> list[str]:
 
 def test_importing_spotopt_and_its_cli_imports_no_cloud_sdk() -> None:
     imports = (
-        "import spotopt, spotopt.cli.app, spotopt.collect\nfrom spotopt.collectors.base import COLLECTORS\n"
+        "import spotopt, spotopt.cli.app, spotopt.history.collect\n"
+        "from spotopt.collectors.base import COLLECTORS\n"
     )
     assert _loaded_after(imports + "list(COLLECTORS)", _SDKS) == []
 
@@ -273,7 +274,8 @@ def test_adaptors_and_the_retry_rule_do_not_depend_on_the_collectors() -> None:
     importing an adaptor (as a provider will) loads no collector and no SDK."""
     imports = "import spotopt.cloud_calls, spotopt.adaptors.aws, spotopt.adaptors.gcp, spotopt.adaptors.azure"
     assert _loaded_after(imports, ("spotopt.collectors", *_SDKS)) == []
-    assert _loaded_after("import spotopt.collect", ("spotopt.collectors",))  # the probe does see imports
+    # the probe does see imports
+    assert _loaded_after("import spotopt.history.collect", ("spotopt.collectors",))
 
 
 def test_the_collect_guide_documents_every_collector() -> None:

@@ -24,7 +24,7 @@ import pytest
 from spotopt.cloud_calls import Retry
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id_of
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.mover import jobs as jobstore
 from spotopt.providers.aws import AwsProvider
 from spotopt.providers.clouds import CloudsProvider, split_id

@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, JournalEntry, Meta, Placement
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.leader import LEADER_KEY, LeaderRecord, Leadership
 from spotopt.providers.local import LocalProvider

@@ -12,8 +12,8 @@ from spotopt.adaptors import client_factory
 from spotopt.catalog import check_gpu_query
 from spotopt.cli.common import FormatOption, WideOption, parse_time, state
 from spotopt.cloud_calls import Retry
-from spotopt.collect import ClientFactory, CollectRequest, ScopeResult, run_collect
 from spotopt.errors import CollectorError, InputError
+from spotopt.history.collect import ClientFactory, CollectRequest, ScopeResult, run_collect
 from spotopt.render import Format, render, say
 from spotopt.types import CLOUDS
 

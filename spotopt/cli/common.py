@@ -45,7 +45,7 @@ class State:
 
     def db(self) -> Database:
         if self._db is None:
-            from spotopt.db.setup import open_history
+            from spotopt.history.setup import open_history
 
             self._db = open_history(self.db_url)
             path = sqlite_path(str(self._db.engine.url))

@@ -414,7 +414,7 @@ def _preemption_mode(name: str) -> Any:
 def _collector(db: Database) -> Any:
     def collect() -> None:
         from spotopt.cli.collect import FACTORY, RETRY
-        from spotopt.collect import CollectRequest, run_collect
+        from spotopt.history.collect import CollectRequest, run_collect
 
         run_collect(db, CollectRequest(), FACTORY, retry=RETRY)
 

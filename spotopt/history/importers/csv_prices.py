@@ -18,8 +18,8 @@ from pathlib import Path
 
 from spotopt.collectors import fields
 from spotopt.collectors.aws_spot_history import region_of_zone
-from spotopt.collectors.dump_files import complete_row, iter_csv_rows
 from spotopt.errors import InputError
+from spotopt.history.files import complete_row, iter_csv_rows
 from spotopt.types import CLOUDS, MarketKey, MarketKind, PriceObservation, Rejection
 
 COLUMNS = ("timestamp", "cloud", "region", "zone", "instance_type", "market", "usd_per_hour")

@@ -31,7 +31,7 @@ from spotopt.collectors.base import Collector, Context, for_cloud
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Market, PricePoint, Watermark
 from spotopt.errors import CollectorError
-from spotopt.ingest import Ingestor, IngestStats, finish_run, start_run
+from spotopt.history.ingest import Ingestor, IngestStats, finish_run, start_run
 from spotopt.types import CLOUDS, InstanceTypeSpec, PriceObservation, Record, Rejection
 
 ClientFactory = Callable[[str], Any]
