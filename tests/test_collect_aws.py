@@ -291,7 +291,7 @@ def test_without_credentials_aws_is_reported_and_the_advisor_still_runs(
     aws_env(monkeypatch)
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(key)
-    from spotopt.adaptors.aws import AwsClients
+    from spotopt.clouds.aws.adaptor import AwsClients
 
     results = run_collect(
         db, CollectRequest(clouds=("aws",)), lambda cloud: AwsClients(), retry=no_wait_retry(), now=NOW

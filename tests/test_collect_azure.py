@@ -11,7 +11,7 @@ import pytest
 import responses
 from sqlalchemy import select
 
-from spotopt.adaptors.azure import AzureClients
+from spotopt.clouds.azure.adaptor import AzureClients
 from spotopt.collectors.azure import eviction_upper_bound, gpu_of_size
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run

@@ -214,8 +214,8 @@ def test_secrets_in_api_errors_are_neither_stored_nor_printed_nor_logged(
     # Each path a message takes: an AWS error reply, SDK exceptions of GCP and Azure calls, and
     # an exception outside any API call.
     fakes.answer("ec2", "DescribeSpotPriceHistory", lambda p: AwsError("InvalidParameterValue", 400, echoed))
-    monkeypatch.setattr("spotopt.adaptors.gcp.GcpClients.skus_page", raises)
-    monkeypatch.setattr("spotopt.adaptors.azure.AzureClients.retail_page", raises)
+    monkeypatch.setattr("spotopt.clouds.gcp.adaptor.GcpClients.skus_page", raises)
+    monkeypatch.setattr("spotopt.clouds.azure.adaptor.AzureClients.retail_page", raises)
     monkeypatch.setattr("spotopt.collectors.aws.on_demand_price", raises)
     caplog.set_level(logging.DEBUG)
     result = invoke(db_url, "collect", "all", "--region", "us-east-1", "--format", "json")
@@ -272,7 +272,10 @@ def test_importing_spotopt_and_its_cli_imports_no_cloud_sdk() -> None:
 def test_adaptors_and_the_retry_rule_do_not_depend_on_the_collectors() -> None:
     """Adaptors, collectors and providers share ``cloud_calls``; it sits below all of them, so
     importing an adaptor (as a provider will) loads no collector and no SDK."""
-    imports = "import spotopt.cloud_calls, spotopt.adaptors.aws, spotopt.adaptors.gcp, spotopt.adaptors.azure"
+    imports = (
+        "import spotopt.cloud_calls, spotopt.clouds.aws.adaptor, spotopt.clouds.gcp.adaptor, "
+        "spotopt.clouds.azure.adaptor"
+    )
     assert _loaded_after(imports, ("spotopt.collectors", *_SDKS)) == []
     # the probe does see imports
     assert _loaded_after("import spotopt.history.collect", ("spotopt.collectors",))
@@ -291,7 +294,7 @@ def test_a_cloud_without_its_sdk_is_skipped_with_the_pip_install(
     """``pip install spotopt`` without the extras: that cloud is skipped naming the extra to
     install, the other clouds are still collected; asked for by name, the command exits 3.
     (SQLite only: nothing here depends on the database.)"""
-    from spotopt.adaptors import client_factory
+    from spotopt.clouds.common.sdk import client_factory
 
     db_url = sqlite_db.engine.url.render_as_string()
 

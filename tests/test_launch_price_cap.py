@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from spotopt.clouds.common.base import Instance, LaunchSpec
 from spotopt.db.engine import Database
 from spotopt.mover.executor import Executor
-from spotopt.providers.base import Instance, LaunchSpec
 from spotopt.types import MarketKey
 from tests.mover_rows import AWS_V100, JOB, T0, market_id, seed_markets, submit
 from tests.test_ledger_egress import StubProvider

@@ -1,6 +1,6 @@
 """The agent's configuration: environment variables only, so a script runs unchanged anywhere.
 
-A provider sets these for the job (``spotopt.providers.base.agent_environment``). With none set
+A provider sets these for the job (``spotopt.clouds.common.base.agent_environment``). With none set
 the agent is *standalone*: checkpoints go to ``./spotopt-checkpoints`` under the current
 directory, SIGTERM still saves and stops, and nothing else runs (no heartbeats, no control
 polling, no cloud notice poller, no lease).

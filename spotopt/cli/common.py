@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
+from spotopt.clouds.registry import MARKET_CLOUDS
 from spotopt.db.engine import Database, sqlite_path
 from spotopt.errors import InputError
 from spotopt.render import Format, say
 from spotopt.times import parse_duration, parse_time
-from spotopt.types import CLOUDS
 
 __all__ = [
     "MAX_ROWS",
@@ -68,8 +68,8 @@ def state(ctx: typer.Context) -> State:
 
 def check_cloud(cloud: str) -> str:
     """Refuse an unknown ``--cloud`` value, naming the valid ones."""
-    if cloud not in CLOUDS:
-        raise InputError(f"--cloud {cloud!r} is not a cloud; use one of {', '.join(CLOUDS)}")
+    if cloud not in MARKET_CLOUDS:
+        raise InputError(f"--cloud {cloud!r} is not a cloud; use one of {', '.join(MARKET_CLOUDS)}")
     return cloud
 
 

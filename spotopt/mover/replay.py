@@ -38,6 +38,8 @@ import yaml
 from sqlalchemy import select
 
 from spotopt.checkpoints import read_heartbeat, read_lease
+from spotopt.clouds.common.base import market_label
+from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.models import Base, JobEvent, JobMove, ManagedJob, Placement
 from spotopt.errors import InputError
@@ -50,8 +52,6 @@ from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import intervals, total_usd
 from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.mover.standin import Rates
-from spotopt.providers.base import market_label
-from spotopt.providers.local import LocalProvider
 from spotopt.settings import Settings
 from spotopt.simclock import CLOCK_ENV, SimClock
 from spotopt.types import MarketKey, MarketKind

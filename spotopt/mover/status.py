@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from spotopt.clouds.common.base import market_label
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, JobEvent, JobMove, ManagedJob, Market, Placement
 from spotopt.errors import InputError
@@ -23,7 +24,6 @@ from spotopt.mover.jobs import find_job, job_events, job_spec
 from spotopt.mover.ledger import Interval, intervals, market_key, slot_usd_per_hour, spent_usd
 from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.plan import work_steps
-from spotopt.providers.base import market_label
 from spotopt.throughput import Figure, JobThroughput
 
 
