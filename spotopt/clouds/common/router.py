@@ -51,10 +51,9 @@ def build_cloud(cloud: str, settings: Settings, regions: list[str]) -> Provider:
     if entry is None or not entry.markets:
         raise ConfigError(f"cloud {cloud!r} is unknown; use one of {', '.join(MARKET_CLOUDS)}")
     provider_class = load(entry.provider)
-    provider: Provider = (
-        provider_class(settings, regions=regions) if entry.lists_by_region else provider_class(settings)
-    )
-    provider.check()
+    made = provider_class(settings, regions=regions) if entry.lists_by_region else provider_class(settings)
+    made.check()  # every cloud's provider has one; the Provider protocol does not require it
+    provider: Provider = made
     return provider
 
 
