@@ -43,8 +43,8 @@ from spotopt.checkpoints import (  # noqa: E402
     verify_files,
     write_checkpoint,
 )
-from spotopt.providers.base import LaunchSpec  # noqa: E402
-from spotopt.providers.local import LOCAL_MARKET, LocalProvider  # noqa: E402
+from spotopt.clouds.common.base import LaunchSpec  # noqa: E402
+from spotopt.clouds.local.provider import LOCAL_MARKET, LocalProvider  # noqa: E402
 
 MB = 1_000_000
 WINDOWS_S = {"AWS": 120, "GCP": 30, "Azure": 30}

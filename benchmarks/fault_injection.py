@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from spotopt.db.setup import upgrade_history  # noqa: E402
+from spotopt.history.setup import upgrade_history  # noqa: E402
 from tests import fault_harness as harness  # noqa: E402
 
 RANDOM_WINDOW_S = 12.0

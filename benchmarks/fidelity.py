@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spotopt.db.engine import Database
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.jobspec import JobSpec, parse_jobs
 from spotopt.mover.replay import Fidelity, FidelityRequest, fidelity
 from spotopt.settings import Settings
@@ -49,8 +49,8 @@ DIME_JOBS = [
 @contextmanager
 def dime_history(data: Path) -> Iterator[Database]:
     """The dime AWS spot history in a throwaway SQLite database (as ``oracle_gap.py`` loads it)."""
-    from spotopt.collectors.aws_spot_history import read_spot_history
-    from spotopt.ingest import run_ingest
+    from spotopt.history.importers.cloud_dumps import read_spot_history
+    from spotopt.history.ingest import run_ingest
 
     def records() -> Iterator[Record]:
         for path in sorted(data.glob("*.json.gz")):

@@ -24,10 +24,10 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spotopt.collectors.csv_prices import read_price_csv  # noqa: E402
 from spotopt.db.engine import Database  # noqa: E402
-from spotopt.db.setup import open_history, upgrade_history  # noqa: E402
-from spotopt.ingest import run_ingest  # noqa: E402
+from spotopt.history.importers.csv_prices import read_price_csv  # noqa: E402
+from spotopt.history.ingest import run_ingest  # noqa: E402
+from spotopt.history.setup import open_history, upgrade_history  # noqa: E402
 from spotopt.types import MarketKey, MarketKind, PriceObservation, Record  # noqa: E402
 
 START = datetime(2020, 1, 1, tzinfo=UTC)

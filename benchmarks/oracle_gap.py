@@ -22,13 +22,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from spotopt.collectors.aws_spot_history import read_spot_history
 from spotopt.db.queries import MarketFilter
-from spotopt.db.setup import open_history, upgrade_history
-from spotopt.ingest import run_ingest
+from spotopt.history.importers.cloud_dumps import read_spot_history
+from spotopt.history.ingest import run_ingest
+from spotopt.history.setup import open_history, upgrade_history
+from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import parse_jobs
 from spotopt.mover.egress import transfer_matrix
-from spotopt.throughput_store import stored_figures
 from spotopt.types import Record
 from spotopt.whatif.jobs import build_jobs
 from spotopt.whatif.preemptions import PreemptionMode, preemption_table

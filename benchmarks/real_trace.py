@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.collectors.aws_spot_history import read_spot_history
 from spotopt.db.engine import Database
-from spotopt.db.setup import open_history
-from spotopt.ingest import run_ingest
+from spotopt.history.importers.cloud_dumps import read_spot_history
+from spotopt.history.ingest import run_ingest
+from spotopt.history.setup import open_history
 from spotopt.jobspec import JobSpec, parse_jobs
 from spotopt.settings import Settings
 from spotopt.types import Record

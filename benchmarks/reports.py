@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from spotopt.catalog import gpu_models
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, InstanceType, Interruption, Market
-from spotopt.db.setup import open_history, upgrade_history
+from spotopt.history.setup import open_history, upgrade_history
 from spotopt.reports.registry import get
 
 END = datetime(2026, 1, 1, tzinfo=UTC)

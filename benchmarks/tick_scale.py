@@ -2,7 +2,7 @@
 
 The world is generated with a seeded RNG and written through the normal paths: the markets'
 price history (a few days, spot prices changing every few hours, on-demand list prices) through
-``spotopt.ingest.run_ingest``; the managed jobs as the rows ``spotopt.mover.jobs.submit`` writes
+``spotopt.history.ingest.run_ingest``; the managed jobs as the rows ``spotopt.mover.jobs.submit`` writes
 (same canonical spec JSON and sha256, a ``submitted`` event), inserted in bulk, then moved along
 their lives: most are running with a ``Placement`` (and earlier placements ended by a move or a
 preemption, which the ledger bills), some pending, some recovering from a preemption, some done.
@@ -40,10 +40,10 @@ from sqlalchemy import insert, select, update
 from spotopt.catalog import gpu_matches, instance_types
 from spotopt.db.engine import Database
 from spotopt.db.models import JobEvent, ManagedJob, Placement
-from spotopt.db.setup import open_history, upgrade_history
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
+from spotopt.history.market import MarketState, snapshot
+from spotopt.history.setup import open_history, upgrade_history
 from spotopt.jobspec import Job, parse_jobs
-from spotopt.market import MarketState, snapshot
 from spotopt.mover import daemon as daemon_mod
 from spotopt.mover import jobs as jobstore
 from spotopt.mover import market_view as view_mod

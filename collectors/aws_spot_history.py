@@ -1,4 +1,4 @@
-"""AWS spot price history: one item of ``DescribeSpotPriceHistory`` → a price record, and dump reading.
+"""AWS spot price history: one item of ``DescribeSpotPriceHistory`` → a price record.
 
 ``parse_spot_price`` is the single interpretation of an item, used by the dump importer and by the
 live AWS collector alike (boto3 hands over ``Timestamp`` as a datetime, the CLI prints a string;
@@ -10,12 +10,10 @@ Linux prices, and a Windows/SUSE/RHEL price includes a licence, so those items b
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from spotopt.collectors import fields
-from spotopt.collectors.dump_files import AWS_SPOT_HISTORY, iter_json_items
 from spotopt.errors import InputError
 from spotopt.types import MarketKey, MarketKind, PriceObservation, Rejection
 
@@ -60,15 +58,3 @@ def parse_spot_price(item: Mapping[str, Any], where: str) -> PriceObservation | 
         return Rejection(where, "price is zero")
     market = MarketKey(cloud="aws", region=region, zone=zone, instance_type=name, kind=MarketKind.SPOT)
     return PriceObservation(market=market, observed_at=observed_at, usd_per_hour=usd_per_hour)
-
-
-def read_spot_history(
-    path: Path, on_bytes: Callable[[int], None] | None = None
-) -> Iterator[PriceObservation | Rejection]:
-    """Stream the records of a dump: ``aws ec2 describe-spot-price-history`` output, JSON Lines of its
-    items (or of whole responses), or a bare array of items (``--query SpotPriceHistory``); ``.gz`` too.
-
-    ``on_bytes`` is called with the number of file bytes consumed, for a progress bar.
-    """
-    for where, item in iter_json_items(path, AWS_SPOT_HISTORY, on_bytes):
-        yield parse_spot_price(item, where)

@@ -1,4 +1,4 @@
-"""Azure Retail Prices API: one price item → a record, and reading dumped pages.
+"""Azure Retail Prices API: one price item → a record.
 
 ``parse_retail_item`` is the single interpretation of an item, used by the dump importer and by
 the live Azure collector (which pages through https://prices.azure.com/api/retail/prices). Azure
@@ -10,12 +10,10 @@ are items of other services, so a dump of the whole price list imports cleanly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from spotopt.collectors import fields
-from spotopt.collectors.dump_files import AZURE_RETAIL, iter_json_items
 from spotopt.errors import InputError
 from spotopt.types import MarketKey, MarketKind, PriceObservation, Rejection
 
@@ -69,13 +67,3 @@ def parse_retail_item(item: Mapping[str, Any], where: str) -> PriceObservation |
     kind = MarketKind.SPOT if sku.endswith(SPOT_SUFFIX) else MarketKind.ON_DEMAND
     market = MarketKey(cloud="azure", region=region, zone=None, instance_type=name, kind=kind)
     return PriceObservation(market=market, observed_at=observed_at, usd_per_hour=usd_per_hour)
-
-
-def read_retail_pages(
-    path: Path, on_bytes: Callable[[int], None] | None = None
-) -> Iterator[PriceObservation | Rejection]:
-    """Stream the records of dumped API pages: one page object per file, pages concatenated or as
-    JSON Lines, or JSON Lines of bare items; ``.gz`` too. ``on_bytes`` drives a progress bar.
-    """
-    for where, item in iter_json_items(path, AZURE_RETAIL, on_bytes):
-        yield parse_retail_item(item, where)

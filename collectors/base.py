@@ -2,10 +2,10 @@
 
 A collector reads one cloud API for one *scope* (a region, or ``global`` for sources that
 publish one document for every region) and yields typed records; it never touches the
-database. ``spotopt.collect`` runs each (collector, scope) as its own transaction with its own
+database. ``spotopt.history.collect`` runs each (collector, scope) as its own transaction with its own
 watermark, so a region that fails loses nothing elsewhere.
 
-Cloud clients come from a factory given to the constructor (``spotopt.adaptors``): the single
+Cloud clients come from a factory given to the constructor (``spotopt.clouds.common.sdk``): the single
 seam tests replace with offline fakes. Errors leave a collector in one of three shapes:
 ``MissingCredentials`` (nothing configured: skip and say what to configure),
 ``NotPermitted`` (credentials lack a permission: skip and say which), or ``CollectorError``

@@ -1,4 +1,4 @@
-"""The bundled GPU catalog (``spotopt/data/*.csv``) and its sync into the SQL history.
+"""The bundled GPU catalog (``spotopt/data/*.csv``): a pure lookup, no database.
 
 Files (provenance and dates in ``data/README.md``):
 - ``gpus.csv``: canonical GPU models and the raw names clouds use for them (``aliases``).
@@ -6,13 +6,12 @@ Files (provenance and dates in ``data/README.md``):
 - ``list_prices.csv``: dated on-demand Linux list prices, loaded as price points of source
   ``catalog`` so that a fresh database can already answer "what does an H100 cost on demand".
 
-The sync is idempotent and runs when the files' hash differs from the one stored in ``meta``.
+Its sync into the SQL history is ``spotopt.history.catalog_sync``.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,18 +19,14 @@ from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 
-from sqlalchemy.orm import Session
-
-from spotopt.db.models import Meta
 from spotopt.errors import InputError
-from spotopt.ingest import Ingestor, upsert_instance_type
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
 
 GCP_ATTACHED_GPUS = re.compile(r"(?P<machine>[a-z0-9-]+)\+(?P<count>\d+)x(?P<accel>[a-z0-9-]+)")
 """``n1-standard-8+1xnvidia-tesla-v100``: the catalog's name for a GCP N1 machine with attached GPUs
 (the GCP collector prices such shapes, the GCP provider attaches the GPUs when it launches one)."""
-CATALOG_FILES = ("gpus.csv", "instance_types.csv", "list_prices.csv")
 CATALOG_SOURCE = "catalog"
+"""The ``source`` of the list prices the catalog sync loads (reports leave them out of spot views)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +42,6 @@ class GpuModel:
 def _rows(filename: str) -> Iterator[dict[str, str]]:
     text = resources.files("spotopt.data").joinpath(filename).read_text(encoding="utf-8")
     yield from csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
-
-
-def catalog_hash() -> str:
-    digest = hashlib.sha256()
-    for name in CATALOG_FILES:
-        digest.update(resources.files("spotopt.data").joinpath(name).read_bytes())
-    return digest.hexdigest()[:16]
 
 
 @cache
@@ -170,19 +158,3 @@ def list_prices() -> list[PriceObservation]:
         )
         prices.append(PriceObservation(market, as_of, float(row["usd_per_hour"])))
     return prices
-
-
-def sync_catalog(session: Session) -> bool:
-    """Bring the bundled catalog into the database if it changed; True if anything was written."""
-    wanted = catalog_hash()
-    stored = session.get(Meta, "catalog_hash")
-    if stored is not None and stored.value == wanted:
-        return False
-    for spec in instance_types():
-        upsert_instance_type(session, spec, CATALOG_SOURCE)
-    ingestor = Ingestor(session, CATALOG_SOURCE, run_id=None)
-    for price in list_prices():
-        ingestor.add(price)
-    ingestor.flush()
-    session.merge(Meta(key="catalog_hash", value=wanted))
-    return True

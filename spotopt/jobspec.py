@@ -28,8 +28,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spotopt.catalog import gpu_matches, gpu_models
-from spotopt.collectors.dump_files import read_text
 from spotopt.errors import InputError
+from spotopt.history.files import read_text
 from spotopt.times import check_time, parse_duration
 
 CHECKPOINT_GB_PER_S = 0.25

@@ -25,8 +25,8 @@ import numpy as np
 
 from spotopt.catalog import gpu_matches
 from spotopt.errors import InputError
+from spotopt.history.market import MarketState
 from spotopt.jobspec import Job, JobSpec
-from spotopt.market import MarketState
 from spotopt.mover.core import policy_input
 from spotopt.mover.egress import entry_usd, transfer_matrix
 from spotopt.mover.fleet import FleetState, Options

@@ -65,7 +65,7 @@ class Settings(BaseSettings):
 
     bootstrap_install: bool = True
     """Install on each instance the daemon's own wheel and dependency lock, shipped through the
-    checkpoint store and checked by sha256 (``spotopt.providers.artifacts``); false: the image
+    checkpoint store and checked by sha256 (``spotopt.clouds.common.artifacts``); false: the image
     already has this spotopt in ``bootstrap_venv``."""
 
     bootstrap_wheel: str | None = None
@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     """Power the instance off when the job's command ends, so an idle instance stops costing (on
     AWS this terminates it)."""
 
-    # -- GCP provider (spotopt/providers/gcp.py) ----------------------------------------------
+    # -- GCP provider (spotopt/clouds/gcp/provider.py) ----------------------------------------------
     gcp_project: str | None = None
     """Project the GCP provider launches in; unset: the ADC project or ``GOOGLE_CLOUD_PROJECT``."""
 
@@ -113,7 +113,7 @@ class Settings(BaseSettings):
     """Give instances an ephemeral external IP (their way to PyPI and the store without Cloud NAT);
     false needs Cloud NAT, or an image with spotopt and Private Google Access."""
 
-    # -- Azure provider (spotopt/providers/azure.py) -------------------------------------------
+    # -- Azure provider (spotopt/clouds/azure/provider.py) -------------------------------------------
     azure_resource_group: str | None = None
     """Resource group the Azure provider creates VMs and NICs in; required to launch on Azure."""
 

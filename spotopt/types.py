@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-CLOUDS = ("aws", "gcp", "azure")
-
 
 class MarketKind(StrEnum):
     SPOT = "spot"

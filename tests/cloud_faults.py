@@ -27,16 +27,16 @@ from pathlib import Path
 from sqlalchemy import select
 
 from spotopt.checkpoints import AgentState, Heartbeat, write_heartbeat
+from spotopt.clouds.common.base import Provider
+from spotopt.clouds.common.router import CloudsProvider, split_id
 from spotopt.db.engine import Database
 from spotopt.db.models import ManagedJob, Placement
 from spotopt.errors import SpotoptError
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.executor import Timeouts, job_location
 from spotopt.mover.guardrails import Guardrails
-from spotopt.providers.base import Provider
-from spotopt.providers.clouds import CloudsProvider, split_id
 from tests.mover_world import V100_MARKETS, Markets
 
 ROUND = timedelta(minutes=5)

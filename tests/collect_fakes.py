@@ -22,10 +22,10 @@ from azure.core.credentials import AccessToken
 from botocore.awsrequest import AWSResponse
 from google.auth.credentials import AnonymousCredentials
 
-from spotopt.adaptors.aws import AwsClients
-from spotopt.adaptors.azure import AzureClients
-from spotopt.adaptors.gcp import GcpClients
 from spotopt.cloud_calls import Retry
+from spotopt.clouds.aws.adaptor import AwsClients
+from spotopt.clouds.azure.adaptor import AzureClients
+from spotopt.clouds.gcp.adaptor import GcpClients
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

@@ -19,7 +19,7 @@ from hypothesis import settings
 from sqlalchemy import create_engine, text
 
 from spotopt.db.engine import Database
-from spotopt.db.setup import open_history, upgrade_history
+from spotopt.history.setup import open_history, upgrade_history
 from tests.pg import PostgresServer, find_bindir
 
 BACKENDS = ("sqlite", "postgresql")

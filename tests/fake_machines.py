@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 
 import responses
 
+from spotopt.clouds.common.base import Provider
+from spotopt.clouds.common.router import CloudsProvider, split_id
 from spotopt.db.engine import Database
-from spotopt.providers.base import Provider
-from spotopt.providers.clouds import CloudsProvider, split_id
 from tests.fake_metadata import FakeMetadata
 from tests.mover_world import V100_MARKETS, Markets, World, make_world
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spotopt.db.engine import Database
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon
 from spotopt.mover.eventlog import log_event

@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import select
 
+from spotopt.clouds.local.provider import LocalProvider, group_members
 from spotopt.db.engine import Database
 from spotopt.db.models import JobMove, JournalEntry
-from spotopt.db.setup import open_history
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
+from spotopt.history.setup import open_history
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.ledger import intervals, spent_usd, total_usd
-from spotopt.providers.local import LocalProvider, group_members
 from tests.mover_world import STEPS, TRAIN, a_day_ago, job_yaml, on_demand, spot
 from tests.read_only import allow_writes, refuse_writes
 

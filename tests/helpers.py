@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from spotopt.cli.app import app
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run
-from spotopt.ingest import RunSummary, run_ingest
+from spotopt.history.ingest import RunSummary, run_ingest
 from spotopt.types import MarketKey, MarketKind, PriceObservation
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from spotopt.checkpoints import RequestKind, grant_lease, read_acknowledgement, send_request
-from spotopt.providers.base import InstanceState, LaunchSpec
-from spotopt.providers.local import LocalProvider
+from spotopt.clouds.common.base import InstanceState, LaunchSpec
+from spotopt.clouds.local.provider import LocalProvider
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_metadata import FakeMetadata
 from tests.stores import StoreUnderTest, store_for

@@ -1,4 +1,4 @@
-"""The provider contract (``spotopt.providers.base``): every provider's test module subclasses this.
+"""The provider contract (``spotopt.clouds.common.base``): every provider's test module subclasses this.
 
 A subclass supplies ``provider`` (a fresh provider) and ``market`` as fixtures; ``long_command``
 (a command that runs until it is terminated) and ``short_command`` (one that exits by itself with
@@ -16,7 +16,7 @@ from datetime import datetime
 
 import pytest
 
-from spotopt.providers.base import Instance, InstanceState, LaunchSpec, Provider
+from spotopt.clouds.common.base import Instance, InstanceState, LaunchSpec, Provider
 from spotopt.types import MarketKey
 
 

@@ -26,7 +26,7 @@ from sqlalchemy import delete, select
 
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, Market, PricePoint
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
 from spotopt.types import (
     AvailabilityObservation,
     InstanceTypeSpec,

@@ -15,9 +15,6 @@ import pytest
 from spotopt.agent import ENV_VARS, EXIT_STOPPED, EXIT_SUPERSEDED, Agent, AgentConfig, young_daly_s
 from spotopt.agent.core import EXIT_UNSAVED, STORE_RETRY_FIRST_S
 from spotopt.agent.notices import (
-    AwsImdsPoller,
-    AzureScheduledEventsPoller,
-    GcpMetadataPoller,
     NoticeKind,
     detect_cloud,
     poller_for,
@@ -33,6 +30,9 @@ from spotopt.checkpoints import (
     read_heartbeat,
     send_request,
 )
+from spotopt.clouds.aws.notices import AwsImdsPoller
+from spotopt.clouds.azure.notices import AzureScheduledEventsPoller
+from spotopt.clouds.gcp.notices import GcpMetadataPoller
 from spotopt.errors import ConfigError
 from tests.fake_metadata import FakeMetadata, metadata
 from tests.read_only import allow_writes, refuse_writes

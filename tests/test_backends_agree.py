@@ -6,7 +6,7 @@ import random
 
 from spotopt.db.engine import Database
 from spotopt.db.queries import MarketFilter, cheapest, price_history, prices_at
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.types import MarketKind
 from tests.helpers import ingest, price, t
 

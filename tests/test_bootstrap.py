@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 
 from spotopt.checkpoints import Location, grant_lease, list_checkpoints, read_finished, read_heartbeat
+from spotopt.clouds.common.base import LaunchSpec
+from spotopt.clouds.common.bootstrap import render_script
+from spotopt.clouds.registry import CLOUD_SCRIPTS
 from spotopt.errors import ConfigError
-from spotopt.providers.base import LaunchSpec
-from spotopt.providers.bootstrap import CLOUD_SCRIPTS, render_script
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_machines import boot, stop_group

@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import inspect, select
 
-from spotopt.collectors.availability_files import read_availability_trace
-from spotopt.collectors.spot_traces import TraceOptions, read_trace
 from spotopt.db.engine import Database
 from spotopt.db.models import Market
 from spotopt.db.queries import CapacityRow, capacity_history
 from spotopt.errors import InputError
-from spotopt.ingest import run_ingest
+from spotopt.history.importers.availability_files import read_availability_trace
+from spotopt.history.importers.spot_traces import TraceOptions, read_trace
+from spotopt.history.ingest import run_ingest
 from spotopt.reports.registry import REPORTS
 from spotopt.types import AvailabilityObservation, MarketKey, MarketKind
 from tests.helpers import cli, strict_json

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spotopt.catalog import canonical_gpu, gpu_models, instance_types, list_prices
-from spotopt.types import CLOUDS
+from spotopt.clouds.registry import MARKET_CLOUDS as CLOUDS
 
 
 def _raw_rows(filename: str) -> list[dict[str, str]]:

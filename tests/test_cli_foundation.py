@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spotopt.cli.app import app
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from tests.helpers import counts, ingest, price
 
 runner = CliRunner()

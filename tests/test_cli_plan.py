@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from spotopt.cli.app import app
-from spotopt.db.setup import open_history
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
+from spotopt.history.setup import open_history
 from spotopt.types import InstanceTypeSpec, InterruptionObservation, MarketKey, MarketKind, PriceObservation
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)

@@ -13,13 +13,13 @@ import responses
 from google.auth.credentials import AnonymousCredentials
 from sqlalchemy import select
 
-from spotopt.adaptors.azure import AzureClients
-from spotopt.adaptors.gcp import GcpClients
+from spotopt.clouds.aws.provider import AwsProvider
+from spotopt.clouds.azure.adaptor import AzureClients
+from spotopt.clouds.azure.provider import AzureProvider
+from spotopt.clouds.gcp.adaptor import GcpClients
+from spotopt.clouds.gcp.provider import GcpProvider
 from spotopt.db.engine import Database
 from spotopt.db.models import Placement
-from spotopt.providers.aws import AwsProvider
-from spotopt.providers.azure import AzureProvider
-from spotopt.providers.gcp import GcpProvider
 from tests.azure_fake import SUBSCRIPTION, AzureArmFake
 from tests.cloud_faults import ROUND, Clock, Fleet, beat, daemon_on, play, start
 from tests.collect_fakes import FakeCredential, Sleeps, no_wait_retry

@@ -12,11 +12,11 @@ from moto import mock_aws
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from spotopt import collect as collect_module
-from spotopt.collect import CollectRequest, ScopeResult, run_collect
 from spotopt.collectors.aws_advisor import bucket_upper_bound, snapshot_time
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run, Watermark
+from spotopt.history import collect as collect_module
+from spotopt.history.collect import CollectRequest, ScopeResult, run_collect
 from tests.collect_fakes import (
     ADVISOR_URL,
     NOW,
@@ -291,7 +291,7 @@ def test_without_credentials_aws_is_reported_and_the_advisor_still_runs(
     aws_env(monkeypatch)
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(key)
-    from spotopt.adaptors.aws import AwsClients
+    from spotopt.clouds.aws.adaptor import AwsClients
 
     results = run_collect(
         db, CollectRequest(clouds=("aws",)), lambda cloud: AwsClients(), retry=no_wait_retry(), now=NOW
@@ -432,7 +432,7 @@ def test_a_crash_in_the_write_after_a_flushed_batch_leaves_nothing_of_that_scope
                 select(Watermark.scope, Watermark.until).where(Watermark.collector == "aws-spot-prices")
             )
         }
-    monkeypatch.setattr("spotopt.ingest.BATCH_ROWS", 1)  # every price is flushed as it comes
+    monkeypatch.setattr("spotopt.history.ingest.BATCH_ROWS", 1)  # every price is flushed as it comes
     flushed: list[int] = []
 
     advance = collect_module._advance

@@ -11,11 +11,11 @@ import pytest
 import responses
 from sqlalchemy import select
 
-from spotopt.adaptors.azure import AzureClients
-from spotopt.collect import CollectRequest, ScopeResult, run_collect
+from spotopt.clouds.azure.adaptor import AzureClients
 from spotopt.collectors.azure import eviction_upper_bound, gpu_of_size
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run
+from spotopt.history.collect import CollectRequest, ScopeResult, run_collect
 from tests.collect_fakes import (
     GRAPH_URL,
     NOW,

@@ -21,8 +21,8 @@ from spotopt.cloud_calls import redact
 from spotopt.collectors.base import COLLECTORS
 from spotopt.db.engine import Database
 from spotopt.db.models import PricePoint, Run
-from spotopt.db.setup import open_history
 from spotopt.errors import InputError
+from spotopt.history.setup import open_history
 from tests.collect_fakes import (
     ADVISOR_URL,
     AwsError,
@@ -214,8 +214,8 @@ def test_secrets_in_api_errors_are_neither_stored_nor_printed_nor_logged(
     # Each path a message takes: an AWS error reply, SDK exceptions of GCP and Azure calls, and
     # an exception outside any API call.
     fakes.answer("ec2", "DescribeSpotPriceHistory", lambda p: AwsError("InvalidParameterValue", 400, echoed))
-    monkeypatch.setattr("spotopt.adaptors.gcp.GcpClients.skus_page", raises)
-    monkeypatch.setattr("spotopt.adaptors.azure.AzureClients.retail_page", raises)
+    monkeypatch.setattr("spotopt.clouds.gcp.adaptor.GcpClients.skus_page", raises)
+    monkeypatch.setattr("spotopt.clouds.azure.adaptor.AzureClients.retail_page", raises)
     monkeypatch.setattr("spotopt.collectors.aws.on_demand_price", raises)
     caplog.set_level(logging.DEBUG)
     result = invoke(db_url, "collect", "all", "--region", "us-east-1", "--format", "json")
@@ -263,7 +263,8 @@ def _loaded_after(imports: str, prefixes: tuple[str, ...]) -> list[str]:
 
 def test_importing_spotopt_and_its_cli_imports_no_cloud_sdk() -> None:
     imports = (
-        "import spotopt, spotopt.cli.app, spotopt.collect\nfrom spotopt.collectors.base import COLLECTORS\n"
+        "import spotopt, spotopt.cli.app, spotopt.history.collect\n"
+        "from spotopt.collectors.base import COLLECTORS\n"
     )
     assert _loaded_after(imports + "list(COLLECTORS)", _SDKS) == []
 
@@ -271,9 +272,13 @@ def test_importing_spotopt_and_its_cli_imports_no_cloud_sdk() -> None:
 def test_adaptors_and_the_retry_rule_do_not_depend_on_the_collectors() -> None:
     """Adaptors, collectors and providers share ``cloud_calls``; it sits below all of them, so
     importing an adaptor (as a provider will) loads no collector and no SDK."""
-    imports = "import spotopt.cloud_calls, spotopt.adaptors.aws, spotopt.adaptors.gcp, spotopt.adaptors.azure"
+    imports = (
+        "import spotopt.cloud_calls, spotopt.clouds.aws.adaptor, spotopt.clouds.gcp.adaptor, "
+        "spotopt.clouds.azure.adaptor"
+    )
     assert _loaded_after(imports, ("spotopt.collectors", *_SDKS)) == []
-    assert _loaded_after("import spotopt.collect", ("spotopt.collectors",))  # the probe does see imports
+    # the probe does see imports
+    assert _loaded_after("import spotopt.history.collect", ("spotopt.collectors",))
 
 
 def test_the_collect_guide_documents_every_collector() -> None:
@@ -289,7 +294,7 @@ def test_a_cloud_without_its_sdk_is_skipped_with_the_pip_install(
     """``pip install spotopt`` without the extras: that cloud is skipped naming the extra to
     install, the other clouds are still collected; asked for by name, the command exits 3.
     (SQLite only: nothing here depends on the database.)"""
-    from spotopt.adaptors import client_factory
+    from spotopt.clouds.common.sdk import client_factory
 
     db_url = sqlite_db.engine.url.render_as_string()
 

@@ -12,10 +12,10 @@ import responses
 from responses import matchers
 from sqlalchemy import select
 
-from spotopt.collect import CollectRequest, ScopeResult, run_collect
 from spotopt.collectors.gcp import gpu_key
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Market, PricePoint, Watermark
+from spotopt.history.collect import CollectRequest, ScopeResult, run_collect
 from tests.collect_fakes import (
     CE,
     NOW,

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 
 from spotopt.cloud_calls import Retry
+from spotopt.clouds.aws.provider import AwsProvider
+from spotopt.clouds.common.router import CloudsProvider, split_id
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id_of
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.mover import jobs as jobstore
-from spotopt.providers.aws import AwsProvider
-from spotopt.providers.clouds import CloudsProvider, split_id
 from spotopt.settings import Settings
 from tests.fake_ec2 import LocalEc2, moto_ec2
 from tests.fake_metadata import FakeMetadata, metadata

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from spotopt.clouds.azure.provider import AzureProvider
 from spotopt.db.engine import Database
-from spotopt.providers.azure import AzureProvider
 from spotopt.settings import Settings
 from tests.azure_fake import GROUP, SUBSCRIPTION, admin_key
 from tests.collect_fakes import azure_clients, no_wait_retry

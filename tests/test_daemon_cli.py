@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, JournalEntry, Meta, Placement
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.leader import LEADER_KEY, LeaderRecord, Leadership
-from spotopt.providers.local import LocalProvider
 from tests.helpers import cli, strict_json
 from tests.mover_world import a_day_ago, job_yaml, make_world, now, on_demand, spot
 

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, JournalEntry, Placement
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
 from spotopt.types import MarketKey, MarketKind, PriceObservation
 from tests.fake_ec2 import FAKE_CREDENTIALS, moto_ec2

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from spotopt.clouds.gcp.provider import GcpProvider
 from spotopt.db.engine import Database
-from spotopt.providers.gcp import GcpProvider
 from spotopt.settings import Settings
 from tests.collect_fakes import gcp_clients, no_wait_retry
 from tests.fake_gce import GceMachines, LocalGce

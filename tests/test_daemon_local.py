@@ -19,6 +19,8 @@ from sqlalchemy import select
 
 from spotopt.checkpoints import AgentState, Location, read_heartbeat
 from spotopt.cloud_calls import MissingCredentials
+from spotopt.clouds.common.base import DATABASE_TAG, Instance, LaunchSpec
+from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id_of
 from spotopt.db.models import DaemonTick, InstanceLifetime, JobProgress, JournalEntry, Market, Throughput
@@ -32,8 +34,6 @@ from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import intervals
 from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity
 from spotopt.mover.progress import progress_points
-from spotopt.providers.base import DATABASE_TAG, Instance, LaunchSpec
-from spotopt.providers.local import LocalProvider
 from spotopt.types import MarketKey, MarketKind
 from tests.helpers import cli
 from tests.mover_world import (

@@ -15,9 +15,9 @@ from spotopt.db import migrate
 from spotopt.db.engine import Database, make_engine, normalise_url
 from spotopt.db.models import InstanceType, Market, PricePoint, Run
 from spotopt.db.queries import MarketFilter, cheapest, price_history, prices_at
-from spotopt.db.setup import open_history
 from spotopt.errors import ConfigError
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
+from spotopt.history.setup import open_history
 from spotopt.types import MarketKind
 from tests.helpers import counts, ingest, price, t
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from spotopt.db.queries import Quote
+from spotopt.history.market import MarketState
 from spotopt.jobspec import parse_jobs
-from spotopt.market import MarketState
 from spotopt.mover.core import Memory, decide, default_policy, solve_policy
 from spotopt.mover.egress import transfer_matrix
 from spotopt.mover.fleet import FleetState, Options

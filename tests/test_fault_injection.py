@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from spotopt.clouds.common.base import LaunchSpec
+from spotopt.clouds.local.provider import LOCAL_MARKET
 from spotopt.mover.eventlog import parse
-from spotopt.providers.base import LaunchSpec
-from spotopt.providers.local import LOCAL_MARKET
 from tests.fault_harness import (
     FaultWorld,
     Findings,

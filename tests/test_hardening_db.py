@@ -16,8 +16,8 @@ from sqlalchemy import create_engine, inspect, make_url, select, text
 
 from spotopt.db.engine import Database
 from spotopt.db.models import Run
-from spotopt.db.setup import open_history
 from spotopt.errors import ConfigError
+from spotopt.history.setup import open_history
 from tests.helpers import cli, ingest, price
 from tests.pg import PostgresServer
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from spotopt.collectors.csv_prices import COLUMNS
 from spotopt.errors import InputError
+from spotopt.history.importers.csv_prices import COLUMNS
+from spotopt.history.throughput_store import read_file
 from spotopt.jobspec import load_jobs
 from spotopt.render import render, to_json
-from spotopt.throughput_store import read_file
 from spotopt.times import parse_time
 from tests.helpers import cli, strict_json
 

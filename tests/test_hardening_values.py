@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from spotopt.collectors.aws_spot_history import read_spot_history
-from spotopt.collectors.azure_retail import read_retail_pages
 from spotopt.errors import InputError
+from spotopt.history.importers.cloud_dumps import read_retail_pages, read_spot_history
 from spotopt.jobspec import parse_jobs
 from tests.import_helpers import EXAMPLES, counts, run_cli
 

@@ -15,7 +15,7 @@ import pytest
 from spotopt.cli.imports import AVAILABILITY_SOURCE
 from spotopt.db.engine import Database
 from spotopt.errors import InputError
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
 from spotopt.types import AvailabilityObservation, MarketKey, MarketKind
 from tests.import_helpers import counts, import_json, run_cli, runs
 from tests.traces import (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spotopt.collectors.csv_prices import COLUMNS, read_price_csv
 from spotopt.errors import InputError
+from spotopt.history.importers.csv_prices import COLUMNS, read_price_csv
 from spotopt.types import MarketKind, PriceObservation
 from tests.import_helpers import EXAMPLES, counts, import_json, quotes_at, run_cli
 

@@ -21,14 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.dialects import sqlite
 
-from spotopt.collectors.aws_spot_history import read_spot_history
-from spotopt.collectors.azure_retail import read_retail_pages
-from spotopt.collectors.csv_prices import read_price_csv
 from spotopt.db.engine import Database, make_engine
 from spotopt.db.models import UTCDateTime
 from spotopt.db.queries import MarketFilter, prices_at
 from spotopt.errors import InputError
-from spotopt.ingest import run_ingest, sqlite_utc_text
+from spotopt.history.importers.cloud_dumps import read_retail_pages, read_spot_history
+from spotopt.history.importers.csv_prices import read_price_csv
+from spotopt.history.ingest import run_ingest, sqlite_utc_text
 from spotopt.types import PriceObservation, Rejection
 from tests.import_helpers import EXAMPLES, counts, run_cli
 

@@ -30,12 +30,12 @@ import pytest
 
 from spotopt import DISTRIBUTION
 from spotopt.checkpoints import Location
+from spotopt.clouds.common import artifacts, fetch
+from spotopt.clouds.common.artifacts import check_daemon_matches, check_lock, check_wheel, normalize, ship
+from spotopt.clouds.common.base import LaunchSpec
+from spotopt.clouds.common.bootstrap import render_script
+from spotopt.clouds.common.fetch import sigv4_headers
 from spotopt.errors import ConfigError
-from spotopt.providers import artifacts, fetch
-from spotopt.providers.artifacts import check_daemon_matches, check_lock, check_wheel, normalize, ship
-from spotopt.providers.base import LaunchSpec
-from spotopt.providers.bootstrap import render_script
-from spotopt.providers.fetch import sigv4_headers
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_machines import boot, stop_group
@@ -169,7 +169,7 @@ def test_the_shipped_artifacts_are_content_addressed_and_uploaded_once(tmp_path:
     assert first.wheel.key == f"_spotopt/artifacts/{hashlib.sha256(data).hexdigest()}/{first.wheel.file_name}"
     assert first.wheel.file_name.startswith(f"spotopt_gpu-{VERSION}-") and first.requirement == DISTRIBUTION
     names = set(zipfile.ZipFile(tmp_path / "store" / first.wheel.key).namelist())
-    assert {"spotopt/providers/fetch.py", "spotopt/data/locks/instance-s3.txt"} <= names
+    assert {"spotopt/clouds/common/fetch.py", "spotopt/data/locks/instance-s3.txt"} <= names
     assert ship(settings, store, {}) == first
     assert artifacts.store_extra("s3://b/p") == "s3" and artifacts.store_extra(store) is None
 
@@ -192,7 +192,7 @@ def test_a_bare_requirement_is_refused_in_one_line(
     with pytest.raises(ConfigError, match=message) as caught:
         render_script("aws", _job(f"file://{tmp_path}"), MARKET, settings)
     assert "\n" not in str(caught.value)
-    from spotopt.providers.clouds import build_cloud
+    from spotopt.clouds.common.router import build_cloud
 
     with pytest.raises(ConfigError, match=message):
         build_cloud("aws", settings, [])
@@ -303,7 +303,7 @@ def test_the_instance_runs_exactly_the_daemons_version(
         bootstrap_index_url=index,
     )
     check = (
-        "import json, spotopt, spotopt.providers.artifacts as a, importlib.metadata as m; "
+        "import json, spotopt, spotopt.clouds.common.artifacts as a, importlib.metadata as m; "
         "name, data = a.own_wheel(None); open('repacked.whl', 'wb').write(data); "
         "print(json.dumps({'file': spotopt.__file__, 'name': name}))"
     )

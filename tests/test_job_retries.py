@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spotopt.clouds.local.provider import group_members
 from spotopt.db.engine import Database
 from spotopt.errors import InputError
 from spotopt.mover import jobs as jobstore
-from spotopt.providers.local import group_members
 from tests.helpers import cli
 from tests.mover_world import World, a_day_ago, job_yaml, make_world, on_demand, spot, uninterrupted_weights
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from spotopt.clouds.common.base import Instance, LaunchSpec
 from spotopt.db.engine import Database
 from spotopt.db.models import JobMove
 from spotopt.mover.executor import Executor
 from spotopt.mover.ledger import fleet_usd_per_hour
-from spotopt.providers.base import Instance, LaunchSpec
 from spotopt.types import MarketKey
 from tests.helpers import ingest, price
 from tests.mover_rows import AWS_V100, JOB, T0, market_id, place, seed_markets, submit

@@ -20,8 +20,8 @@ from sqlalchemy import create_engine, text
 
 from spotopt.db.engine import Database
 from spotopt.db.models import Meta
-from spotopt.db.setup import open_history
 from spotopt.errors import ConfigError
+from spotopt.history.setup import open_history
 from spotopt.mover.leader import ADVISORY_KEY, LEADER_KEY, LeaderRecord, Leadership, read_leader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ DEADLINE_S = 60.0
 # it until killed (or until its stdin closes).
 HOLDER = """
 import sys
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.mover.leader import Leadership
 lead = Leadership(open_history(sys.argv[1]))
 ok = lead.acquire(timeout_s=float(sys.argv[2]), poll_s=0.05)

@@ -14,13 +14,13 @@ import pytest
 from sqlalchemy import select
 
 from spotopt.checkpoints.store import checkpoint_name
+from spotopt.clouds.common.base import Instance, InstanceState, InstanceStatus, LaunchSpec, market_label
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market, Placement
 from spotopt.mover import jobs as jobstore
 from spotopt.mover import ledger
 from spotopt.mover.egress import entry_usd, transfer_matrix
 from spotopt.mover.executor import Executor
-from spotopt.providers.base import Instance, InstanceState, InstanceStatus, LaunchSpec, market_label
 from spotopt.types import MarketKey
 from tests.helpers import cli, ingest, price, strict_json
 from tests.mover_rows import AWS_V100, JOB, T0, place, seed_markets, submit

@@ -10,8 +10,8 @@ from sqlalchemy import select
 
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, Market
-from spotopt.ingest import run_ingest
-from spotopt.market import DEFAULT_RATE_PER_HOUR, PRIOR_HOURS, snapshot
+from spotopt.history.ingest import run_ingest
+from spotopt.history.market import DEFAULT_RATE_PER_HOUR, PRIOR_HOURS, snapshot
 from spotopt.types import InterruptionObservation
 from spotopt.whatif.timeline import load_timeline
 from tests.helpers import ingest, price, t

@@ -8,8 +8,8 @@ from datetime import timedelta
 import numpy as np
 
 from spotopt.db.engine import Database
+from spotopt.history.market import snapshot
 from spotopt.jobspec import parse_jobs
-from spotopt.market import snapshot
 from spotopt.mover.market_view import market_view
 from spotopt.plan import enumerate_options, initial_state
 from spotopt.types import MarketKind

@@ -20,6 +20,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
+from spotopt.clouds.common.base import market_label
 from spotopt.db.engine import Database
 from spotopt.db.models import JOB_STATES, DaemonTick, ManagedJob, Placement
 from spotopt.mover import ledger
@@ -29,7 +30,6 @@ from spotopt.mover.leader import Leadership
 from spotopt.mover.ledger import market_key
 from spotopt.mover.metrics import registry, serve
 from spotopt.mover.observed import PREEMPTION_ENDS
-from spotopt.providers.base import market_label
 from tests.helpers import cli
 from tests.mover_rows import T0
 from tests.servers import free_port, spotopt_server

@@ -13,11 +13,11 @@ from sqlalchemy import select
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceLifetime, Placement, Throughput
 from spotopt.errors import InputError
+from spotopt.history.market import DEFAULT_RATE_PER_HOUR, PRIOR_HOURS, snapshot
+from spotopt.history.throughput_store import import_rows, stored_figures, validate_row
 from spotopt.jobspec import Job
-from spotopt.market import DEFAULT_RATE_PER_HOUR, PRIOR_HOURS, snapshot
 from spotopt.mover.observed import THROUGHPUT_HALF_LIFE_S, record_lifetime, record_throughput
 from spotopt.throughput import JobThroughput
-from spotopt.throughput_store import import_rows, stored_figures, validate_row
 from tests.helpers import cli
 from tests.mover_rows import AWS_V100, T0, market_id, place, seed_markets, submit
 

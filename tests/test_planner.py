@@ -13,8 +13,8 @@ import pytest
 
 from spotopt.db.queries import Quote
 from spotopt.errors import InputError
+from spotopt.history.market import MarketState
 from spotopt.jobspec import parse_jobs
-from spotopt.market import MarketState
 from spotopt.mover.egress import transfer_matrix
 from spotopt.mover.fleet import FleetState, Options
 from spotopt.mover.guardrails import Guardrails

@@ -21,10 +21,10 @@ import pytest
 
 from spotopt.checkpoints import Location, grant_lease, read_finished, read_heartbeat
 from spotopt.cloud_calls import MissingCredentials, Retry
+from spotopt.clouds.aws.provider import AwsProvider, client_token, state_of
+from spotopt.clouds.common.base import DATABASE_TAG, Billing, InstanceState, LaunchSpec
+from spotopt.clouds.registry import get_provider
 from spotopt.errors import CapacityUnavailableError, ConfigError, ProviderError
-from spotopt.providers import get_provider
-from spotopt.providers.aws import AwsProvider, client_token, state_of
-from spotopt.providers.base import DATABASE_TAG, Billing, InstanceState, LaunchSpec
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_ec2 import FAKE_CREDENTIALS, DocumentedEc2, LocalEc2, moto_ec2, reset_ec2

@@ -18,13 +18,13 @@ import pytest
 import responses
 from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
-from spotopt.adaptors.azure import AzureClients, rest_json
 from spotopt.cloud_calls import MissingCredentials
+from spotopt.clouds.azure.adaptor import AzureClients, rest_json
+from spotopt.clouds.azure.provider import AzureProvider
+from spotopt.clouds.common.base import Billing, InstanceState, LaunchSpec
+from spotopt.clouds.common.bootstrap import render_script
+from spotopt.clouds.registry import get_provider
 from spotopt.errors import CapacityUnavailableError, ConfigError
-from spotopt.providers import get_provider
-from spotopt.providers.azure import AzureProvider
-from spotopt.providers.base import Billing, InstanceState, LaunchSpec
-from spotopt.providers.bootstrap import render_script
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.azure_fake import GROUP, SUBSCRIPTION, AzureArmFake, admin_key

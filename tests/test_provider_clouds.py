@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from spotopt.cloud_calls import MissingCredentials
+from spotopt.clouds.aws.provider import AwsProvider
+from spotopt.clouds.common.base import InstanceState, LaunchSpec, Provider
+from spotopt.clouds.common.router import CloudsProvider, build_cloud, split_id
+from spotopt.clouds.local.provider import LocalProvider
+from spotopt.clouds.registry import get_provider
 from spotopt.errors import ConfigError, ProviderError
-from spotopt.providers import get_provider
-from spotopt.providers.aws import AwsProvider
-from spotopt.providers.base import InstanceState, LaunchSpec, Provider
-from spotopt.providers.clouds import CloudsProvider, build_cloud, split_id
-from spotopt.providers.local import LocalProvider
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_ec2 import FAKE_CREDENTIALS

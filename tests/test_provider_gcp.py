@@ -18,14 +18,14 @@ import pytest
 import responses
 from google.auth.credentials import AnonymousCredentials
 
-from spotopt.adaptors.gcp import GcpClients
 from spotopt.cloud_calls import MissingCredentials
+from spotopt.clouds.common.base import Billing, InstanceState, LaunchSpec
+from spotopt.clouds.common.bootstrap import render_script
+from spotopt.clouds.common.naming import request_uuid
+from spotopt.clouds.gcp.adaptor import GcpClients
+from spotopt.clouds.gcp.provider import GcpProvider
+from spotopt.clouds.registry import get_provider
 from spotopt.errors import CapacityUnavailableError, ConfigError, ProviderError
-from spotopt.providers import get_provider
-from spotopt.providers.base import Billing, InstanceState, LaunchSpec
-from spotopt.providers.bootstrap import render_script
-from spotopt.providers.gcp import GcpProvider
-from spotopt.providers.naming import request_uuid
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 from tests.collect_fakes import Sleeps, no_wait_retry

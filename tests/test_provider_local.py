@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from spotopt.clouds.common.base import InstanceState, LaunchSpec
+from spotopt.clouds.local.provider import LocalProvider, group_members
+from spotopt.clouds.registry import get_provider
 from spotopt.errors import ConfigError, ProviderError
-from spotopt.providers import get_provider
-from spotopt.providers.base import InstanceState, LaunchSpec
-from spotopt.providers.local import LocalProvider, group_members
 from spotopt.types import MarketKey, MarketKind
 from tests.provider_contract import ProviderContract, wait_for
 
@@ -189,8 +189,8 @@ def test_an_empty_command_or_a_missing_program_is_a_provider_error(provider: Loc
 
 KILLED_LAUNCHER = """
 import os, sys
-from spotopt.providers.base import LaunchSpec
-from spotopt.providers.local import LocalProvider
+from spotopt.clouds.common.base import LaunchSpec
+from spotopt.clouds.local.provider import LocalProvider
 from tests.test_provider_local import LOCAL_MARKET
 provider = LocalProvider(sys.argv[1])
 real_write, writes = provider._write, []

@@ -8,7 +8,7 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spotopt.providers.naming import label_key, label_value, request_uuid, resource_name
+from spotopt.clouds.common.naming import label_key, label_value, request_uuid, resource_name
 
 RFC1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 LABEL = re.compile(r"[a-z0-9_-]{0,63}")

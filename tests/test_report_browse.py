@@ -51,7 +51,7 @@ def test_browse_serves_each_report_as_a_canned_query(sqlite_db: Database, tmp_pa
 
 
 def test_browse_refuses_postgresql_and_leaves_it_unchanged(pg_url: str) -> None:
-    from spotopt.db.setup import open_history
+    from spotopt.history.setup import open_history
 
     db = open_history(pg_url)
     before = counts(db)

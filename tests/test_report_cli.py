@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from spotopt.cli.app import app
 from spotopt.db.engine import Database
 from spotopt.db.models import PricePoint, Run
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.reports import plots
 from spotopt.reports.registry import REPORTS
 from tests import report_history as hist

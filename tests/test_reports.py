@@ -13,8 +13,8 @@ from sqlalchemy import bindparam, text
 
 from spotopt.db.engine import Database
 from spotopt.db.models import UTCDateTime
-from spotopt.db.setup import open_history
 from spotopt.errors import InputError
+from spotopt.history.setup import open_history
 from spotopt.reports import survival
 from spotopt.reports.registry import REPORTS
 from tests import report_history as hist

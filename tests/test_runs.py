@@ -11,12 +11,12 @@ from typing import Any, ClassVar
 import pytest
 from sqlalchemy import select
 
-import spotopt.collect
-from spotopt.collect import CollectRequest, run_collect
+import spotopt.history.collect
 from spotopt.collectors.base import Collector
 from spotopt.db.engine import Database
 from spotopt.db.models import Run
-from spotopt.ingest import run_ingest
+from spotopt.history.collect import CollectRequest, run_collect
+from spotopt.history.ingest import run_ingest
 from spotopt.types import Record, Rejection
 from tests.helpers import price, t
 
@@ -63,7 +63,7 @@ def test_a_collector_run_records_conflicts_and_rejection_examples_like_an_import
     for source in ("import", "scripted"):  # a point is keyed by its source: seed both alike
         run_ingest(db, source, "seed", FIRST)
     run_ingest(db, "import", "test", SECOND)
-    monkeypatch.setattr(spotopt.collect, "for_cloud", lambda cloud: [_Scripted])
+    monkeypatch.setattr(spotopt.history.collect, "for_cloud", lambda cloud: [_Scripted])
     [result] = run_collect(
         db, CollectRequest(clouds=("aws",)), lambda cloud: object(), now=t("2024-02-01 00:00")
     )
@@ -89,7 +89,7 @@ def test_a_failed_collector_scope_keeps_its_rejections_and_writes_nothing(
             yield Rejection("item 1", "malformed item")
             raise RuntimeError("the API went away")
 
-    monkeypatch.setattr(spotopt.collect, "for_cloud", lambda cloud: [_Broken])
+    monkeypatch.setattr(spotopt.history.collect, "for_cloud", lambda cloud: [_Broken])
     [result] = run_collect(db, CollectRequest(clouds=("aws",)), lambda cloud: object())
     assert result.status == "failed"
     recorded = _last_run(db, "scripted")

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon
-from spotopt.providers.local import LocalProvider
 from tests.mover_world import AGENT_ENV, a_day_ago, job_yaml, make_world, on_demand, spot
 
 

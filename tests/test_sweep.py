@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from spotopt.clouds.common.base import DATABASE_TAG, LaunchSpec
+from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.identity import DATABASE_ID_KEY, database_id, database_id_of
 from spotopt.db.models import Meta
-from spotopt.db.setup import open_history
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
+from spotopt.history.setup import open_history
 from spotopt.mover.leader import Leadership
-from spotopt.providers.base import DATABASE_TAG, LaunchSpec
-from spotopt.providers.local import LocalProvider
 from tests.helpers import cli, strict_json
 from tests.mover_world import a_day_ago, now, on_demand, spot
 

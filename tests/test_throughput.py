@@ -9,8 +9,9 @@ import pytest
 
 from spotopt.db.engine import Database
 from spotopt.errors import InputError
+from spotopt.history.market import DEFAULT_RATE_PER_HOUR, bucket_midpoint, rate_per_hour
+from spotopt.history.throughput_store import import_rows, list_rows, read_file, stored_figures
 from spotopt.jobspec import parse_jobs
-from spotopt.market import DEFAULT_RATE_PER_HOUR, bucket_midpoint, rate_per_hour
 from spotopt.throughput import (
     DEFAULT_COMM_RATIO,
     JobThroughput,
@@ -20,7 +21,6 @@ from spotopt.throughput import (
     preemption_efficiency,
     scaling_efficiency,
 )
-from spotopt.throughput_store import import_rows, list_rows, read_file, stored_figures
 
 EXAMPLES = Path(__file__).parents[1] / "data" / "examples"
 

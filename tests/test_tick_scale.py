@@ -25,9 +25,9 @@ from sqlalchemy import func, select
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, ManagedJob, Placement, PricePoint
 from spotopt.db.queries import MarketFilter, price_history
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
+from spotopt.history.market import MarketState, snapshot
 from spotopt.jobspec import JobSpec
-from spotopt.market import MarketState, snapshot
 from spotopt.mover import daemon as daemon_mod
 from spotopt.mover import jobs as jobstore
 from spotopt.mover import market_view as view_mod

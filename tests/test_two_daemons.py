@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from spotopt.db.models import JournalEntry
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.mover.eventlog import parse
 from tests.fault_harness import (
     RUN_LIMIT_S,

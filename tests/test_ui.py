@@ -23,7 +23,7 @@ from urllib.parse import quote
 import pytest
 
 from spotopt.db.models import JOB_STATES
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from tests.browser import chromium
 from tests.helpers import cli, strict_json
 from tests.servers import free_port, spotopt_server

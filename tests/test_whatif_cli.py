@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from spotopt.cli.app import app
 from spotopt.db.models import PricePoint
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.whatif.example_market import load_example
 from spotopt.whatif.run import STRATEGIES
 from spotopt.whatif.timeline import SYNTHETIC_SOURCE

@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import func, select
 
 from spotopt.db.models import WhatifPlacement, WhatifResult, WhatifRun
-from spotopt.db.setup import open_history
+from spotopt.history.setup import open_history
 from spotopt.ui import views
 from tests.helpers import cli, strict_json
 

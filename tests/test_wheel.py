@@ -41,7 +41,7 @@ def test_wheel_contents_and_use_from_another_directory(tmp_path: Path) -> None:
         "spotopt/data/list_prices.csv",
         "spotopt/collectors/__init__.py",
         "spotopt/policies/__init__.py",
-        "spotopt/providers/fetch.py",  # the start-up script's downloader
+        "spotopt/clouds/common/fetch.py",  # the start-up script's downloader
         "spotopt/data/locks/instance-file.txt",  # what instances install, per store back-end
         "spotopt/data/locks/instance-s3.txt",
         "spotopt/data/locks/instance-gcs.txt",

@@ -72,7 +72,7 @@ def current() -> Agent:
             if config.clock_file is not None and clock is time.time:
                 from functools import partial
 
-                from spotopt.mover.simclock import file_clock
+                from spotopt.simclock import file_clock
 
                 clock = partial(file_clock, config.clock_file)
             _agent = Agent(config, clock=clock)

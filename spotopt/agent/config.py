@@ -1,6 +1,6 @@
 """The agent's configuration: environment variables only, so a script runs unchanged anywhere.
 
-A provider sets these for the job (``spotopt.providers.base.agent_environment``). With none set
+A provider sets these for the job (``spotopt.clouds.common.base.agent_environment``). With none set
 the agent is *standalone*: checkpoints go to ``./spotopt-checkpoints`` under the current
 directory, SIGTERM still saves and stops, and nothing else runs (no heartbeats, no control
 polling, no cloud notice poller, no lease).
@@ -24,7 +24,7 @@ DEFAULT_STORE_DIR = "spotopt-checkpoints"
 DEFAULT_CHECKPOINT_S = 10.0
 """Assumed checkpoint write time before the first one was measured (Young/Daly's ``C``)."""
 DEFAULT_PREEMPTIONS_PER_HOUR = 1 / 24
-"""Without a market rate, assume GCP's documented "at least once per 24 h" (spotopt.market)."""
+"""Without a market rate, assume GCP's documented "at least once per 24 h" (spotopt.history.market)."""
 CLOUD_CHOICES = ("aws", "gcp", "azure", "local", "none")
 
 ENV_VARS: dict[str, str] = {
@@ -72,7 +72,7 @@ class AgentConfig:
     notice_file: str | None = None
     scratch_dir: str | None = None
     clock_file: str | None = None
-    """``spotopt.mover.simclock``'s file: time is simulated (a replayed market), not the real clock."""
+    """``spotopt.simclock``'s file: time is simulated (a replayed market), not the real clock."""
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> AgentConfig:

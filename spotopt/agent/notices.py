@@ -1,5 +1,11 @@
 """Preemption notices, polled from inside the instance: AWS IMDSv2, GCP metadata, Azure Scheduled Events.
 
+This module is the agent's side: what a notice is, the HTTP helpers, the local provider's notice
+file, and the choice of the one poller. Each cloud's poller lives in its folder
+(``spotopt/clouds/<cloud>/notices.py``), named with its metadata URL and DMI vendor by the
+cloud's entry in ``spotopt.clouds.registry``; it is imported only when chosen, and neither the
+registry nor a poller imports the database or a cloud SDK.
+
 Only the poller of the cloud the job runs on is active (``SPOTOPT_CLOUD``, else detected from
 the DMI vendor strings Linux exposes under ``/sys/class/dmi/id``, which costs no network
 round-trip). Base URLs can be overridden (``SPOTOPT_<CLOUD>_METADATA_URL``) so tests point them
@@ -28,24 +34,18 @@ error and its round goes on (``spotopt.agent.core``).
 
 from __future__ import annotations
 
-import json
+import importlib
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
 from spotopt.agent.config import AgentConfig
+from spotopt.clouds.registry import CLOUDS
 
 TIMEOUT_S = 2.0
-DEFAULT_URLS = {
-    "aws": "http://169.254.169.254",
-    "gcp": "http://metadata.google.internal",
-    "azure": "http://169.254.169.254",
-}
-DMI_VENDORS = {"amazon": "aws", "google": "gcp", "microsoft": "azure"}
 
 
 class NoticeKind(StrEnum):
@@ -72,7 +72,7 @@ class NoticePoller(Protocol):
         ...
 
 
-def _request(
+def request(
     url: str, method: str = "GET", headers: dict[str, str] | None = None, timeout_s: float = TIMEOUT_S
 ) -> tuple[int, bytes]:
     """(status, body); HTTP error statuses are returned, not raised (404 is the normal 'no notice').
@@ -85,158 +85,11 @@ def _request(
         return exc.code, exc.read()
 
 
-def _expect(cloud: str, what: str, status: int, body: bytes, allowed: tuple[int, ...]) -> None:
+def expect(cloud: str, what: str, status: int, body: bytes, allowed: tuple[int, ...]) -> None:
     """``MetadataError`` naming the endpoint and status unless ``status`` is one of ``allowed``."""
     if status not in allowed:
         text = body[:200].decode("utf-8", "replace").strip()
         raise MetadataError(f"{cloud} metadata {what} answered HTTP {status}" + (f": {text}" if text else ""))
-
-
-class AwsImdsPoller:
-    """IMDSv2: a session token first, then the spot instance-action and the rebalance recommendation.
-
-    Per the EC2 user guide ("Use the Instance Metadata Service to access instance metadata",
-    IMDSv2): a GET with an expired or invalid token is answered 401, and the client gets a
-    new token with the PUT and tries again (once here: a 401 that a fresh token does not cure is
-    an error); a 404 on ``spot/instance-action`` or the rebalance recommendation is the normal
-    "no notice"; throttling is a 429 and service trouble a 5xx, both errors to retry at the next
-    poll, never "no notice". The token PUT itself answers 200, else (a 403 when IMDS is off, a
-    hang when the PUT's hop limit is too low for a container) it is an error.
-    """
-
-    TOKEN_TTL_S = 21600
-
-    def __init__(self, base_url: str, timeout_s: float = TIMEOUT_S) -> None:
-        self.base = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-        self._token: str | None = None
-
-    def _get(self, path: str) -> tuple[int, bytes]:
-        for _ in range(2):
-            if self._token is None:
-                status, body = _request(
-                    f"{self.base}/latest/api/token",
-                    "PUT",
-                    {"X-aws-ec2-metadata-token-ttl-seconds": str(self.TOKEN_TTL_S)},
-                    self.timeout_s,
-                )
-                _expect("aws", "token PUT", status, body, (200,))
-                self._token = body.decode()
-            status, body = _request(
-                f"{self.base}{path}",
-                headers={"X-aws-ec2-metadata-token": self._token},
-                timeout_s=self.timeout_s,
-            )
-            if status != 401:
-                break
-            self._token = None  # expired: fetch a new one once
-        _expect("aws", path, status, body, (200, 404))
-        return status, body
-
-    def poll(self) -> Notice | None:
-        status, body = self._get("/latest/meta-data/spot/instance-action")
-        if status == 200:
-            data = json.loads(body)
-            return Notice("aws", NoticeKind.PREEMPT, f"spot {data.get('action')} at {data.get('time')}")
-        status, body = self._get("/latest/meta-data/events/recommendations/rebalance")
-        if status == 200:
-            return Notice(
-                "aws",
-                NoticeKind.REBALANCE,
-                f"rebalance recommendation at {json.loads(body).get('noticeTime')}",
-            )
-        return None
-
-
-class GcpMetadataPoller:
-    """``instance/preempted`` and ``instance/maintenance-event`` of the GCP metadata server.
-
-    Per Compute Engine's "About VM metadata" and "Host maintenance events" pages:
-    ``preempted`` is ``TRUE`` once a Spot or preemptible VM is being preempted (~30 s
-    ahead); ``maintenance-event`` is ``NONE``, ``MIGRATE_ON_HOST_MAINTENANCE`` (a live migration:
-    the VM keeps running, worth a checkpoint) or ``TERMINATE_ON_HOST_MAINTENANCE`` (GPU VMs
-    cannot migrate: the VM is stopped about 60 s later, so checkpoint and stop). Every request
-    carries ``Metadata-Flavor: Google`` and answers 200; anything else (a 503 while the server
-    restarts, a 403) is an error.
-    """
-
-    STOPS = "TERMINATE_ON_HOST_MAINTENANCE"
-    MIGRATES = "MIGRATE_ON_HOST_MAINTENANCE"
-
-    def __init__(self, base_url: str, timeout_s: float = TIMEOUT_S) -> None:
-        base = f"{base_url.rstrip('/')}/computeMetadata/v1/instance"
-        self.url = f"{base}/preempted"
-        self.maintenance_url = f"{base}/maintenance-event"
-        self.timeout_s = timeout_s
-
-    def _get(self, url: str) -> str:
-        status, body = _request(url, headers={"Metadata-Flavor": "Google"}, timeout_s=self.timeout_s)
-        _expect("gcp", url.rsplit("/", 1)[1], status, body, (200,))
-        return body.decode("utf-8", "replace").strip().upper()
-
-    def poll(self) -> Notice | None:
-        if self._get(self.url) == "TRUE":
-            return Notice("gcp", NoticeKind.PREEMPT, "instance/preempted is TRUE")
-        event = self._get(self.maintenance_url)
-        if event == self.STOPS:
-            return Notice("gcp", NoticeKind.PREEMPT, f"instance/maintenance-event is {event}")
-        if event == self.MIGRATES:
-            return Notice("gcp", NoticeKind.REBALANCE, f"instance/maintenance-event is {event}")
-        return None
-
-
-class AzureScheduledEventsPoller:
-    """Azure Scheduled Events, for this VM only.
-
-    Per "Azure Metadata Service: Scheduled Events for Linux VMs" (learn.microsoft.com): events
-    go to every VM of an availability set, scale set placement group or cloud service, so each
-    names the VMs it affects in ``Resources`` and an event for other VMs is none of this one's
-    business (this VM's name comes from the instance metadata,
-    ``/metadata/instance/compute/name``). ``Preempt`` (a Spot eviction), ``Terminate`` (the VM
-    is deleted), ``Reboot`` (memory is lost) and ``Redeploy`` (moved to another host, the
-    temporary disk lost) all end the training process: checkpoint and stop. ``Freeze`` pauses
-    the VM for seconds and is ignored. The service answers 200 with the events (an empty list:
-    nothing pending), 400 to a request without ``Metadata: true`` or with a bad api-version and
-    500 on its own failure: both are errors, never "no notice". The first call after boot can
-    take up to two minutes while the service enables itself: ``TIMEOUT_S`` bounds it, and the
-    next poll tries again.
-    """
-
-    API_VERSION = "2020-07-01"
-    ENDS = ("Preempt", "Terminate", "Reboot", "Redeploy")
-
-    def __init__(self, base_url: str, timeout_s: float = TIMEOUT_S) -> None:
-        base = base_url.rstrip("/")
-        self.url = f"{base}/metadata/scheduledevents?api-version={self.API_VERSION}"
-        self.name_url = f"{base}/metadata/instance/compute/name?api-version=2021-02-01&format=text"
-        self.timeout_s = timeout_s
-        self._name: str | None = None
-
-    def _get(self, url: str, what: str) -> bytes:
-        status, body = _request(url, headers={"Metadata": "true"}, timeout_s=self.timeout_s)
-        _expect("azure", what, status, body, (200,))
-        return body
-
-    def vm_name(self) -> str:
-        """This VM's name as ``Resources`` lists it (asked once)."""
-        if self._name is None:
-            self._name = self._get(self.name_url, "compute/name").decode("utf-8").strip()
-        return self._name
-
-    def poll(self) -> Notice | None:
-        events = json.loads(self._get(self.url, "scheduledevents")).get("Events", [])
-        mine = [
-            e for e in events if e.get("EventType") in self.ENDS and self.vm_name() in e.get("Resources", [])
-        ]
-        if not mine:
-            return None
-        event = mine[0]
-        when = event.get("NotBefore") or "now"
-        return Notice(
-            "azure",
-            NoticeKind.PREEMPT,
-            f"{event.get('EventType')} ({event.get('EventStatus')}) not before {when}",
-        )
 
 
 class LocalNoticePoller:
@@ -260,8 +113,8 @@ def detect_cloud(dmi_dir: Path = Path("/sys/class/dmi/id")) -> str | None:
             text = (dmi_dir / name).read_text(encoding="utf-8", errors="replace").lower()
         except OSError:
             continue
-        for needle, cloud in DMI_VENDORS.items():
-            if needle in text:
+        for cloud, entry in CLOUDS.items():
+            if entry.dmi_vendor is not None and entry.dmi_vendor in text:
                 return cloud
     return None
 
@@ -279,10 +132,10 @@ def poller_for(config: AgentConfig, dmi_dir: Path = Path("/sys/class/dmi/id")) -
         return LocalNoticePoller(config.notice_file) if config.notice_file else None
     if cloud is None:
         return None
-    url = config.metadata_urls.get(cloud, DEFAULT_URLS[cloud])
-    pollers: dict[str, Callable[[str], NoticePoller]] = {
-        "aws": AwsImdsPoller,
-        "gcp": GcpMetadataPoller,
-        "azure": AzureScheduledEventsPoller,
-    }
-    return pollers[cloud](url)
+    entry = CLOUDS[cloud]
+    if entry.notice_poller is None or entry.metadata_url is None:
+        return None
+    url = config.metadata_urls.get(cloud, entry.metadata_url)
+    module, _, attr = entry.notice_poller.partition(":")
+    poller: NoticePoller = getattr(importlib.import_module(module), attr)(url)
+    return poller

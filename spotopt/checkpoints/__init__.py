@@ -21,13 +21,14 @@ from spotopt.checkpoints.heartbeat import (
     read_heartbeat,
     write_heartbeat,
 )
-from spotopt.checkpoints.lease import Lease, check_epoch, grant_lease, read_lease
+from spotopt.checkpoints.lease import Lease, check_epoch, read_lease
 from spotopt.checkpoints.location import Location, store_url
 from spotopt.checkpoints.manifest import CorruptCheckpointError, FileEntry, Manifest
 from spotopt.checkpoints.store import (
     Listed,
     collect_garbage,
     download_checkpoint,
+    grant_lease,
     list_checkpoints,
     parse_checkpoint_name,
     restore_latest,

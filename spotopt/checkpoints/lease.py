@@ -14,7 +14,8 @@ epoch writes after the grant is in neither, so no one ever resumes from it, and 
 Without a lease file (a script run outside spotopt, or before the daemon's first grant) every
 verified checkpoint is trusted and nothing is fenced.
 
-The daemon is the only writer of ``lease.json`` (one daemon per store); agents only read it.
+The daemon is the only writer of ``lease.json`` (one daemon per store); agents only read it. The
+grant itself (``grant_lease``) lives in ``store.py``: it records the checkpoints trusted at that moment.
 """
 
 from __future__ import annotations
@@ -51,29 +52,6 @@ def read_lease(loc: Location, job: str) -> Lease | None:
         granted_at=datetime.fromisoformat(data["granted_at"]),
         inherited=frozenset(data.get("inherited", [])),
     )
-
-
-def grant_lease(loc: Location, job: str, now: datetime, epoch: int | None = None) -> Lease:
-    """Give the job a new epoch and fence every older writer.
-
-    ``epoch`` None: current + 1 (or 1). A given ``epoch`` makes the grant idempotent, which is
-    what a journaled executor needs when it re-does the step after a crash: a lease already at
-    ``epoch`` or beyond is returned unchanged. The daemon grants a placement's epoch before it
-    launches it (a start) or once the old placement's checkpoint is verified (a move: the new
-    placement's agent waits for it).
-    """
-    from spotopt.checkpoints.store import trusted_checkpoints
-
-    current = read_lease(loc, job)
-    if epoch is not None and current is not None and current.epoch >= epoch:
-        return current
-    inherited = frozenset(m.name for m in trusted_checkpoints(loc, job, current))
-    lease = Lease(job, epoch if epoch is not None else (current.epoch if current else 0) + 1, now, inherited)
-    loc.write_json(
-        loc.path(job, LEASE_FILE),
-        {"job": job, "epoch": lease.epoch, "granted_at": now.isoformat(), "inherited": sorted(inherited)},
-    )
-    return lease
 
 
 def check_epoch(loc: Location, job: str, epoch: int) -> Lease | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from spotopt.checkpoints.lease import Lease, check_epoch, read_lease
+from spotopt.checkpoints.lease import LEASE_FILE, Lease, check_epoch, read_lease
 from spotopt.checkpoints.location import Location
 from spotopt.checkpoints.manifest import (
     CorruptCheckpointError,
@@ -204,3 +204,24 @@ def collect_garbage(loc: Location, job: str, epoch: int, keep: int) -> list[str]
             loc.remove(loc.path(job, CHECKPOINTS, item.name))
             removed.append(item.name)
     return removed
+
+
+def grant_lease(loc: Location, job: str, now: datetime, epoch: int | None = None) -> Lease:
+    """Give the job a new epoch and fence every older writer.
+
+    ``epoch`` None: current + 1 (or 1). A given ``epoch`` makes the grant idempotent, which is
+    what a journaled executor needs when it re-does the step after a crash: a lease already at
+    ``epoch`` or beyond is returned unchanged. The daemon grants a placement's epoch before it
+    launches it (a start) or once the old placement's checkpoint is verified (a move: the new
+    placement's agent waits for it).
+    """
+    current = read_lease(loc, job)
+    if epoch is not None and current is not None and current.epoch >= epoch:
+        return current
+    inherited = frozenset(m.name for m in trusted_checkpoints(loc, job, current))
+    lease = Lease(job, epoch if epoch is not None else (current.epoch if current else 0) + 1, now, inherited)
+    loc.write_json(
+        loc.path(job, LEASE_FILE),
+        {"job": job, "epoch": lease.epoch, "granted_at": now.isoformat(), "inherited": sorted(inherited)},
+    )
+    return lease

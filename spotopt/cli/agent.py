@@ -16,10 +16,10 @@ import typer
 from spotopt.agent.config import JOB_NAME
 from spotopt.checkpoints import Location, grant_lease, read_finished, store_url
 from spotopt.cli.common import FormatOption, directory, parse_duration
+from spotopt.clouds.common.base import InstanceStatus, LaunchSpec
+from spotopt.clouds.local.provider import LOCAL_MARKET, LocalProvider
+from spotopt.clouds.registry import get_provider
 from spotopt.errors import InputError, ProviderError
-from spotopt.providers import get_provider
-from spotopt.providers.base import InstanceStatus, LaunchSpec
-from spotopt.providers.local import LOCAL_MARKET, LocalProvider
 from spotopt.render import Format, render
 
 app = typer.Typer(no_args_is_help=True, help="Run training scripts under the spotopt agent.")

@@ -8,14 +8,14 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from spotopt.adaptors import client_factory
 from spotopt.catalog import check_gpu_query
 from spotopt.cli.common import FormatOption, WideOption, parse_time, state
 from spotopt.cloud_calls import Retry
-from spotopt.collect import ClientFactory, CollectRequest, ScopeResult, run_collect
+from spotopt.clouds.common.sdk import client_factory
+from spotopt.clouds.registry import MARKET_CLOUDS
 from spotopt.errors import CollectorError, InputError
+from spotopt.history.collect import ClientFactory, CollectRequest, ScopeResult, run_collect
 from spotopt.render import Format, render, say
-from spotopt.types import CLOUDS
 
 # The seams tests replace: how a cloud's clients are built, and how long retries sleep.
 FACTORY: ClientFactory = client_factory
@@ -65,9 +65,9 @@ class _Bars:
 
 def _clouds(cloud: str) -> tuple[str, ...]:
     if cloud == "all":
-        return CLOUDS
-    if cloud not in CLOUDS:
-        raise InputError(f"cloud {cloud!r} is not one of {', '.join(CLOUDS)} or all")
+        return MARKET_CLOUDS
+    if cloud not in MARKET_CLOUDS:
+        raise InputError(f"cloud {cloud!r} is not one of {', '.join(MARKET_CLOUDS)} or all")
     return (cloud,)
 
 

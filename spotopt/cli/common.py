@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
+from spotopt.clouds.registry import MARKET_CLOUDS
 from spotopt.db.engine import Database, sqlite_path
 from spotopt.errors import InputError
 from spotopt.render import Format, say
 from spotopt.times import parse_duration, parse_time
-from spotopt.types import CLOUDS
 
 __all__ = [
     "MAX_ROWS",
@@ -45,7 +45,7 @@ class State:
 
     def db(self) -> Database:
         if self._db is None:
-            from spotopt.db.setup import open_history
+            from spotopt.history.setup import open_history
 
             self._db = open_history(self.db_url)
             path = sqlite_path(str(self._db.engine.url))
@@ -68,8 +68,8 @@ def state(ctx: typer.Context) -> State:
 
 def check_cloud(cloud: str) -> str:
     """Refuse an unknown ``--cloud`` value, naming the valid ones."""
-    if cloud not in CLOUDS:
-        raise InputError(f"--cloud {cloud!r} is not a cloud; use one of {', '.join(CLOUDS)}")
+    if cloud not in MARKET_CLOUDS:
+        raise InputError(f"--cloud {cloud!r} is not a cloud; use one of {', '.join(MARKET_CLOUDS)}")
     return cloud
 
 

@@ -21,6 +21,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spotopt.cli.common import FormatOption, WideOption, directory, parse_duration, parse_time, state
+from spotopt.clouds.common.artifacts import check_install
+from spotopt.clouds.common.base import Provider
+from spotopt.clouds.common.router import CloudsProvider
+from spotopt.clouds.registry import MARKET_CLOUDS, PROVIDERS, get_provider
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, InstanceType, JobEvent, JobMove, ManagedJob, Market
 from spotopt.errors import ConfigError, InputError, ProviderError
@@ -30,13 +34,8 @@ from spotopt.mover.executor import Executor, Timeouts
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.leader import LeaderRecord, Leadership, read_leader
 from spotopt.mover.sweep import Leftover
-from spotopt.providers import PROVIDERS, get_provider
-from spotopt.providers.artifacts import check_install
-from spotopt.providers.base import Provider
-from spotopt.providers.clouds import CloudsProvider
 from spotopt.render import Format, iso, render, say, to_json
 from spotopt.settings import Settings
-from spotopt.types import CLOUDS
 
 app = typer.Typer(
     no_args_is_help=True, help="The mover: checkpoint and relaunch jobs where capacity is cheaper."
@@ -74,7 +73,7 @@ def _clouds(db: Database, name: str) -> tuple[CloudsProvider, tuple[str, ...]]:
     regions: dict[str, list[str]] = {}
     for cloud, region in pairs:
         regions.setdefault(cloud, []).append(region)
-    wanted = [name] if name in CLOUDS else [c for c in CLOUDS if c in regions]
+    wanted = [name] if name in MARKET_CLOUDS else [c for c in MARKET_CLOUDS if c in regions]
     if not wanted:
         raise ConfigError(f"--provider {name}: the history has no market of any cloud; run spotopt collect")
     settings = Settings()
@@ -414,7 +413,7 @@ def _preemption_mode(name: str) -> Any:
 def _collector(db: Database) -> Any:
     def collect() -> None:
         from spotopt.cli.collect import FACTORY, RETRY
-        from spotopt.collect import CollectRequest, run_collect
+        from spotopt.history.collect import CollectRequest, run_collect
 
         run_collect(db, CollectRequest(), FACTORY, retry=RETRY)
 

@@ -8,7 +8,7 @@ from sqlalchemy.exc import OperationalError
 from spotopt.cli.common import state
 from spotopt.db import migrate
 from spotopt.db.engine import make_engine
-from spotopt.db.setup import connect_error, upgrade_history
+from spotopt.history.setup import connect_error, upgrade_history
 from spotopt.render import say
 from spotopt.settings import Settings
 

@@ -18,16 +18,15 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from spotopt.cli.common import FormatOption, state
-from spotopt.collectors.availability_files import read_availability_csv, read_availability_trace
-from spotopt.collectors.aws_spot_history import read_spot_history
-from spotopt.collectors.azure_retail import read_retail_pages
-from spotopt.collectors.csv_prices import read_price_csv
-from spotopt.collectors.dump_files import file_size
-from spotopt.collectors.lifetime_files import read_lifetimes_csv, read_preemption_trace
-from spotopt.collectors.spot_traces import TraceOptions, check_start, is_json, option_market
 from spotopt.db.queries import unknown_gpu_types
 from spotopt.errors import InputError
-from spotopt.ingest import RunSummary, run_ingest
+from spotopt.history.files import file_size
+from spotopt.history.importers.availability_files import read_availability_csv, read_availability_trace
+from spotopt.history.importers.cloud_dumps import read_retail_pages, read_spot_history
+from spotopt.history.importers.csv_prices import read_price_csv
+from spotopt.history.importers.lifetime_files import read_lifetimes_csv, read_preemption_trace
+from spotopt.history.importers.spot_traces import TraceOptions, check_start, is_json, option_market
+from spotopt.history.ingest import RunSummary, run_ingest
 from spotopt.render import Format, render, say, to_json
 from spotopt.types import MarketRecord, Record
 

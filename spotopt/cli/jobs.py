@@ -13,13 +13,13 @@ from typing import Annotated, Any
 import typer
 
 from spotopt.cli.common import FormatOption, WideOption, state
+from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.models import JobEvent, ManagedJob, Placement
 from spotopt.errors import InputError
 from spotopt.mover import jobs, ledger
 from spotopt.mover import status as job_status
 from spotopt.mover.ledger import Interval
-from spotopt.providers.local import LocalProvider
 from spotopt.render import Format, iso, render, say, to_json
 
 app = typer.Typer(no_args_is_help=True, help="Jobs the mover runs, moves and stops within budget.")

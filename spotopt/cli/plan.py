@@ -12,12 +12,12 @@ import typer
 from spotopt.cli.common import WideOption, parse_time, state
 from spotopt.db.queries import MarketFilter
 from spotopt.errors import InputError
+from spotopt.history.market import snapshot
+from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import load_jobs
-from spotopt.market import snapshot
 from spotopt.plan import build_problem, plan_report, solve
 from spotopt.policies.base import get_policy
 from spotopt.render import Format, render, say, to_json
-from spotopt.throughput_store import stored_figures
 
 COLUMNS = [
     "job",

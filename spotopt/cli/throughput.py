@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from spotopt.cli.common import FormatOption, state
+from spotopt.history.throughput_store import import_rows, list_rows, read_file
 from spotopt.render import Format, render
-from spotopt.throughput_store import import_rows, list_rows, read_file
 
 app = typer.Typer(no_args_is_help=True, help="Training throughputs per workload × GPU model × GPU count.")
 

@@ -42,7 +42,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
     # WAL is a property of the file: switch only a new file or spotopt's own history, so another
-    # application's database that spotopt then refuses (db.setup) is left exactly as it was.
+    # application's database that spotopt then refuses (history.setup) is left exactly as it was.
     cur.execute("SELECT count(*), count(*) FILTER (WHERE name = 'alembic_version') FROM sqlite_master")
     objects, ours = cur.fetchone()
     if objects == 0 or ours:

@@ -136,7 +136,7 @@ class Run(Base):
     # (first 20 examples), the same for imports and collector runs; NULL when none were rejected.
     rejections: Mapped[str | None] = mapped_column(Text)
     # The process that writes the run: a "running" run whose process is gone was killed
-    # (spotopt.db.setup.fail_stale_runs). Filled in by default wherever a run is created.
+    # (spotopt.history.setup.fail_stale_runs). Filled in by default wherever a run is created.
     pid: Mapped[int | None] = mapped_column(Integer, default=os.getpid)
     host: Mapped[str | None] = mapped_column(String(255), default=socket.gethostname)
 
@@ -176,7 +176,7 @@ class CapacityObservation(Base):
     (``import-availability``), the daemon's own launch attempts (``daemon``), a collector.
 
     Only spot markets have capacity observations (an on-demand launch refused for capacity is a
-    fact about the cloud's on-demand pool, which nothing here models); ``spotopt.ingest`` and
+    fact about the cloud's on-demand pool, which nothing here models); ``spotopt.history.ingest`` and
     ``spotopt.mover.observed`` refuse or skip on-demand markets. The primary key is the
     idempotency key, as for ``PricePoint``: re-importing inserts nothing.
     """

@@ -41,9 +41,11 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from spotopt.clouds.common.base import Provider
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, JobMove, ManagedJob, Meta, Placement
 from spotopt.db.queries import MarketFilter
+from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import Job, JobSpec
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.core import Memory, decide
@@ -62,8 +64,6 @@ from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
 from spotopt.mover.market_view import MarketView, market_availability, market_view
 from spotopt.plan import STALE_PRICE_AFTER, location_index, option_key
-from spotopt.providers.base import Provider
-from spotopt.throughput_store import stored_figures
 from spotopt.times import parse_duration
 
 MEMORY_KEY = "mover_memory"

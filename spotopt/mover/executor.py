@@ -59,6 +59,14 @@ from spotopt.checkpoints import (
     store_url,
     trusted_checkpoints,
 )
+from spotopt.clouds.common.base import (
+    DATABASE_TAG,
+    Billing,
+    InstanceState,
+    LaunchSpec,
+    Provider,
+    market_label,
+)
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id_of
 from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market, Meta, Placement
@@ -77,7 +85,6 @@ from spotopt.mover.ledger import (
 from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity, record_lifetime, record_throughput
 from spotopt.mover.progress import record_progress
 from spotopt.mover.sweep import Leftover, find_leftovers
-from spotopt.providers.base import DATABASE_TAG, Billing, InstanceState, LaunchSpec, Provider, market_label
 from spotopt.times import parse_duration
 from spotopt.types import MarketKey
 

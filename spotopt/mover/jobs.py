@@ -33,10 +33,10 @@ from spotopt.checkpoints.location import Location, store_url
 from spotopt.db.engine import Database
 from spotopt.db.models import JOB_STATES, InstanceType, JobEvent, ManagedJob, Market, Placement
 from spotopt.errors import ConfigError, InputError, one_line
+from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, read_yaml
 from spotopt.mover.ledger import spent_usd
 from spotopt.throughput import JobThroughput
-from spotopt.throughput_store import stored_figures
 
 __all__ = [
     "JOB_STATES",

@@ -34,11 +34,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spotopt.checkpoints.store import parse_checkpoint_name
+from spotopt.clouds.common.base import market_label
 from spotopt.db.models import InstanceType, JobMove, ManagedJob, Market, Placement, PricePoint
 from spotopt.jobspec import Job
 from spotopt.mover.billing import billed_seconds
 from spotopt.mover.egress import entry_usd, transfer_matrix
-from spotopt.providers.base import market_label
 from spotopt.types import MarketKey, MarketKind
 
 
@@ -51,7 +51,7 @@ class Interval:
     provider: str
     instance_id: str | None
     market: str
-    """``cloud/region/zone/instance type/kind`` (``spotopt.providers.base.market_label``)."""
+    """``cloud/region/zone/instance type/kind`` (``spotopt.clouds.common.base.market_label``)."""
     cloud: str
     started_at: datetime
     ended_at: datetime | None

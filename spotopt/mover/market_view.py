@@ -2,7 +2,7 @@
 
 The what-if engine builds the same ``Options`` from its timeline (``spotopt.whatif.spotopt_decider``);
 the daemon builds them here from the SQL history at the moment it decides: the snapshot at ``at``
-(``spotopt.market.snapshot``: prices and preemption rates known then), the options of the jobs
+(``spotopt.history.market.snapshot``: prices and preemption rates known then), the options of the jobs
 (``spotopt.plan.enumerate_options``, the builder ``spotopt plan`` uses) and, per market, the
 forecast of ``spotopt.mover.forecast`` learnt from the ``history_h`` hours before ``at``, sampled
 every planning period as the what-if engine samples its ticks, and the markets' spot capacity as
@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 
 from spotopt.db.models import PricePoint
 from spotopt.db.queries import MarketFilter, capacity_history, prices_at
+from spotopt.history.market import MarketState, snapshot
 from spotopt.jobspec import JobSpec
-from spotopt.market import MarketState, snapshot
 from spotopt.mover.fleet import Availability, Options
 from spotopt.mover.forecast import forecast, step_prices
 from spotopt.plan import OptionTable, enumerate_options, price_options

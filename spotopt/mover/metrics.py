@@ -26,13 +26,13 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from spotopt.clouds.common.base import market_label
 from spotopt.db.engine import Database
 from spotopt.db.models import JOB_STATES, DaemonTick, JobMove, ManagedJob, Placement
 from spotopt.mover.eventlog import parse
 from spotopt.mover.leader import read_leader
 from spotopt.mover.ledger import market_key, slot_usd_per_hour, spent_by_job
 from spotopt.mover.observed import PREEMPTION_ENDS
-from spotopt.providers.base import market_label
 
 LIVE_PLACEMENTS = ("launching", "running")
 """Placement states that bill (or are about to): the spend rate counts these."""

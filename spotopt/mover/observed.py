@@ -4,8 +4,8 @@ All write into tables the planner and the reports already read, so a running fle
 next decision without a second estimate anywhere:
 
 - ``record_lifetime`` puts each spot placement's life into ``instance_lifetimes`` (source
-  ``spotopt``): ``spotopt.market.snapshot`` refines the cloud's preemption rate with them (a
-  censored exponential estimate under a Gamma prior, see ``spotopt.market``). A life the cloud
+  ``spotopt``): ``spotopt.history.market.snapshot`` refines the cloud's preemption rate with them (a
+  censored exponential estimate under a Gamma prior, see ``spotopt.history.market``). A life the cloud
   ended is a preemption; one we ended (a move, the job finished, a budget stop) is censored: it
   says the market held at least that long, not that it failed.
 - ``record_capacity`` turns each launch the daemon attempts on a spot market into a capacity
@@ -25,8 +25,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from spotopt.db.models import CapacityObservation, InstanceLifetime, Market, Placement, Throughput
-from spotopt.ingest import insert_missing
-from spotopt.throughput_store import validate_row
+from spotopt.history.ingest import insert_missing
+from spotopt.history.throughput_store import validate_row
 from spotopt.types import MarketKind
 
 LIFETIME_SOURCE = "spotopt"

@@ -38,10 +38,12 @@ import yaml
 from sqlalchemy import select
 
 from spotopt.checkpoints import read_heartbeat, read_lease
+from spotopt.clouds.common.base import market_label
+from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.models import Base, JobEvent, JobMove, ManagedJob, Placement
-from spotopt.db.setup import open_history
 from spotopt.errors import InputError
+from spotopt.history.setup import open_history
 from spotopt.jobspec import JobSpec
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
@@ -49,11 +51,9 @@ from spotopt.mover.executor import Timeouts, job_location
 from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import intervals, total_usd
 from spotopt.mover.observed import PREEMPTION_ENDS
-from spotopt.mover.simclock import CLOCK_ENV, SimClock
 from spotopt.mover.standin import Rates
-from spotopt.providers.base import market_label
-from spotopt.providers.local import LocalProvider
 from spotopt.settings import Settings
+from spotopt.simclock import CLOCK_ENV, SimClock
 from spotopt.types import MarketKey, MarketKind
 from spotopt.whatif.preemptions import NOTICE_S, PreemptionMode
 from spotopt.whatif.replay import ReplayRequest, ReplayResult, replay

@@ -17,7 +17,7 @@ Only its *speed* is simulated, in the time of ``SPOTOPT_CLOCK_FILE``:
 RATES (written by ``spotopt.mover.replay``) is ``{"work_steps", "restart_s", "checkpoint_s",
 "options": {"MARKET LABEL|GPUS": {"steps_per_s", "tau_s"}}}``. After each round the process
 acknowledges the clock generation it acted on with the time of its next own event
-(``spotopt.mover.simclock``), which is what keeps the replay in lock-step.
+(``spotopt.simclock``), which is what keeps the replay in lock-step.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 
 from spotopt.agent import Agent, AgentConfig
-from spotopt.mover.simclock import CLOCK_ENV, acknowledge, file_clock, read
+from spotopt.simclock import CLOCK_ENV, acknowledge, file_clock, read
 
 EPS_S = 1e-6
 """Simulated seconds within which two times are the same (float sums of hours of seconds)."""

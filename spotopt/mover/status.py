@@ -14,17 +14,17 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from spotopt.clouds.common.base import market_label
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, JobEvent, JobMove, ManagedJob, Market, Placement
 from spotopt.errors import InputError
+from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import Job
 from spotopt.mover.jobs import find_job, job_events, job_spec
 from spotopt.mover.ledger import Interval, intervals, market_key, slot_usd_per_hour, spent_usd
 from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.plan import work_steps
-from spotopt.providers.base import market_label
 from spotopt.throughput import Figure, JobThroughput
-from spotopt.throughput_store import stored_figures
 
 
 def ledger(db: Database, name: str, now: datetime) -> tuple[ManagedJob, list[Interval]]:

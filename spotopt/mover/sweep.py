@@ -22,11 +22,11 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from spotopt.clouds.common.base import DATABASE_TAG, Billing, Instance, Provider
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id
 from spotopt.db.models import Placement
 from spotopt.db.queries import MarketFilter, prices_at
-from spotopt.providers.base import DATABASE_TAG, Billing, Instance, Provider
 
 LIVE_PLACEMENT = ("launching", "running")
 

@@ -8,10 +8,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from spotopt.catalog import check_gpu_query
+from spotopt.clouds.registry import MARKET_CLOUDS
 from spotopt.errors import InputError
 from spotopt.reports.base import Param
 from spotopt.times import parse_time
-from spotopt.types import CLOUDS, MarketKind
+from spotopt.types import MarketKind
 
 BUCKETS = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 DEFAULT_WINDOW = timedelta(days=7)
@@ -67,7 +68,7 @@ def gpu(required: bool = False) -> Param:
 
 
 def cloud() -> Param:
-    return Param("cloud", f"one cloud ({', '.join(CLOUDS)}); default all", choice(CLOUDS))
+    return Param("cloud", f"one cloud ({', '.join(MARKET_CLOUDS)}); default all", choice(MARKET_CLOUDS))
 
 
 def region() -> Param:

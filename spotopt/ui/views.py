@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spotopt.catalog import CATALOG_SOURCE
+from spotopt.clouds.common.base import market_label
 from spotopt.db.engine import Database
 from spotopt.db.models import (
     JOB_STATES,
@@ -41,7 +42,6 @@ from spotopt.mover import status as job_status
 from spotopt.mover.jobs import job_spec
 from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.mover.progress import progress_points
-from spotopt.providers.base import market_label
 from spotopt.reports.availability import heatmap
 from spotopt.reports.frames import dt_us
 from spotopt.reports.registry import REPORTS

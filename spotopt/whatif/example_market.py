@@ -19,7 +19,7 @@ Generator (per spot market, one window of ``DAYS`` days from ``START``):
   daily walk ``y ← RHO·y + SIGMA·|N(0,1)|`` (per-GPU prices of multi-GPU instances move half as
   much, Fig. 6.4), and on a day with probability ``CAP_PROBABILITY`` a zone sits at the
   on-demand price (the capped p2.xlarge zone of Fig. 6.1).
-- *Preemptions* are not generated: the replay takes them from ``spotopt.market`` (its defaults
+- *Preemptions* are not generated: the replay takes them from ``spotopt.history.market`` (its defaults
   come from the same §6.3: GCP at least daily, AWS on the order of hours).
 
 Markets: AWS us-east-1 zones a, b, c, f (p2 and p3), GCP us-central1 (N1 + K80/P100/V100),
@@ -37,7 +37,7 @@ import numpy as np
 
 from spotopt.catalog import list_prices
 from spotopt.db.engine import Database
-from spotopt.ingest import run_ingest
+from spotopt.history.ingest import run_ingest
 from spotopt.jobspec import JobSpec, parse_jobs
 from spotopt.types import MarketKey, MarketKind, PriceObservation
 from spotopt.whatif.timeline import SYNTHETIC_SOURCE

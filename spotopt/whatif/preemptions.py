@@ -9,7 +9,7 @@ difference is the strategy's, not the dice's. On-demand markets are never preemp
 
 - ``none``: no preemptions (the seeds' setting).
 - ``model``: per spot market and tick a preemption with probability ``1 - exp(-rate · tick)``
-  (exponential lifetimes with the market's rate from ``spotopt.market``), at a uniform position
+  (exponential lifetimes with the market's rate from ``spotopt.history.market``), at a uniform position
   in the tick; numpy's PCG64 seeded with ``seed``, so equal seeds give equal tables.
 - ``replay``: the recorded ends of preempted instances (``instance_lifetimes`` with
   ``end_reason = 'preempted'``) of each market: the notice ``NOTICE_S`` before each end, placed

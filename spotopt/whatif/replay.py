@@ -21,15 +21,15 @@ import numpy as np
 
 from spotopt.db.engine import Database
 from spotopt.db.queries import MarketFilter, prices_at
-from spotopt.db.setup import open_history
 from spotopt.errors import InputError
+from spotopt.history.setup import open_history
+from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import JobSpec
 from spotopt.mover.egress import transfer_matrix
 from spotopt.mover.guardrails import Guardrails
 from spotopt.plan import BILLING
 from spotopt.policies.base import get_policy
 from spotopt.settings import Settings
-from spotopt.throughput_store import stored_figures
 from spotopt.whatif.example_market import load_example
 from spotopt.whatif.jobs import SimJobs, build_jobs
 from spotopt.whatif.preemptions import PreemptionMode, preemption_table

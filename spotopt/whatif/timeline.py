@@ -25,7 +25,7 @@ from spotopt.db.queries import (
     price_history,
 )
 from spotopt.errors import InputError
-from spotopt.market import (
+from spotopt.history.market import (
     DEFAULT_RATE_PER_HOUR,
     MarketState,
     cloud_state,
@@ -150,7 +150,7 @@ class Capacity:
 class Timeline:
     """Markets × ticks. ``markets[m]`` carries labels and the rate at the window start;
     ``cloud_rates`` are the clouds' own rates through the window, before the recorded ``lives``
-    refine them (``spotopt.market``); ``capacity`` is the markets' observed spot capacity
+    refine them (``spotopt.history.market``); ``capacity`` is the markets' observed spot capacity
     (``None``: not replayed, every priced market can launch)."""
 
     start: datetime
@@ -260,7 +260,7 @@ def build_timeline(
 
 def cloud_rates(session: Session, tl: Timeline, end: datetime, flt: MarketFilter) -> CloudRates:
     """The clouds' rates of ``tl``'s markets from its start to ``end``: the snapshot's rule
-    (``spotopt.market.cloud_state``) over the observations known at the start, then again after
+    (``spotopt.history.market.cloud_state``) over the observations known at the start, then again after
     each later observation time, in the order the snapshot would see them."""
     found = latest_interruptions(session, tl.start, flt.clouds)
 
@@ -286,7 +286,7 @@ def load_timeline(
 ) -> Timeline:
     """The history between ``start`` and ``start + hours`` as a ``Timeline`` (GPU markets only).
 
-    Preemption rates are those known at ``start`` (``spotopt.market.snapshot``): a replay must
+    Preemption rates are those known at ``start`` (``spotopt.history.market.snapshot``): a replay must
     not use interruption data observed after the moment it pretends to be in.
     """
     flt = flt or MarketFilter()

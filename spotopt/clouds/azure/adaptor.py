@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from spotopt.adaptors.http import HttpJson
 from spotopt.cloud_calls import MissingCredentials
+from spotopt.clouds.common.http import HttpJson
 
 CREDENTIALS_HINT = (
     "configure Azure credentials (az login, AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET or a "
@@ -65,7 +65,7 @@ class AzureClients:
     def subscription(self) -> str:
         return self._auth()[1]
 
-    # -- the provider's calls (spotopt.providers.azure) -----------------------------------------
+    # -- the provider's calls (spotopt.clouds.azure.provider) -----------------------------------------
     # Bodies sent and answers returned are the ARM REST JSON (``rest_json``), whatever SDK
     # version is installed. Each ``begin_*`` is one long-running operation: the PUT or DELETE,
     # then the ``Azure-AsyncOperation`` status polled every ``poll_s`` seconds until it ends.

@@ -54,11 +54,9 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from spotopt.adaptors.gcp import GcpClients
 from spotopt.catalog import GCP_ATTACHED_GPUS
 from spotopt.cloud_calls import Retry
-from spotopt.errors import CapacityUnavailableError, ProviderError
-from spotopt.providers.base import (
+from spotopt.clouds.common.base import (
     Billing,
     Instance,
     InstanceState,
@@ -68,9 +66,11 @@ from spotopt.providers.base import (
     matches,
     sorted_instances,
 )
-from spotopt.providers.bootstrap import render_script
-from spotopt.providers.calls import ScriptRenderer, after_delete, none_if_missing, provider_call
-from spotopt.providers.naming import label_key, label_value, request_uuid, resource_name
+from spotopt.clouds.common.bootstrap import render_script
+from spotopt.clouds.common.calls import ScriptRenderer, after_delete, none_if_missing, provider_call
+from spotopt.clouds.common.naming import label_key, label_value, request_uuid, resource_name
+from spotopt.clouds.gcp.adaptor import GcpClients
+from spotopt.errors import CapacityUnavailableError, ProviderError
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 

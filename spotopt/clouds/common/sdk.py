@@ -12,26 +12,13 @@ from typing import Any
 
 from spotopt import pip_install_hint
 from spotopt.cloud_calls import MissingCredentials
-
-# The modules each cloud's adaptor imports, installed by the extra of the same name
-# (``pip install "spotopt-gpu[aws]"``); the collectors need all of them.
-SDK_MODULES = {
-    "aws": ("boto3", "botocore", "requests"),
-    "gcp": ("google.auth", "google.cloud.compute_v1", "google.cloud.billing_v1"),
-    "azure": (
-        "azure.identity",
-        "azure.mgmt.compute",
-        "azure.mgmt.network",
-        "azure.mgmt.resourcegraph",
-        "requests",
-    ),
-}
+from spotopt.clouds.registry import CLOUDS, load
 
 
 def require_sdk(cloud: str) -> None:
     """Import ``cloud``'s SDK now; if it is not installed, raise ``MissingCredentials`` with the
     ``pip install`` that fixes it, so the cloud is skipped like one without credentials."""
-    for module in SDK_MODULES[cloud]:
+    for module in CLOUDS[cloud].sdk_modules:
         try:
             importlib.import_module(module)
         except ImportError:
@@ -43,18 +30,8 @@ def require_sdk(cloud: str) -> None:
 def client_factory(cloud: str) -> Any:
     """The production client factory of ``cloud`` (``aws``, ``gcp`` or ``azure``); raises
     ``MissingCredentials`` naming the extra to install when the cloud's SDK is missing."""
-    if cloud in SDK_MODULES:
-        require_sdk(cloud)
-    if cloud == "aws":
-        from spotopt.adaptors.aws import AwsClients
-
-        return AwsClients()
-    if cloud == "gcp":
-        from spotopt.adaptors.gcp import GcpClients
-
-        return GcpClients()
-    if cloud == "azure":
-        from spotopt.adaptors.azure import AzureClients
-
-        return AzureClients()
-    raise ValueError(f"no client factory for cloud {cloud!r}")
+    entry = CLOUDS.get(cloud)
+    if entry is None or entry.clients is None:
+        raise ValueError(f"no client factory for cloud {cloud!r}")
+    require_sdk(cloud)
+    return load(entry.clients)()

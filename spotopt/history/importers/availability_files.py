@@ -6,12 +6,12 @@
     2022-10-26T22:05:04Z,aws,us-west-2,us-west-2a,p3.2xlarge,1,1,1
 
 ``timestamp``, ``cloud``, ``region``, ``zone`` and ``instance_type`` as in the price CSV
-(``spotopt.collectors.csv_prices``); ``available`` is ``1``/``0`` or ``true``/``false``;
+(``spotopt.history.importers.csv_prices``); ``available`` is ``1``/``0`` or ``true``/``false``;
 ``launched`` and ``requested`` (optional columns, a cell may be empty: unknown) say how many
 instances of how many asked for the probe got. An optional ``market`` column must say ``spot``:
 only spot markets have capacity observations.
 
-**spot-traces JSON** (``spotopt.collectors.spot_traces``): probe ``i`` at ``start + i * gap``
+**spot-traces JSON** (``spotopt.history.importers.spot_traces``): probe ``i`` at ``start + i * gap``
 got ``n`` instances of ``requested`` (``--requested``, default 1).
 
 The rule for ``available`` (the same for both): one more instance of the market could be
@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from spotopt.collectors import fields
-from spotopt.collectors.csv_prices import Markets
-from spotopt.collectors.dump_files import complete_row, iter_csv_rows
-from spotopt.collectors.spot_traces import MAX_INSTANCES, TraceOptions, read_trace
 from spotopt.errors import InputError
+from spotopt.history.files import complete_row, iter_csv_rows
+from spotopt.history.importers.csv_prices import Markets
+from spotopt.history.importers.spot_traces import MAX_INSTANCES, TraceOptions, read_trace
 from spotopt.types import AvailabilityObservation
 
 COLUMNS = ("timestamp", "cloud", "region", "zone", "instance_type", "available")

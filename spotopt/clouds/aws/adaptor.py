@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotopt.adaptors.http import HttpJson
 from spotopt.cloud_calls import MissingCredentials
+from spotopt.clouds.common.http import HttpJson
 
 CREDENTIALS_HINT = (
     "configure AWS credentials (aws configure, AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "

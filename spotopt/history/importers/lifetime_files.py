@@ -11,7 +11,7 @@ within the market (at most 128 characters); ``end_reason`` ``preempted`` (the cl
 ``terminated`` (its owner ended it: a censored life) or empty together with ``ended_at`` (it
 still runs, censored at the time a reader looks).
 
-**spot-traces preemption JSON** (``spotopt.collectors.spot_traces``): a 1-node probe, 1 = the
+**spot-traces preemption JSON** (``spotopt.history.importers.spot_traces``): a 1-node probe, 1 = the
 probed instance still runs, 0 = it is gone (preempted, and being relaunched). Each run of 1s is
 one life: launched at its first probe, preempted at the probe that first saw it gone (the step
 rule: a probe's state holds until the next probe); a run still alive at the last probe ended
@@ -25,10 +25,10 @@ from datetime import datetime
 from pathlib import Path
 
 from spotopt.collectors import fields
-from spotopt.collectors.csv_prices import Markets
-from spotopt.collectors.dump_files import complete_row, iter_csv_rows
-from spotopt.collectors.spot_traces import TraceOptions, read_trace
 from spotopt.errors import InputError
+from spotopt.history.files import complete_row, iter_csv_rows
+from spotopt.history.importers.csv_prices import Markets
+from spotopt.history.importers.spot_traces import TraceOptions, read_trace
 from spotopt.types import LIFETIME_ENDS, LifetimeObservation
 
 COLUMNS = (

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from spotopt.collectors import fields
-from spotopt.collectors.csv_prices import Markets
-from spotopt.collectors.dump_files import open_binary
 from spotopt.errors import InputError
+from spotopt.history.files import open_binary
+from spotopt.history.importers.csv_prices import Markets
 from spotopt.types import MarketKey
 
 MAX_INSTANCES = 100_000

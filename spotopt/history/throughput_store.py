@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from spotopt.collectors.dump_files import iter_csv_rows, read_text
 from spotopt.db.models import Throughput
 from spotopt.errors import InputError
+from spotopt.history.files import iter_csv_rows, read_text
 from spotopt.jobspec import gpu_key
 from spotopt.throughput import StoredFigure
 

@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import TypeVar
 
 from spotopt.cloud_calls import MissingCredentials, Retry, error_codes
+from spotopt.clouds.common.base import Billing, InstanceState, InstanceStatus, LaunchSpec
 from spotopt.errors import CapacityUnavailableError, CollectorError, ProviderError
-from spotopt.providers.base import Billing, InstanceState, InstanceStatus, LaunchSpec
 from spotopt.types import MarketKey
 
 T = TypeVar("T")

@@ -67,10 +67,9 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from spotopt.adaptors.azure import AzureClients
 from spotopt.cloud_calls import Retry
-from spotopt.errors import ConfigError, ProviderError
-from spotopt.providers.base import (
+from spotopt.clouds.azure.adaptor import AzureClients
+from spotopt.clouds.common.base import (
     Billing,
     Instance,
     InstanceState,
@@ -81,9 +80,10 @@ from spotopt.providers.base import (
     price_cap,
     sorted_instances,
 )
-from spotopt.providers.bootstrap import render_script
-from spotopt.providers.calls import ScriptRenderer, after_delete, none_if_missing, provider_call
-from spotopt.providers.naming import resource_name
+from spotopt.clouds.common.bootstrap import render_script
+from spotopt.clouds.common.calls import ScriptRenderer, after_delete, none_if_missing, provider_call
+from spotopt.clouds.common.naming import resource_name
+from spotopt.errors import ConfigError, ProviderError
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 

@@ -3,7 +3,7 @@
 Nothing an instance runs is chosen by an index on the day it boots. The daemon puts two files in
 the job's checkpoint store, content-addressed (``<store root>/_spotopt/artifacts/<sha256>/<file>``;
 no job name starts with ``_``), and the start-up script downloads them with the instance's own
-identity (``spotopt.providers.fetch``), checks both sha256 sums that the script carries, and runs
+identity (``spotopt.clouds.common.fetch``), checks both sha256 sums that the script carries, and runs
 ``pip install --require-hashes --only-binary :all:`` of the lock plus the wheel:
 
 - **the wheel** is ``bootstrap_wheel`` when set (its name and version must be the running

@@ -21,11 +21,11 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine, inspect, select, update
 from sqlalchemy.exc import DatabaseError, OperationalError
 
-from spotopt.catalog import catalog_hash, sync_catalog
 from spotopt.db import migrate
 from spotopt.db.engine import Database, make_engine, sqlite_path
 from spotopt.db.models import Meta, Run
 from spotopt.errors import ConfigError
+from spotopt.history.catalog_sync import catalog_hash, sync_catalog
 from spotopt.settings import Settings
 
 

@@ -104,7 +104,7 @@ class GcpClients:
         )
         return next(iter(self._clients["billing"].list_skus(request=request, retry=None).pages))
 
-    # -- the provider's calls (spotopt.providers.gcp) ------------------------------------------
+    # -- the provider's calls (spotopt.clouds.gcp.provider) ------------------------------------------
 
     def insert_instance(self, zone: str, body: dict[str, Any], request_id: str) -> Any:
         """``instances.insert``: the zone ``Operation`` (``request_id`` makes a retry a no-op)."""

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from spotopt.clouds.registry import MARKET_CLOUDS
 from spotopt.collectors import fields
 from spotopt.collectors.aws_spot_history import region_of_zone
-from spotopt.collectors.dump_files import complete_row, iter_csv_rows
 from spotopt.errors import InputError
-from spotopt.types import CLOUDS, MarketKey, MarketKind, PriceObservation, Rejection
+from spotopt.history.files import complete_row, iter_csv_rows
+from spotopt.types import MarketKey, MarketKind, PriceObservation, Rejection
 
 COLUMNS = ("timestamp", "cloud", "region", "zone", "instance_type", "market", "usd_per_hour")
 _KINDS = {kind.value: kind for kind in MarketKind}
@@ -50,8 +51,10 @@ class Markets:
 
 def _market(key: tuple[str, str, str, str, str], where: str) -> MarketKey:
     cloud, region, zone, name, market = (value.strip() for value in key)
-    if cloud not in CLOUDS:
-        raise InputError(f"{fields.at(where, 'cloud')}: {cloud!r} is not a cloud; use {', '.join(CLOUDS)}")
+    if cloud not in MARKET_CLOUDS:
+        raise InputError(
+            f"{fields.at(where, 'cloud')}: {cloud!r} is not a cloud; use {', '.join(MARKET_CLOUDS)}"
+        )
     kind = _KINDS.get(market)
     if kind is None:
         raise InputError(f"{fields.at(where, 'market')}: {market!r} is not a market; use spot or on-demand")

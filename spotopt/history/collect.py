@@ -27,12 +27,13 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from spotopt.cloud_calls import MissingCredentials, NotPermitted, Retry, redact
+from spotopt.clouds.registry import MARKET_CLOUDS
 from spotopt.collectors.base import Collector, Context, for_cloud
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Market, PricePoint, Watermark
 from spotopt.errors import CollectorError
-from spotopt.ingest import Ingestor, IngestStats, finish_run, start_run
-from spotopt.types import CLOUDS, InstanceTypeSpec, PriceObservation, Record, Rejection
+from spotopt.history.ingest import Ingestor, IngestStats, finish_run, start_run
+from spotopt.types import InstanceTypeSpec, PriceObservation, Record, Rejection
 
 ClientFactory = Callable[[str], Any]
 
@@ -100,7 +101,7 @@ class _Silent:
 class CollectRequest:
     """``regions``/``gpus`` empty mean all; ``since`` overrides the stored watermarks."""
 
-    clouds: tuple[str, ...] = CLOUDS
+    clouds: tuple[str, ...] = MARKET_CLOUDS
     regions: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()
     since: datetime | None = None
@@ -153,14 +154,14 @@ def run_collect(
 ) -> list[ScopeResult]:
     """Collect every (collector, scope) of the requested clouds; never raises for one scope's failure.
 
-    ``factory(cloud)`` builds a cloud's client factory (``spotopt.adaptors.client_factory`` in
+    ``factory(cloud)`` builds a cloud's client factory (``spotopt.clouds.common.sdk.client_factory`` in
     production, offline fakes in tests). Returns one result per scope, in run order.
     """
     reporter = reporter or _Silent()
     now = now or datetime.now(UTC)
     retry = retry or Retry()
     results: list[ScopeResult] = []
-    named = set(request.clouds) != set(CLOUDS)
+    named = set(request.clouds) != set(MARKET_CLOUDS)
     for cloud in request.clouds:
         first = len(results)
         try:

@@ -78,10 +78,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from spotopt.adaptors.aws import AwsClients
 from spotopt.cloud_calls import Retry, error_codes
-from spotopt.errors import ProviderError
-from spotopt.providers.base import (
+from spotopt.clouds.aws.adaptor import AwsClients
+from spotopt.clouds.common.base import (
     Billing,
     Instance,
     InstanceState,
@@ -92,8 +91,9 @@ from spotopt.providers.base import (
     price_cap,
     sorted_instances,
 )
-from spotopt.providers.bootstrap import render_script
-from spotopt.providers.calls import after_delete, none_if_missing, provider_call
+from spotopt.clouds.common.bootstrap import render_script
+from spotopt.clouds.common.calls import after_delete, none_if_missing, provider_call
+from spotopt.errors import ProviderError
 from spotopt.settings import Settings
 from spotopt.types import MarketKey, MarketKind
 

@@ -24,8 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from spotopt.cloud_calls import MissingCredentials
-from spotopt.errors import ConfigError, ProviderError
-from spotopt.providers.base import (
+from spotopt.clouds.common.base import (
     Instance,
     InstanceState,
     InstanceStatus,
@@ -33,8 +32,10 @@ from spotopt.providers.base import (
     Provider,
     sorted_instances,
 )
+from spotopt.clouds.registry import CLOUDS, MARKET_CLOUDS, load
+from spotopt.errors import ConfigError, ProviderError
 from spotopt.settings import Settings
-from spotopt.types import CLOUDS, MarketKey
+from spotopt.types import MarketKey
 
 Builder = Callable[[str, Settings, list[str]], Provider]
 """(cloud, settings, regions) → that cloud's provider, checked; raises ConfigError or
@@ -46,31 +47,20 @@ def build_cloud(cloud: str, settings: Settings, regions: list[str]) -> Provider:
     AWS gets ``regions`` (where ``list_instances`` looks); GCP and Azure list project- or
     resource-group-wide. The start-up script's settings are checked first (they are every cloud's)."""
     settings.check_bootstrap()
-    if cloud == "aws":
-        from spotopt.providers.aws import AwsProvider
-
-        aws = AwsProvider(settings, regions=regions)
-        aws.check()
-        return aws
-    if cloud == "gcp":
-        from spotopt.providers.gcp import GcpProvider
-
-        gcp = GcpProvider(settings)
-        gcp.check()
-        return gcp
-    if cloud == "azure":
-        from spotopt.providers.azure import AzureProvider
-
-        azure = AzureProvider(settings)
-        azure.check()
-        return azure
-    raise ConfigError(f"cloud {cloud!r} is unknown; use one of {', '.join(CLOUDS)}")
+    entry = CLOUDS.get(cloud)
+    if entry is None or not entry.markets:
+        raise ConfigError(f"cloud {cloud!r} is unknown; use one of {', '.join(MARKET_CLOUDS)}")
+    provider_class = load(entry.provider)
+    made = provider_class(settings, regions=regions) if entry.lists_by_region else provider_class(settings)
+    made.check()  # every cloud's provider has one; the Provider protocol does not require it
+    provider: Provider = made
+    return provider
 
 
 def split_id(instance_id: str) -> tuple[str, str] | None:
     """``cloud:id`` → (cloud, the cloud's own id); None for an id not made here."""
     cloud, sep, own = instance_id.partition(":")
-    return (cloud, own) if sep and cloud in CLOUDS and own else None
+    return (cloud, own) if sep and cloud in MARKET_CLOUDS and own else None
 
 
 class CloudsProvider:

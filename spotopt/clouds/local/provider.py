@@ -39,8 +39,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from spotopt.errors import CapacityUnavailableError, ProviderError
-from spotopt.providers.base import (
+from spotopt.clouds.common.base import (
     Instance,
     InstanceState,
     InstanceStatus,
@@ -50,6 +49,7 @@ from spotopt.providers.base import (
     matches,
     sorted_instances,
 )
+from spotopt.errors import CapacityUnavailableError, ProviderError
 from spotopt.types import MarketKey, MarketKind
 
 RUNNER = (

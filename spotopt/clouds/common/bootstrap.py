@@ -16,10 +16,10 @@ the header (how the cloud runs it, where its output goes) and the size limit dif
   decoding (``osProfile.customData``).
 
 What the script does, in order: exports the agent environment
-(``spotopt.providers.base.agent_environment``, every value ``shlex.quote``-d); creates the
+(``spotopt.clouds.common.base.agent_environment``, every value ``shlex.quote``-d); creates the
 virtualenv ``bootstrap_venv`` with ``bootstrap_python`` if it does not exist; with
 ``bootstrap_install`` (the default), downloads the daemon's own wheel and dependency lock from
-the checkpoint store (``spotopt.providers.artifacts`` put them there; ``spotopt.providers.fetch``,
+the checkpoint store (``spotopt.clouds.common.artifacts`` put them there; ``spotopt.clouds.common.fetch``,
 whose source the script carries, reads them with the instance's identity and checks the sha256
 sums written in the script) and installs them with ``pip install --require-hashes --only-binary
 :all:``; puts the virtualenv's ``bin`` first on ``PATH``; runs the job's command in its workdir;
@@ -34,49 +34,20 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import shlex
-from dataclasses import dataclass
 
 from spotopt.checkpoints.location import BACKENDS, scheme_of
+from spotopt.clouds.common.artifacts import Shipment, ship
+from spotopt.clouds.common.base import LaunchSpec, agent_environment
+from spotopt.clouds.registry import CLOUD_SCRIPTS
 from spotopt.errors import ConfigError
-from spotopt.providers.artifacts import Shipment, ship
-from spotopt.providers.base import LaunchSpec, agent_environment
 from spotopt.settings import Settings
 from spotopt.types import MarketKey
 
 
-@dataclass(frozen=True, slots=True)
-class CloudScript:
-    """What differs per cloud: how the script is delivered and run, and its size limit."""
-
-    delivered_as: str
-    runs: str
-    limit_bytes: int
-
-
-CLOUD_SCRIPTS: dict[str, CloudScript] = {
-    "aws": CloudScript(
-        "EC2 user data",
-        "cloud-init runs it once, as root, at first boot; output: /var/log/cloud-init-output.log",
-        16 * 1024,
-    ),
-    "gcp": CloudScript(
-        "GCE startup-script metadata",
-        "the guest agent runs it as root at every boot; output: serial console and journal",
-        256 * 1024,
-    ),
-    "azure": CloudScript(
-        "Azure custom data",
-        "a #! script, so cloud-init runs it once, as root, at first boot; "
-        "output: /var/log/cloud-init-output.log",
-        65535,
-    ),
-}
-
-
 @functools.cache
 def fetch_source() -> str:
-    """``spotopt/providers/fetch.py`` without its module docstring: the downloader the script runs."""
-    text = importlib.resources.files("spotopt.providers").joinpath("fetch.py").read_text(encoding="utf-8")
+    """``spotopt/clouds/common/fetch.py`` without its module docstring: the downloader the script runs."""
+    text = importlib.resources.files("spotopt.clouds.common").joinpath("fetch.py").read_text(encoding="utf-8")
     body = text.split('"""', 2)[2]
     return body.strip("\n")
 
