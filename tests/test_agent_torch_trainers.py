@@ -25,8 +25,8 @@ torch = pytest.importorskip("torch")
 
 from spotopt.agent.torch import ResumableSampler  # noqa: E402
 from spotopt.checkpoints import grant_lease, read_finished  # noqa: E402
-from spotopt.providers.base import LaunchSpec  # noqa: E402
-from spotopt.providers.local import LocalProvider  # noqa: E402
+from spotopt.clouds.common.base import LaunchSpec  # noqa: E402
+from spotopt.clouds.local.provider import LocalProvider  # noqa: E402
 from tests.interruptions import (  # noqa: E402
     CLOUDS,
     MARKET,
