@@ -243,10 +243,14 @@ def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
     rnd = _capacity_round(_fleet(-1, 46.0), _options(often, np.array([True, True, False])), guard)
     assert [(m.to, m.reason) for m in rnd.moves] == [(2, "start")]
     # A job on spot stays on spot: it is left to the price rules with its options narrowed to
-    # its pool. One without a deadline is left to the price rules with all its options.
-    rnd = _capacity_round(_fleet(1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
+    # its pool's zones seen available (and its own). One without a deadline is left to the
+    # price rules with all its options.
+    up_now = np.roll(flaky, 2, axis=1)  # the same runs, the last one of capacity
+    rnd = _capacity_round(_fleet(1, 60.0), _options(up_now, np.zeros(3, dtype=bool)), guard)
     assert rnd.moves == [] and rnd.decided.tolist() == [False]
     assert rnd.usable.tolist() == [True, True, False]
+    rnd = _capacity_round(_fleet(1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
+    assert rnd.usable.tolist() == [False, True, False]  # zone a was seen out last: no move there
     rnd = _capacity_round(_fleet(-1, math.inf), _options(flaky, np.zeros(3, dtype=bool)), guard)
     assert rnd.moves == [] and rnd.decided.tolist() == [False] and rnd.usable.all()
 
@@ -268,10 +272,21 @@ def test_of_zones_equal_on_price_the_one_whose_capacity_has_held_longer_is_taken
 def test_a_job_the_tables_keep_on_spot_still_moves_to_a_cheaper_zone_of_its_pool() -> None:
     flaky = np.tile(np.array([1.0] * 12 + [0.0] * 2), (3, 20))
     flaky[2] = np.nan
+    up_now = np.roll(flaky, 2, axis=1)
     # On zone a ($0.97/h); zone b now costs $0.40/h: the price rules move it, within the pool.
-    opts = replace(_options(flaky, np.zeros(3, dtype=bool)), usd_per_hour=np.array([0.97, 0.40, 3.06]))
+    opts = replace(_options(up_now, np.zeros(3, dtype=bool)), usd_per_hour=np.array([0.97, 0.40, 3.06]))
     moves = decide(_fleet(0, 60.0), opts, Guardrails(period_h=1 / 6), Memory())
     assert [(m.to, m.reason) for m in moves] == [(1, "price")]
+    # Zone b seen out last: a move there would most likely be refused; the job stays.
+    seen_out = up_now.copy()
+    seen_out[1, -1] = 0.0
+    moves = decide(
+        _fleet(0, 60.0),
+        replace(opts, availability=replace(opts.availability, history=seen_out)),
+        Guardrails(period_h=1 / 6),
+        Memory(),
+    )
+    assert moves == []
     # Zone b dearer: it stays where it is.
     opts = replace(opts, usd_per_hour=np.array([0.97, 1.20, 3.06]))
     moves = decide(_fleet(0, 60.0), opts, Guardrails(period_h=1 / 6), Memory())

@@ -16,7 +16,7 @@ from spotopt.cli.app import app
 from spotopt.jobspec import parse_jobs
 from spotopt.mover.egress import transfer_matrix
 from spotopt.mover.guardrails import Guardrails
-from spotopt.whatif.engine import LAUNCH_ATTEMPT_H
+from spotopt.whatif.engine import LAUNCH_ATTEMPT_H, SimState, simulate
 from spotopt.whatif.jobs import build_jobs
 from spotopt.whatif.preemptions import NOTICE_S, no_preemptions, with_capacity
 from spotopt.whatif.run import run_strategy
@@ -24,6 +24,7 @@ from spotopt.whatif.timeline import Capacity, build_timeline
 from tests.test_whatif_engine import T0, job, quotes
 from tests.traces import TRACE_MARKET, spot_trace
 
+Array = np.ndarray[Any, Any]
 GAP_S = 600
 TICK_H = GAP_S / 3600
 
@@ -201,3 +202,54 @@ def test_whatif_replays_imported_availability(tmp_path: Path) -> None:
     assert rows["oracle"]["bound_usd"] <= min(r["cost_usd"] for r in rows.values() if r["cost_usd"]) + 1e-6
     assert rows["greedy"]["cost_usd"] < rows["on-demand"]["cost_usd"]
     assert rows["spot"]["preemptions"] > 0  # the outages reclaim spot instances
+
+
+def two_markets(out_b_from: int = 0, a_out: tuple[int, ...] = (), work_h: int = 4) -> Any:
+    """Spot markets a and b ($1 each; a out only in the ticks ``a_out``, b out from tick
+    ``out_b_from`` on), on-demand $3.06; one V100 job of ``work_h`` hours, deadline twice that."""
+    tl = build_timeline(quotes({1: [(0, 1.0)], 4: [(0, 1.0)], 2: [(0, 3.06)]}), T0, 3.0 * work_h, TICK_H)
+    spot = [k for k, m in enumerate(tl.markets) if m.quote.market == "spot"]
+    n = tl.n_ticks
+    at = np.arange(n) * TICK_H
+    tl.capacity = Capacity.from_observations(
+        tl.n_markets,
+        n,
+        TICK_H,
+        np.concatenate([np.full(n, spot[0]), np.full(n, spot[1])]),
+        np.concatenate([at, at]),
+        np.concatenate([~np.isin(np.arange(n), a_out), np.arange(n) < out_b_from]),
+    )
+    spec = job("j", throughput={"V100": 1.0}, work={"steps": work_h * 3600}, restart_s=720, checkpoint_s=1)
+    spec.update(deadline=f"{2 * work_h}h")
+    sim = build_jobs(parse_jobs({"jobs": [spec]}), tl)
+    return tl, sim, with_capacity(tl, no_preemptions(tl)), transfer_matrix(tl.locations, T0), spot
+
+
+def test_a_running_job_whose_move_is_refused_stays_where_it_runs() -> None:
+    # A decider that starts the job in zone a and from tick 3 on asks every time to move it to
+    # zone b, which has no capacity: make-before-break, the job keeps running in a and loses
+    # nothing (it once lost its instance and paid a restart when the attempts ran out).
+    tl, sim, events, transfer, spot = two_markets()
+    in_a, in_b = (int(np.flatnonzero(sim.market == m)[0]) for m in spot)
+
+    def decide(t: int, st: SimState) -> Array:
+        return np.array([in_a if t < 3 else in_b])
+
+    res = simulate(tl, sim, events, transfer, decide)
+    assert np.isfinite(res.finish_h[0])  # it had lost its instance and never run again
+    assert (res.trace[0, : int(res.finish_h[0] / TICK_H)] == in_a).all()
+    assert res.refusals[0] > 0 and res.moves[0] == 0
+    stays = simulate(tl, sim, events, transfer, lambda t, st: np.array([in_a]))
+    assert res.finish_h[0] == pytest.approx(stays.finish_h[0])
+    assert res.cost_usd[0] == pytest.approx(stays.cost_usd[0])
+
+
+def test_spotopt_moves_on_price_only_to_a_market_with_capacity() -> None:
+    # Markets a and b at one price; b out after the first hour, a with a one-tick blip every two
+    # hours that preempts the job. Its preemptions in a, and none in b where it never ran, made b
+    # look cheaper per step: the price rules moved the job to b, seen out, again and again. Now
+    # the only launches refused are the preempted job's tries (a, then b) in a's blips.
+    tl, sim, events, transfer, _ = two_markets(out_b_from=6, a_out=tuple(range(12, 108, 12)), work_h=12)
+    res = run_strategy("spotopt", tl, sim, events, transfer, 0, Guardrails(period_h=TICK_H)).result
+    assert np.isfinite(res.finish_h[0]) and res.preemptions[0] > 0
+    assert res.refusals[0] <= 2 * res.preemptions[0]

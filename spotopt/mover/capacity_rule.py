@@ -46,7 +46,6 @@ def _capacity(rnd: Round) -> None:
         return
     keep = np.ones(opts.n_options, dtype=bool)
     on_demand = opts.on_demand.astype(bool)
-    per_step = opts.usd_per_hour / opts.steps_per_hour
     for j in rnd.undecided():
         if not np.isfinite(state.deadline_h[j]):
             continue
@@ -72,7 +71,7 @@ def _capacity(rnd: Round) -> None:
         tick_h = waiting.table_tick_h(guard.period_h, float(state.deadline_h[j]), float(state.restart_h[j]))
         history = _pool_history(av, opts.market[pool])
         learnt = _learnt_steps(history.shape[0], state.clock_h, av.step_h)
-        spot_pick = _spot_pick(open_pool, per_step, opts.market, av, learnt, tick_h)
+        spot_pick = _spot_pick(open_pool, opts.usd_per_hour, opts.market, av, learnt, tick_h)
         market = int(opts.market[c]) if mode == waiting.SPOT else int(opts.market[max(spot_pick, pool[0])])
         chain = waiting.chain_from_history(
             history[:learnt],
@@ -99,8 +98,11 @@ def _capacity(rnd: Round) -> None:
         restart_left = max(float(state.restart_h[j] - state.dwell_h[j]), 0.0) if live else 0.0
         action = waiting.decide(job, chain, ticks, slack_h, mode, restart_left, spot_up, age)
         if live and mode == action == waiting.SPOT:
+            # A voluntary move is made only to a market with capacity as far as the job knows:
+            # the price rules see prices, not a zone that has been out since it was last seen.
             keep[mine] = False
-            keep[pool] = True
+            keep[pool[_seen_up(av, opts.market[pool])]] = True
+            keep[c] = True
             continue
         to = {waiting.SPOT: spot_pick, waiting.ON_DEMAND: od_pick, waiting.IDLE: -1}[action]
         if to < 0 or (live and action == mode) or not rnd.fits(j, to):
@@ -134,21 +136,27 @@ def _learnt_steps(n_steps: int, clock_h: float, step_h: float) -> int:
 
 
 PRICE_TIE = 0.01
-"""Open spot options of a pool priced within this fraction per step of the cheapest are equals
+"""Open spot options of a pool priced within this fraction per hour of the cheapest are equals
 on price: the one whose capacity is likeliest to hold for the next tick is taken."""
 
 
 def _spot_pick(
-    open_pool: Array, per_step: Array, market: Array, av: Availability, learnt: int, tick_h: float
+    open_pool: Array, usd_per_hour: Array, market: Array, av: Availability, learnt: int, tick_h: float
 ) -> int:
-    """The pool's spot option to launch on (-1: none open): the cheapest per step, and among
+    """The pool's spot option to launch on (-1: none open): the cheapest per hour, and among
     options equal on price (``PRICE_TIE``) the one whose market is least likely to lose its
     capacity in the next tick, at the age of its current run of capacity (a market seen out
     last is last). Zones of one GPU are often priced alike; their capacity runs are
-    heavy-tailed, so one that has held for long is likelier to hold on than one just back."""
+    heavy-tailed, so one that has held for long is likelier to hold on than one just back.
+
+    Per hour, not per expected step: the pool's options are one leg (``POOL_SPREAD``), and the
+    expected speeds carry each market's learnt preemption rate, which grows only where the job
+    has run. Compared per step, a zone the job never ran on (one seen out nearly always) looked
+    cheaper than the zone it had been preempted on, drew every launch and lent its short runs
+    to the chain's instance loss; the tables price capacity losses themselves."""
     if not len(open_pool):
         return -1
-    cost = per_step[open_pool]
+    cost = usd_per_hour[open_pool]
     equal = open_pool[cost <= cost.min() * (1 + PRICE_TIE)]
     if len(equal) == 1:
         return int(equal[0])
@@ -165,6 +173,13 @@ def _loss_hazard(av: Availability, market: int, learnt: int, tick_h: float) -> f
         return 1.0
     chain = waiting.chain_from_history(series[:learnt], np.zeros(0), av.step_h, tick_h)
     return float(chain.lose[waiting.age_bucket(series, True, av.step_h, tick_h)])
+
+
+def _seen_up(av: Availability, markets: Array) -> Array:
+    """Per market: not refused just now, and available when last seen (or never observed)."""
+    rows = av.history[markets]
+    last = np.array([r[np.isfinite(r)][-1] if np.isfinite(r).any() else 1.0 for r in rows])
+    return np.asarray(~av.refused[markets] & (~av.observed[markets] | (last > 0.5)))
 
 
 def _pool_history(av: Availability, markets: Array) -> Array:

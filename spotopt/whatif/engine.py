@@ -25,7 +25,9 @@ strategies pay the same overheads for the same events:
   capacity at the tick's start is *refused*: it costs ``LAUNCH_ATTEMPT_H`` of the tick and no
   money, the market is marked in ``SimState.refused`` and the strategy is asked again within the
   tick (it may try another market, up to ``MAX_ATTEMPTS`` launches a tick); the job then enters
-  its option that much later in the tick. A running instance is reclaimed when its market
+  its option that much later in the tick; a running job whose move is refused every time stays
+  on its option, as a make-before-break move that is refused leaves the job where it runs. A
+  running instance is reclaimed when its market
   turns unavailable (``spotopt.whatif.preemptions`` puts the notice before that time).
 - A job that finishes mid-tick bills only the time it used.
 """
@@ -324,6 +326,11 @@ def _launch(
         refusals[bad] += 1
         start_h[bad] += LAUNCH_ATTEMPT_H
         target = np.where(bad, np.asarray(decide(t, st), dtype=np.int64), target)
+    # A running job whose move was refused stays where it runs (make-before-break: the daemon
+    # launches the new placement before it stops the old one, and a refusal aborts the move).
+    stays = refused_now() & st.alive & ~st.done
+    target = np.where(stays, st.option, target)
+    start_h = np.where(stays, 0.0, start_h)
     m = sim.market[np.maximum(target, 0)]
     stop = refused_now() | ((target >= 0) & ~priced[m])
     return np.where(stop, -1, target), start_h
