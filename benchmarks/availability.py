@@ -30,13 +30,14 @@ from typing import Any
 import numpy as np
 
 from spotopt.db.queries import Quote
+from spotopt.decide.egress import transfer_matrix
+from spotopt.decide.guardrails import Guardrails
+from spotopt.history.capacity import Capacity
 from spotopt.jobspec import parse_jobs
-from spotopt.mover.egress import transfer_matrix
-from spotopt.mover.guardrails import Guardrails
 from spotopt.whatif.jobs import build_jobs
 from spotopt.whatif.preemptions import no_preemptions, with_capacity
 from spotopt.whatif.run import run_strategy
-from spotopt.whatif.timeline import Capacity, build_timeline
+from spotopt.whatif.timeline import build_timeline
 
 STRATEGIES = ("on-demand", "spot", "greedy", "uniform-progress", "up-failover", "spotopt", "oracle")
 ON_DEMAND_USD, SPOT_USD = 3.06, 0.9731

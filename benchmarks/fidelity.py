@@ -2,7 +2,7 @@
 
 For the bundled example jobs on the bundled (synthetic) example market, and optionally for
 ResNet-50 and A3C on the real AWS spot history in ``benchmarks/data/dime-aws`` (``--dime``), it
-runs ``spotopt.mover.replay.fidelity``: the what-if engine (strategy ``spotopt``) and the real
+runs ``spotopt.replay.harness.fidelity``: the what-if engine (strategy ``spotopt``) and the real
 daemon (executor, journal, lease, checkpoints, the stand-in workload as ``local`` processes) on
 a simulated clock from the same start, on a throwaway copy of the history, with no preemptions
 and with preemptions drawn from the markets' rates (``--preemptions model``, the same table for
@@ -28,7 +28,7 @@ from typing import Any
 from spotopt.db.engine import Database
 from spotopt.history.setup import open_history
 from spotopt.jobspec import JobSpec, parse_jobs
-from spotopt.mover.replay import Fidelity, FidelityRequest, fidelity
+from spotopt.replay.harness import Fidelity, FidelityRequest, fidelity
 from spotopt.settings import Settings
 from spotopt.types import Record
 from spotopt.whatif.example_market import example_jobs

@@ -23,12 +23,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from spotopt.db.queries import MarketFilter
+from spotopt.decide.egress import transfer_matrix
 from spotopt.history.importers.cloud_dumps import read_spot_history
 from spotopt.history.ingest import run_ingest
 from spotopt.history.setup import open_history, upgrade_history
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import parse_jobs
-from spotopt.mover.egress import transfer_matrix
 from spotopt.types import Record
 from spotopt.whatif.jobs import build_jobs
 from spotopt.whatif.preemptions import PreemptionMode, preemption_table

@@ -40,6 +40,7 @@ from sqlalchemy import insert, select, update
 from spotopt.catalog import gpu_matches, instance_types
 from spotopt.db.engine import Database
 from spotopt.db.models import JobEvent, ManagedJob, Placement
+from spotopt.decide.options import allowed, gpu_choices
 from spotopt.history.ingest import run_ingest
 from spotopt.history.market import MarketState, snapshot
 from spotopt.history.setup import open_history, upgrade_history
@@ -48,7 +49,6 @@ from spotopt.mover import daemon as daemon_mod
 from spotopt.mover import jobs as jobstore
 from spotopt.mover import market_view as view_mod
 from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
-from spotopt.plan import allowed, gpu_choices
 from spotopt.types import MarketKey, MarketKind, PriceObservation
 
 Array = np.ndarray[Any, Any]

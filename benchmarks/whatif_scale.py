@@ -21,8 +21,8 @@ import numpy as np
 
 from spotopt.catalog import instance_types
 from spotopt.db.queries import Quote
+from spotopt.decide.egress import transfer_matrix
 from spotopt.jobspec import parse_jobs
-from spotopt.mover.egress import transfer_matrix
 from spotopt.whatif.jobs import build_jobs
 from spotopt.whatif.preemptions import model_preemptions
 from spotopt.whatif.run import STRATEGIES, run_strategy

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from spotopt.catalog import gpu_matches, gpu_models
 from spotopt.errors import InputError
-from spotopt.history.files import read_text
+from spotopt.files import read_text
 from spotopt.times import check_time, parse_duration
 
 CHECKPOINT_GB_PER_S = 0.25
@@ -186,7 +186,7 @@ class Retry(_Strict):
 
 class JobGuardrails(_Strict):
     """The daemon's guardrails this job sets for itself (None: the daemon's setting; see
-    ``spotopt.mover.guardrails`` for why each exists). ``min_dwell_s``: seconds on a market
+    ``spotopt.decide.guardrails`` for why each exists). ``min_dwell_s``: seconds on a market
     before a voluntary move; ``move_margin``: the saving a voluntary move needs, as a multiple of
     its cost; ``deadline_margin_s``: slack kept before falling back to on-demand."""
 

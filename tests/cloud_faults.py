@@ -31,12 +31,12 @@ from spotopt.clouds.common.base import Provider
 from spotopt.clouds.common.router import CloudsProvider, split_id
 from spotopt.db.engine import Database
 from spotopt.db.models import ManagedJob, Placement
+from spotopt.decide.guardrails import Guardrails
 from spotopt.errors import SpotoptError
 from spotopt.history.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.executor import Timeouts, job_location
-from spotopt.mover.guardrails import Guardrails
 from tests.mover_world import V100_MARKETS, Markets
 
 ROUND = timedelta(minutes=5)

@@ -23,11 +23,11 @@ from spotopt.clouds.common.base import Provider
 from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.models import JobMove, ManagedJob, Placement
+from spotopt.decide.guardrails import Guardrails
 from spotopt.history.ingest import run_ingest
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.executor import Timeouts
-from spotopt.mover.guardrails import Guardrails
 from spotopt.types import MarketKey, MarketKind, PriceObservation
 
 TRAIN = Path(__file__).resolve().parents[1] / "data" / "examples" / "train_numpy.py"

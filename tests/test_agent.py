@@ -14,11 +14,7 @@ import pytest
 
 from spotopt.agent import ENV_VARS, EXIT_STOPPED, EXIT_SUPERSEDED, Agent, AgentConfig, young_daly_s
 from spotopt.agent.core import EXIT_UNSAVED, STORE_RETRY_FIRST_S
-from spotopt.agent.notices import (
-    NoticeKind,
-    detect_cloud,
-    poller_for,
-)
+from spotopt.agent.notices import detect_cloud, poller_for
 from spotopt.checkpoints import (
     AgentState,
     Location,
@@ -32,6 +28,7 @@ from spotopt.checkpoints import (
 )
 from spotopt.clouds.aws.notices import AwsImdsPoller
 from spotopt.clouds.azure.notices import AzureScheduledEventsPoller
+from spotopt.clouds.common.notices import NoticeKind
 from spotopt.clouds.gcp.notices import GcpMetadataPoller
 from spotopt.errors import ConfigError
 from tests.fake_metadata import FakeMetadata, metadata

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from spotopt.agent.notices import (
+from spotopt.clouds.aws.notices import AwsImdsPoller
+from spotopt.clouds.azure.notices import AzureScheduledEventsPoller
+from spotopt.clouds.common.notices import (
     MetadataError,
     NoticeKind,
 )
-from spotopt.clouds.aws.notices import AwsImdsPoller
-from spotopt.clouds.azure.notices import AzureScheduledEventsPoller
 from spotopt.clouds.gcp.notices import GcpMetadataPoller
 from tests.fake_metadata import FakeMetadata, metadata
 

@@ -24,13 +24,13 @@ from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.identity import database_id_of
 from spotopt.db.models import DaemonTick, InstanceLifetime, JobProgress, JournalEntry, Market, Throughput
+from spotopt.decide.guardrails import Guardrails
 from spotopt.errors import CapacityUnavailableError, ProviderError
 from spotopt.mover import daemon as daemon_module
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.eventlog import parse
 from spotopt.mover.executor import job_location
-from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import intervals
 from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity
 from spotopt.mover.progress import progress_points

@@ -10,10 +10,10 @@ from pathlib import Path
 import yaml
 
 from spotopt.db.engine import Database
+from spotopt.decide.guardrails import Guardrails
 from spotopt.jobspec import JobSpec, parse_jobs
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
-from spotopt.mover.guardrails import Guardrails
 from spotopt.types import MarketKey, MarketKind, PriceObservation
 from spotopt.whatif.preemptions import PreemptionMode
 from spotopt.whatif.replay import ReplayRequest, replay

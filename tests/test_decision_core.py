@@ -1,5 +1,5 @@
 """One decision path: ``spotopt plan``, the what-if engine and a daemon-style loop, handed the
-same state and market, make the same choices through ``spotopt.mover.core.decide``."""
+same state and market, make the same choices through ``spotopt.decide.core.decide``."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from spotopt.db.queries import Quote
+from spotopt.decide.core import Memory, decide, default_policy, solve_policy
+from spotopt.decide.egress import transfer_matrix
+from spotopt.decide.fleet import FleetState, Options
+from spotopt.decide.guardrails import Guardrails
+from spotopt.decide.options import enumerate_options, initial_state
 from spotopt.history.market import MarketState
 from spotopt.jobspec import parse_jobs
-from spotopt.mover.core import Memory, decide, default_policy, solve_policy
-from spotopt.mover.egress import transfer_matrix
-from spotopt.mover.fleet import FleetState, Options
-from spotopt.mover.guardrails import Guardrails
-from spotopt.plan import build_problem, enumerate_options, initial_state
+from spotopt.plan import build_problem
 from spotopt.whatif.engine import SimState
 from spotopt.whatif.jobs import build_jobs
 from spotopt.whatif.spotopt_decider import SpotoptDecider

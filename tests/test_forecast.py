@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spotopt.mover.forecast import ForecastParams, forecast
+from spotopt.decide.forecast import ForecastParams, forecast
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from spotopt.db.engine import Database
 from spotopt.db.models import JobProgress, ManagedJob
 from spotopt.mover.progress import PROGRESS_EVERY, progress_points, record_progress
-from spotopt.mover.replay import copy_history
+from spotopt.replay.harness import copy_history
 from tests.mover_rows import T0, submit
 
 

@@ -1,6 +1,6 @@
 """The ledger bills data egress (issue 13 follow-up): the executor records, when a move grants
 the lease to the new epoch, what entering the new placement transferred, priced by the one egress
-rule (``spotopt.mover.egress.entry_usd``); the ledger, the budget checks and ``jobs cost``/``show``
+rule (``spotopt.decide.egress.entry_usd``); the ledger, the budget checks and ``jobs cost``/``show``
 count it. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from spotopt.checkpoints.store import checkpoint_name
 from spotopt.clouds.common.base import Instance, InstanceState, InstanceStatus, LaunchSpec, market_label
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, Market, Placement
+from spotopt.decide.egress import entry_usd, transfer_matrix
 from spotopt.mover import jobs as jobstore
 from spotopt.mover import ledger
-from spotopt.mover.egress import entry_usd, transfer_matrix
 from spotopt.mover.executor import Executor
 from spotopt.types import MarketKey
 from tests.helpers import cli, ingest, price, strict_json

@@ -8,10 +8,10 @@ from datetime import timedelta
 import numpy as np
 
 from spotopt.db.engine import Database
+from spotopt.decide.options import enumerate_options, initial_state
 from spotopt.history.market import snapshot
 from spotopt.jobspec import parse_jobs
 from spotopt.mover.market_view import market_view
-from spotopt.plan import enumerate_options, initial_state
 from spotopt.types import MarketKind
 from tests.helpers import ingest, price, t
 

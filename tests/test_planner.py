@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from spotopt.db.queries import Quote
+from spotopt.decide.egress import transfer_matrix
+from spotopt.decide.fleet import FleetState, Options
+from spotopt.decide.guardrails import Guardrails
+from spotopt.decide.rules import plan_moves
 from spotopt.errors import InputError
 from spotopt.history.market import MarketState
 from spotopt.jobspec import parse_jobs
-from spotopt.mover.egress import transfer_matrix
-from spotopt.mover.fleet import FleetState, Options
-from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.rules import plan_moves
 from spotopt.plan import build_problem
 
 # One job, two regions of one cloud; options: 0 spot here, 1 spot there, 2 on-demand here.
@@ -367,7 +367,7 @@ def test_a_job_behind_its_plan_does_not_hop_to_a_twin_that_reads_faster() -> Non
 
 
 def test_the_deadline_reserve_grows_with_the_preemption_risk_ahead() -> None:
-    from spotopt.mover.costs import deadline_reserve_h
+    from spotopt.decide.costs import deadline_reserve_h
 
     state = deadline_job(0, 4000, 25.0)
     calm = mix_options()

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 
 from spotopt.db.engine import Database, make_engine
 from spotopt.db.models import CapacityObservation, InstanceLifetime, ManagedJob, Market, Placement
-from spotopt.mover.standin import Rates, Workload
+from spotopt.replay.standin import Rates, Workload
 from tests.helpers import cli, ingest, strict_json
 from tests.mover_world import on_demand, spot
 

@@ -25,15 +25,7 @@ from sqlalchemy import func, select
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, ManagedJob, Placement, PricePoint
 from spotopt.db.queries import MarketFilter, price_history
-from spotopt.history.ingest import run_ingest
-from spotopt.history.market import MarketState, snapshot
-from spotopt.jobspec import JobSpec
-from spotopt.mover import daemon as daemon_mod
-from spotopt.mover import jobs as jobstore
-from spotopt.mover import market_view as view_mod
-from spotopt.mover.daemon import Daemon, DaemonSettings
-from spotopt.mover.ledger import market_key, spent_by_job, spent_usd
-from spotopt.plan import (
+from spotopt.decide.options import (
     BILLING,
     OptionInfo,
     OptionTable,
@@ -43,6 +35,14 @@ from spotopt.plan import (
     option_key,
     work_steps,
 )
+from spotopt.history.ingest import run_ingest
+from spotopt.history.market import MarketState, snapshot
+from spotopt.jobspec import JobSpec
+from spotopt.mover import daemon as daemon_mod
+from spotopt.mover import jobs as jobstore
+from spotopt.mover import market_view as view_mod
+from spotopt.mover.daemon import Daemon, DaemonSettings
+from spotopt.mover.ledger import market_key, spent_by_job, spent_usd
 from spotopt.policies.prune import _by_job_cost_speed
 from spotopt.throughput import JobThroughput, StoredFigure, checkpoint_interval_s, preemption_efficiency
 from spotopt.types import PriceObservation

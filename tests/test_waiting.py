@@ -9,13 +9,13 @@ from functools import cache
 import numpy as np
 import pytest
 
-from spotopt.mover import waiting
-from spotopt.mover.capacity_rule import CAPACITY
-from spotopt.mover.core import Memory, decide
-from spotopt.mover.fleet import Availability, FleetState, Options
-from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.rules import Round
-from spotopt.mover.waiting import IDLE, ON_DEMAND, SPOT, Chain, Job, chain_from_history
+from spotopt.decide import waiting
+from spotopt.decide.capacity_rule import CAPACITY
+from spotopt.decide.core import Memory, decide
+from spotopt.decide.fleet import Availability, FleetState, Options
+from spotopt.decide.guardrails import Guardrails
+from spotopt.decide.rules import Round
+from spotopt.decide.waiting import IDLE, ON_DEMAND, SPOT, Chain, Job, chain_from_history
 
 K = waiting.UNITS_PER_TICK
 
@@ -35,7 +35,7 @@ def _turns(chain: Chain, u: int, a: int) -> list[tuple[float, int, int]]:
 def reference(
     job: Job, chain: Chain, tau: int, s: int, kind: int, rho: int, u: int, a: int, first: int | None = None
 ) -> float:
-    """Least expected cost by plain recursion over the model of ``spotopt.mover.waiting``
+    """Least expected cost by plain recursion over the model of ``spotopt.decide.waiting``
     (``first``: the action forced now; ``None``: the best)."""
     unit = job.tick_h / K
     r = math.ceil(job.restart_h / unit - 1e-9)

@@ -13,14 +13,15 @@ import pytest
 from typer.testing import CliRunner
 
 from spotopt.cli.app import app
+from spotopt.decide.egress import transfer_matrix
+from spotopt.decide.guardrails import Guardrails
+from spotopt.history.capacity import Capacity
 from spotopt.jobspec import parse_jobs
-from spotopt.mover.egress import transfer_matrix
-from spotopt.mover.guardrails import Guardrails
 from spotopt.whatif.engine import LAUNCH_ATTEMPT_H, SimState, simulate
 from spotopt.whatif.jobs import build_jobs
 from spotopt.whatif.preemptions import NOTICE_S, no_preemptions, with_capacity
 from spotopt.whatif.run import run_strategy
-from spotopt.whatif.timeline import Capacity, build_timeline
+from spotopt.whatif.timeline import build_timeline
 from tests.test_whatif_engine import T0, job, quotes
 from tests.traces import TRACE_MARKET, spot_trace
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from spotopt.db.queries import Quote
+from spotopt.decide.egress import transfer_matrix
 from spotopt.jobspec import parse_jobs
-from spotopt.mover.egress import transfer_matrix
 from spotopt.whatif.jobs import build_jobs
 from spotopt.whatif.preemptions import model_preemptions, no_preemptions
 from spotopt.whatif.run import run_strategy, run_whatif, summarise

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from spotopt.db.queries import Quote
+from spotopt.decide.egress import transfer_matrix
+from spotopt.decide.forecast import forecast
+from spotopt.decide.guardrails import Guardrails
 from spotopt.jobspec import parse_jobs
-from spotopt.mover.egress import transfer_matrix
-from spotopt.mover.forecast import forecast
-from spotopt.mover.guardrails import Guardrails
 from spotopt.whatif.engine import RunResult, simulate
 from spotopt.whatif.frontier import OptionFrontier
 from spotopt.whatif.jobs import SimJobs, build_jobs

@@ -8,14 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from spotopt.decide.egress import entry_usd, transfer_matrix
+from spotopt.history.capacity import Capacity
 from spotopt.jobspec import parse_jobs
-from spotopt.mover.egress import entry_usd, transfer_matrix
 from spotopt.whatif.engine import simulate, tick_outcome, tick_terms
 from spotopt.whatif.jobs import SimJobs, build_jobs
 from spotopt.whatif.oracle import solve_job, step_price_floor
 from spotopt.whatif.preemptions import model_preemptions, with_capacity
 from spotopt.whatif.strategies import ScheduleDecider
-from spotopt.whatif.timeline import Capacity, Timeline, build_timeline
+from spotopt.whatif.timeline import Timeline, build_timeline
 from tests.test_whatif_engine import T0, job, quotes
 
 Array = np.ndarray[Any, Any]

@@ -6,7 +6,7 @@ Create Date: 2026-11-22 22:00:00
 
 When a job enters a placement in another cloud or region than its checkpoint (or than its
 dataset's home), the clouds bill the transfer. The executor prices it with the one egress rule
-(``spotopt.mover.egress.entry_usd``) when the move grants the lease to the new epoch and writes
+(``spotopt.decide.egress.entry_usd``) when the move grants the lease to the new epoch and writes
 it on the move: ``egress_usd`` and ``egress_gb`` (0 for a move within a region, and for every
 row written before this revision), ``egress_from`` (``cloud/region`` of the checkpoint it
 restores, NULL: none) and ``egress_to`` (``cloud/region`` entered; NULL until recorded, which is

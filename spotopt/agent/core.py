@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import NoReturn
 
 from spotopt.agent.config import AgentConfig
-from spotopt.agent.notices import Notice, NoticeKind, NoticePoller, poller_for
+from spotopt.agent.notices import poller_for
 from spotopt.checkpoints.control import ControlRequest, RequestKind, acknowledge, pending_requests
 from spotopt.checkpoints.heartbeat import AgentState, Heartbeat, mark_finished, write_heartbeat
 from spotopt.checkpoints.lease import check_epoch, read_lease
 from spotopt.checkpoints.location import Location
 from spotopt.checkpoints.manifest import Manifest
 from spotopt.checkpoints.store import restore_latest, write_checkpoint
+from spotopt.clouds.common.notices import Notice, NoticeKind, NoticePoller
 from spotopt.errors import InputError, SupersededError
 from spotopt.young_daly import young_daly_s
 

@@ -1,10 +1,10 @@
 """Preemption notices, polled from inside the instance: AWS IMDSv2, GCP metadata, Azure Scheduled Events.
 
-This module is the agent's side: what a notice is, the HTTP helpers, the local provider's notice
-file, and the choice of the one poller. Each cloud's poller lives in its folder
-(``spotopt/clouds/<cloud>/notices.py``), named with its metadata URL and DMI vendor by the
-cloud's entry in ``spotopt.clouds.registry``; it is imported only when chosen, and neither the
-registry nor a poller imports the database or a cloud SDK.
+This module is the agent's side: the local provider's notice file and the choice of the one
+poller (what a notice is and the HTTP helpers are ``spotopt.clouds.common.notices``). Each
+cloud's poller lives in its folder (``spotopt/clouds/<cloud>/notices.py``), named with its
+metadata URL and DMI vendor by the cloud's entry in ``spotopt.clouds.registry``; it is imported
+only when chosen, and neither the registry nor a poller imports the database or a cloud SDK.
 
 Only the poller of the cloud the job runs on is active (``SPOTOPT_CLOUD``, else detected from
 the DMI vendor strings Linux exposes under ``/sys/class/dmi/id``, which costs no network
@@ -35,61 +35,11 @@ error and its round goes on (``spotopt.agent.core``).
 from __future__ import annotations
 
 import importlib
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
 
 from spotopt.agent.config import AgentConfig
+from spotopt.clouds.common.notices import Notice, NoticeKind, NoticePoller
 from spotopt.clouds.registry import CLOUDS
-
-TIMEOUT_S = 2.0
-
-
-class NoticeKind(StrEnum):
-    PREEMPT = "preempt"
-    """The instance will be taken away: checkpoint and stop."""
-    REBALANCE = "rebalance"
-    """Elevated risk (AWS rebalance recommendation): checkpoint now, keep running."""
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    cloud: str
-    kind: NoticeKind
-    detail: str
-
-
-class MetadataError(OSError):
-    """The metadata service answered what its document does not give for "nothing pending"."""
-
-
-class NoticePoller(Protocol):
-    def poll(self) -> Notice | None:
-        """One look at the metadata service: the current notice, or None. Network errors propagate."""
-        ...
-
-
-def request(
-    url: str, method: str = "GET", headers: dict[str, str] | None = None, timeout_s: float = TIMEOUT_S
-) -> tuple[int, bytes]:
-    """(status, body); HTTP error statuses are returned, not raised (404 is the normal 'no notice').
-    No answer within ``timeout_s`` (connecting, or between bytes) raises ``TimeoutError``."""
-    req = urllib.request.Request(url, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def expect(cloud: str, what: str, status: int, body: bytes, allowed: tuple[int, ...]) -> None:
-    """``MetadataError`` naming the endpoint and status unless ``status`` is one of ``allowed``."""
-    if status not in allowed:
-        text = body[:200].decode("utf-8", "replace").strip()
-        raise MetadataError(f"{cloud} metadata {what} answered HTTP {status}" + (f": {text}" if text else ""))
 
 
 class LocalNoticePoller:

@@ -27,11 +27,11 @@ from spotopt.clouds.common.router import CloudsProvider
 from spotopt.clouds.registry import MARKET_CLOUDS, PROVIDERS, get_provider
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, InstanceType, JobEvent, JobMove, ManagedJob, Market
+from spotopt.decide.guardrails import Guardrails
 from spotopt.errors import ConfigError, InputError, ProviderError
 from spotopt.jobspec import MAX_USD
 from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
 from spotopt.mover.executor import Executor, Timeouts
-from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.leader import LeaderRecord, Leadership, read_leader
 from spotopt.mover.sweep import Leftover
 from spotopt.render import Format, iso, render, say, to_json
@@ -350,7 +350,7 @@ def _replay_run(
     """``daemon run --replay``: the database's unfinished managed jobs, replayed from ``start``."""
     from spotopt.jobspec import JobSpec
     from spotopt.mover import jobs as jobstore
-    from spotopt.mover.replay import FidelityRequest, replay_daemon
+    from spotopt.replay.harness import FidelityRequest, replay_daemon
 
     mode = _preemption_mode(preemptions)
     when = parse_time(start, "--start")
@@ -726,8 +726,8 @@ def replay_cmd(
     from contextlib import AbstractContextManager, nullcontext
 
     from spotopt.jobspec import load_jobs
-    from spotopt.mover.replay import COLUMNS as FIDELITY_COLUMNS
-    from spotopt.mover.replay import FidelityRequest, fidelity
+    from spotopt.replay.harness import COLUMNS as FIDELITY_COLUMNS
+    from spotopt.replay.harness import FidelityRequest, fidelity
     from spotopt.whatif.replay import example_history
 
     request = FidelityRequest(

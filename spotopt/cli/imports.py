@@ -20,7 +20,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from spotopt.cli.common import FormatOption, state
 from spotopt.db.queries import unknown_gpu_types
 from spotopt.errors import InputError
-from spotopt.history.files import file_size
+from spotopt.files import file_size
 from spotopt.history.importers.availability_files import read_availability_csv, read_availability_trace
 from spotopt.history.importers.cloud_dumps import read_retail_pages, read_spot_history
 from spotopt.history.importers.csv_prices import read_price_csv

@@ -13,9 +13,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spotopt.cli.common import WideOption, check_cloud, parse_duration, parse_time, state
 from spotopt.db.engine import Database
+from spotopt.decide.options import BILLING
 from spotopt.errors import InputError
 from spotopt.jobspec import load_jobs
-from spotopt.plan import BILLING
 from spotopt.render import Format, render, say, to_json
 from spotopt.whatif.example_market import START as EXAMPLE_START
 from spotopt.whatif.example_market import example_jobs

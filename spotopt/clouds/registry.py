@@ -7,8 +7,9 @@ Adding a cloud is that folder and one ``CLOUDS.add`` line here (docs/guides/add-
 
 Importing this module stays cheap: it must not import a cloud SDK, the database or a provider
 (the agent imports it on the instance to choose its notice poller). Providers, client factories
-and pollers are named by ``"module:attribute"`` and imported only when used; the billing rules
-are plain arithmetic and imported here.
+pollers and billing rules are named by ``"module:attribute"`` and imported only when used, so
+this module imports nothing of a cloud's folder (the shared code of ``spotopt.clouds.common``
+imports it, the folders import that: no cycle).
 
 Providers are registered by the same kebab-case names (``get_provider``), plus ``clouds``, which
 routes each placement to its market's cloud (``spotopt.clouds.common.router``).
@@ -20,14 +21,13 @@ import difflib
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spotopt.clouds.aws import billing as aws_billing
-from spotopt.clouds.azure import billing as azure_billing
-from spotopt.clouds.common.base import Provider
-from spotopt.clouds.gcp import billing as gcp_billing
 from spotopt.errors import ConfigError
 from spotopt.registry import Registry
+
+if TYPE_CHECKING:
+    from spotopt.clouds.common.base import Provider
 
 BillingRule = Callable[[float, bool], float]
 """(seconds the instance ran, whether the cloud interrupted it) → the seconds the cloud bills."""
@@ -50,7 +50,8 @@ class Cloud:
     ``provider``: its ``Provider`` class, ``"module:Class"``; ``lists_by_region`` when it takes the
     regions to list instances in (AWS; GCP and Azure list project- or resource-group-wide).
     ``clients`` and ``sdk_modules``: its adaptor's client factory and the modules its SDK extra
-    installs (``pip install "spotopt-gpu[<cloud>]"``). ``billed_seconds``: its billing rule.
+    installs (``pip install "spotopt-gpu[<cloud>]"``). ``billed_seconds``: its billing rule
+    (a ``BillingRule``, ``"module:function"``).
     ``notice_poller``, ``metadata_url``, ``dmi_vendor``: the agent's poller class, the metadata
     service it asks by default, and the DMI vendor string that tells the agent it runs there.
     ``script``: how the cloud delivers the instances' start-up script. None: the cloud has none.
@@ -61,7 +62,7 @@ class Cloud:
     lists_by_region: bool = False
     clients: str | None = None
     sdk_modules: tuple[str, ...] = ()
-    billed_seconds: BillingRule | None = None
+    billed_seconds: str | None = None
     notice_poller: str | None = None
     metadata_url: str | None = None
     dmi_vendor: str | None = None
@@ -77,7 +78,7 @@ CLOUDS.add(
         lists_by_region=True,
         clients="spotopt.clouds.aws.adaptor:AwsClients",
         sdk_modules=("boto3", "botocore", "requests"),
-        billed_seconds=aws_billing.billed_seconds,
+        billed_seconds="spotopt.clouds.aws.billing:billed_seconds",
         notice_poller="spotopt.clouds.aws.notices:AwsImdsPoller",
         metadata_url="http://169.254.169.254",
         dmi_vendor="amazon",
@@ -95,7 +96,7 @@ CLOUDS.add(
         provider="spotopt.clouds.gcp.provider:GcpProvider",
         clients="spotopt.clouds.gcp.adaptor:GcpClients",
         sdk_modules=("google.auth", "google.cloud.compute_v1", "google.cloud.billing_v1"),
-        billed_seconds=gcp_billing.billed_seconds,
+        billed_seconds="spotopt.clouds.gcp.billing:billed_seconds",
         notice_poller="spotopt.clouds.gcp.notices:GcpMetadataPoller",
         metadata_url="http://metadata.google.internal",
         dmi_vendor="google",
@@ -119,7 +120,7 @@ CLOUDS.add(
             "azure.mgmt.resourcegraph",
             "requests",
         ),
-        billed_seconds=azure_billing.billed_seconds,
+        billed_seconds="spotopt.clouds.azure.billing:billed_seconds",
         notice_poller="spotopt.clouds.azure.notices:AzureScheduledEventsPoller",
         metadata_url="http://169.254.169.254",
         dmi_vendor="microsoft",

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from spotopt.db.models import Throughput
 from spotopt.errors import InputError
-from spotopt.history.files import iter_csv_rows, read_text
+from spotopt.files import iter_csv_rows, read_text
 from spotopt.jobspec import gpu_key
 from spotopt.throughput import StoredFigure
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from spotopt.clouds.registry import CLOUDS
+from spotopt.clouds.registry import CLOUDS, BillingRule, load
 from spotopt.errors import InputError
 
 
@@ -29,7 +29,8 @@ def billed_seconds(
     if entry is None or entry.billed_seconds is None:
         billed = ", ".join(name for name, c in CLOUDS.items() if c.billed_seconds is not None)
         raise InputError(f"cloud: {cloud!r} has no billing rule; use one of {billed}")
-    return entry.billed_seconds(ran_s, interrupted_by_cloud)
+    rule: BillingRule = load(entry.billed_seconds)
+    return rule(ran_s, interrupted_by_cloud)
 
 
 def interval_cost_usd(

@@ -17,7 +17,7 @@ A tick, in order:
    its ``budget_usd`` is checkpointed and stopped (``over-budget``).
 4. **Decide**: the jobs without a move under way, their options priced from the SQL history at
    the tick's time (``spotopt.mover.market_view``, the builder ``spotopt plan`` uses; markets
-   that refused capacity recently are unavailable), handed to ``spotopt.mover.core.decide`` —
+   that refused capacity recently are unavailable), handed to ``spotopt.decide.core.decide`` —
    the function the what-if engine's ``spotopt`` strategy calls. Its memory is kept in the
    ``meta`` table so a restarted daemon decides exactly as before.
 5. **Act**: each decided move becomes a ``JobMove`` for the executor, which runs it as far as it
@@ -45,10 +45,13 @@ from spotopt.clouds.common.base import Provider
 from spotopt.db.engine import Database
 from spotopt.db.models import DaemonTick, JobMove, ManagedJob, Meta, Placement
 from spotopt.db.queries import MarketFilter
+from spotopt.decide.core import Memory, decide
+from spotopt.decide.fleet import FleetState, Move
+from spotopt.decide.guardrails import Guardrails
+from spotopt.decide.options import STALE_PRICE_AFTER, location_index, option_key
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import Job, JobSpec
 from spotopt.mover import jobs as jobstore
-from spotopt.mover.core import Memory, decide
 from spotopt.mover.eventlog import log_event
 from spotopt.mover.executor import (
     NO_CAPACITY,
@@ -59,11 +62,8 @@ from spotopt.mover.executor import (
     open_move_jobs,
     utcnow,
 )
-from spotopt.mover.fleet import FleetState, Move
-from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
 from spotopt.mover.market_view import MarketView, market_availability, market_view
-from spotopt.plan import STALE_PRICE_AFTER, location_index, option_key
 from spotopt.times import parse_duration
 
 MEMORY_KEY = "mover_memory"

@@ -11,7 +11,7 @@ market it stands for, so a trial on one machine reports what the cloud would hav
 Each row also carries the data egress that entering its placement caused: the checkpoint moved
 from the region of the placement that wrote it and, into a region holding no copy, the dataset
 from its home, priced by the one egress rule the planner, the decision core and the what-if
-engine use (``spotopt.mover.egress.entry_usd`` over ``transfer_matrix`` at the move's time).
+engine use (``spotopt.decide.egress.entry_usd`` over ``transfer_matrix`` at the move's time).
 The executor records it on the move once, when the move grants the lease to the new epoch
 (``record_entry_egress``), and it is billed with the placement that move launched, so a start
 whose launch never returned bills none. A row's ``billed_usd`` is its instance time plus its
@@ -36,9 +36,9 @@ from sqlalchemy.orm import Session
 from spotopt.checkpoints.store import parse_checkpoint_name
 from spotopt.clouds.common.base import market_label
 from spotopt.db.models import InstanceType, JobMove, ManagedJob, Market, Placement, PricePoint
+from spotopt.decide.egress import entry_usd, transfer_matrix
 from spotopt.jobspec import Job
 from spotopt.mover.billing import billed_seconds
-from spotopt.mover.egress import entry_usd, transfer_matrix
 from spotopt.types import MarketKey, MarketKind
 
 

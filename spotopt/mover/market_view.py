@@ -3,8 +3,8 @@
 The what-if engine builds the same ``Options`` from its timeline (``spotopt.whatif.spotopt_decider``);
 the daemon builds them here from the SQL history at the moment it decides: the snapshot at ``at``
 (``spotopt.history.market.snapshot``: prices and preemption rates known then), the options of the jobs
-(``spotopt.plan.enumerate_options``, the builder ``spotopt plan`` uses) and, per market, the
-forecast of ``spotopt.mover.forecast`` learnt from the ``history_h`` hours before ``at``, sampled
+(``spotopt.decide.options.enumerate_options``, the builder ``spotopt plan`` uses) and, per market, the
+forecast of ``spotopt.decide.forecast`` learnt from the ``history_h`` hours before ``at``, sampled
 every planning period as the what-if engine samples its ticks, and the markets' spot capacity as
 recorded before ``at`` (``market_availability``: the what-if's ``Capacity.seen``, over the same
 look-back). Nothing after ``at`` is read.
@@ -23,13 +23,13 @@ from sqlalchemy.orm import Session
 
 from spotopt.db.models import PricePoint
 from spotopt.db.queries import MarketFilter, capacity_history, prices_at
+from spotopt.decide.fleet import Availability, Options
+from spotopt.decide.forecast import forecast, step_prices
+from spotopt.decide.options import OptionTable, enumerate_options, price_options
+from spotopt.history.capacity import Capacity
 from spotopt.history.market import MarketState, snapshot
 from spotopt.jobspec import JobSpec
-from spotopt.mover.fleet import Availability, Options
-from spotopt.mover.forecast import forecast, step_prices
-from spotopt.plan import OptionTable, enumerate_options, price_options
 from spotopt.throughput import StoredFigure
-from spotopt.whatif.timeline import Capacity
 
 Array = np.ndarray[Any, Any]
 

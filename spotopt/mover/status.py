@@ -3,7 +3,7 @@
 ``jobs show`` prints this. Every number comes from a place that already owns it: spend from the
 ledger (``spotopt.mover.ledger``), the expected steps/s from the planner's own throughput book
 (``spotopt.throughput.JobThroughput`` over the spec and the throughput store) and the work from
-``spotopt.plan.work_steps``, so what ``show`` says agrees with what the planner decided on.
+``spotopt.decide.options.work_steps``, so what ``show`` says agrees with what the planner decided on.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from sqlalchemy.orm import Session
 from spotopt.clouds.common.base import market_label
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, JobEvent, JobMove, ManagedJob, Market, Placement
+from spotopt.decide.options import work_steps
 from spotopt.errors import InputError
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import Job
 from spotopt.mover.jobs import find_job, job_events, job_spec
 from spotopt.mover.ledger import Interval, intervals, market_key, slot_usd_per_hour, spent_usd
 from spotopt.mover.observed import PREEMPTION_ENDS
-from spotopt.plan import work_steps
 from spotopt.throughput import Figure, JobThroughput
 
 

@@ -7,7 +7,7 @@ strategies pay the same overheads for the same events:
 - A job entering an option (first start, a move, or a restart after a preemption) spends
   ``restart_h`` of the tick provisioning and loading its checkpoint: paid, no progress. Entering
   another region or cloud pays egress for the checkpoint and, where the region has no copy, the
-  dataset (``spotopt.mover.egress.entry_usd``, the rule the decisions price moves with).
+  dataset (``spotopt.decide.egress.entry_usd``, the rule the decisions price moves with).
   ``free_moves`` (the seeds' ``dynamic``) waives both for a move between two running instances.
 - While running, a job advances at ``steps_per_hour × checkpoint_eff`` (writing a checkpoint
   every ``tau_h`` costs its write time) and bills the slot's price per second.
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.mover.egress import entry_usd
+from spotopt.decide.egress import entry_usd
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.timeline import Timeline
 

@@ -9,7 +9,7 @@ changes no decision (``tests/test_whatif_frontier.py`` replays random histories 
 Rule (exact, per window of ``window`` ticks): option ``e`` of job ``j`` in region ``l`` is
 dropped when another option ``e'`` of ``j`` in ``l`` is at least as fast (expected steps/h),
 priced throughout the window, and its dearest price in the window is strictly below ``e``'s
-lowest *forecast baseline* in it (``spotopt.mover.forecast``; the baseline is never above the
+lowest *forecast baseline* in it (``spotopt.decide.forecast``; the baseline is never above the
 price, and every forecast cost of ``e`` is at least its baseline); an on-demand option is only
 dropped for another on-demand one (deadline safety looks at on-demand options alone) and a spot
 option for another spot one (the deadline reserve and the planner's affordability look at the

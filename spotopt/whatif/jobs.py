@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from spotopt.catalog import gpu_matches
+from spotopt.decide.options import enumerate_options
 from spotopt.jobspec import Job, JobSpec
-from spotopt.plan import enumerate_options
 from spotopt.throughput import StoredFigure, checkpoint_interval_s, preemption_efficiency
 from spotopt.whatif.preemptions import NOTICE_S
 from spotopt.whatif.timeline import Timeline
@@ -122,7 +122,7 @@ def build_jobs(
     spec: JobSpec, tl: Timeline, figures: Sequence[StoredFigure] = (), billing: str = "instance"
 ) -> SimJobs:
     """All options of all jobs on the timeline's markets (see the module docstring); ``billing``
-    as in ``spotopt.plan.BILLING``."""
+    as in ``spotopt.decide.options.BILLING``."""
     table = enumerate_options(spec, tl.markets, tl.start, figures, period_h=tl.tick_h, billing=billing)
     order = np.argsort(table.job, kind="stable")
     infos = [table.infos[e] for e in order]

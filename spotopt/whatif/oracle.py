@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.mover.egress import entry_usd
+from spotopt.decide.egress import entry_usd
 from spotopt.whatif.engine import tick_terms
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.timeline import Timeline
@@ -122,7 +122,7 @@ def undominated(tl: Timeline, sim: SimJobs, events: Array, eo: Array, start: int
 
 def _egress_matrix(sim: SimJobs, j: int, transfer: Array, dest: Array) -> Array:
     """Dollars to enter each destination location from each source location (last row: nowhere),
-    by the one egress rule (``spotopt.mover.egress.entry_usd``)."""
+    by the one egress rule (``spotopt.decide.egress.entry_usd``)."""
     n_src = transfer.shape[0]
     src = np.arange(n_src)
     here = np.where(src == n_src - 1, -1, src)[:, None]

@@ -1,7 +1,7 @@
 """The preemptions of one replay: ``when[m, t]`` = position in tick ``t`` (0..1) at which spot
 market ``m`` gives its instances the cloud's preemption *notice*, NaN for none; the cloud
 reclaims them ``NOTICE_S`` later (what the engine and the replayed daemon both do with it:
-``spotopt.whatif.engine``, ``spotopt.mover.replay``).
+``spotopt.whatif.engine``, ``spotopt.replay.harness``).
 
 One table per run, shared by every strategy and by the oracle (common random numbers): two
 strategies that sit on the same market in the same hour see the same preemption, so their

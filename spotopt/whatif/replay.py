@@ -21,13 +21,13 @@ import numpy as np
 
 from spotopt.db.engine import Database
 from spotopt.db.queries import MarketFilter, prices_at
+from spotopt.decide.egress import transfer_matrix
+from spotopt.decide.guardrails import Guardrails
+from spotopt.decide.options import BILLING
 from spotopt.errors import InputError
 from spotopt.history.setup import open_history
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import JobSpec
-from spotopt.mover.egress import transfer_matrix
-from spotopt.mover.guardrails import Guardrails
-from spotopt.plan import BILLING
 from spotopt.policies.base import get_policy
 from spotopt.settings import Settings
 from spotopt.whatif.example_market import load_example
@@ -50,7 +50,7 @@ Array = np.ndarray[Any, Any]
 @dataclass(frozen=True)
 class ReplayRequest:
     """What to replay. ``start`` None: one window before the history's latest price, so the
-    replay ends where the history does. ``billing``: see ``spotopt.plan.BILLING``."""
+    replay ends where the history does. ``billing``: see ``spotopt.decide.options.BILLING``."""
 
     spec: JobSpec
     start: datetime | None = None

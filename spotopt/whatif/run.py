@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from spotopt.decide.guardrails import Guardrails
+from spotopt.decide.options import work_steps
 from spotopt.jobspec import JobSpec
-from spotopt.mover.guardrails import Guardrails
-from spotopt.plan import work_steps
 from spotopt.registry import Registry
 from spotopt.throughput import JobThroughput
 from spotopt.whatif.engine import Decider, RunResult, simulate

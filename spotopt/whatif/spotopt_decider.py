@@ -1,8 +1,8 @@
 """The ``spotopt`` strategy: the simulator's adapter to the decision core.
 
 Each tick it turns the simulator's state into a ``FleetState`` and the tick's prices into
-``Options`` (with the causal forecast of ``spotopt.mover.forecast``), calls
-``spotopt.mover.core.decide`` — the function the daemon calls — and applies the returned moves
+``Options`` (with the causal forecast of ``spotopt.decide.forecast``), calls
+``spotopt.decide.core.decide`` — the function the daemon calls — and applies the returned moves
 as the simulated provider. Options are keyed by their index in ``SimJobs``.
 
 Only each job's frontier (``spotopt.whatif.frontier``) plus its current option, its target and
@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.mover.core import Memory, decide
-from spotopt.mover.fleet import Availability, FleetState, Options
-from spotopt.mover.forecast import forecast
-from spotopt.mover.guardrails import Guardrails
+from spotopt.decide.core import Memory, decide
+from spotopt.decide.fleet import Availability, FleetState, Options
+from spotopt.decide.forecast import forecast
+from spotopt.decide.guardrails import Guardrails
 from spotopt.whatif.engine import SimState
 from spotopt.whatif.frontier import OptionFrontier
 from spotopt.whatif.jobs import SimJobs, checkpoint_terms

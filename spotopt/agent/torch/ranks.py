@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 
 from spotopt.agent.config import AgentConfig
-from spotopt.agent.notices import NoticeKind, poller_for
+from spotopt.agent.notices import poller_for
+from spotopt.clouds.common.notices import NoticeKind
 
 T = TypeVar("T")
 _pinned: list[tuple[Any, tuple[torch.Tensor, ...]]] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from spotopt.agent.notices import TIMEOUT_S, Notice, NoticeKind, expect, request
+from spotopt.clouds.common.notices import TIMEOUT_S, Notice, NoticeKind, expect, request
 
 
 class AwsImdsPoller:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spotopt.agent.notices import TIMEOUT_S, Notice, NoticeKind, expect, request
+from spotopt.clouds.common.notices import TIMEOUT_S, Notice, NoticeKind, expect, request
 
 
 class GcpMetadataPoller:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from spotopt.collectors import fields
 from spotopt.errors import InputError
-from spotopt.history.files import complete_row, iter_csv_rows
+from spotopt.files import complete_row, iter_csv_rows
 from spotopt.history.importers.csv_prices import Markets
 from spotopt.history.importers.spot_traces import MAX_INSTANCES, TraceOptions, read_trace
 from spotopt.types import AvailabilityObservation

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from spotopt.collectors.aws_spot_history import parse_spot_price
 from spotopt.collectors.azure_retail import parse_retail_item
-from spotopt.history.files import AWS_SPOT_HISTORY, AZURE_RETAIL, iter_json_items
+from spotopt.files import AWS_SPOT_HISTORY, AZURE_RETAIL, iter_json_items
 from spotopt.types import PriceObservation, Rejection
 
 

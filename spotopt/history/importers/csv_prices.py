@@ -20,7 +20,7 @@ from spotopt.clouds.registry import MARKET_CLOUDS
 from spotopt.collectors import fields
 from spotopt.collectors.aws_spot_history import region_of_zone
 from spotopt.errors import InputError
-from spotopt.history.files import complete_row, iter_csv_rows
+from spotopt.files import complete_row, iter_csv_rows
 from spotopt.types import MarketKey, MarketKind, PriceObservation, Rejection
 
 COLUMNS = ("timestamp", "cloud", "region", "zone", "instance_type", "market", "usd_per_hour")

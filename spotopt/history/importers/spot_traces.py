@@ -23,7 +23,7 @@ from typing import Any
 
 from spotopt.collectors import fields
 from spotopt.errors import InputError
-from spotopt.history.files import open_binary
+from spotopt.files import open_binary
 from spotopt.history.importers.csv_prices import Markets
 from spotopt.types import MarketKey
 

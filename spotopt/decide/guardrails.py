@@ -3,7 +3,7 @@
 Why each exists:
 - ``move_margin``: forecasts err; without hysteresis a job chases every cent and pays a restart
   each time. A voluntary move needs a forecast saving, net of the move's own cost (restart,
-  checkpoint, egress), above this multiple of that cost (``spotopt.mover.rules``).
+  checkpoint, egress), above this multiple of that cost (``spotopt.decide.rules``).
 - ``min_dwell_h``: a job that just arrived stays this long before moving voluntarily again.
 - ``max_moves_per_tick``: caps voluntary moves per planning round (the biggest net savings go
   first), so one price shock cannot restart a whole fleet at once.

@@ -1,6 +1,6 @@
 """The stand-in workload: a real process that trains like a job, on the replay's simulated clock.
 
-``python -m spotopt.mover.standin RATES.json`` is the ``run`` of a replayed job that has none
+``python -m spotopt.replay.standin RATES.json`` is the ``run`` of a replayed job that has none
 (any what-if job file). It is a real managed job for the agent: it waits for the lease, restores
 the newest verified checkpoint, writes real checkpoints (a small file holding the step) through
 ``agent.checkpoint``, answers the daemon's checkpoint-and-stop requests, heartbeats and finishes.
@@ -14,7 +14,7 @@ Only its *speed* is simulated, in the time of ``SPOTOPT_CLOCK_FILE``:
 - a checkpoint the daemon asks for starts when the request is seen and takes ``checkpoint_s``;
 - the work is done at the exact simulated time ``step`` reaches ``work_steps``.
 
-RATES (written by ``spotopt.mover.replay``) is ``{"work_steps", "restart_s", "checkpoint_s",
+RATES (written by ``spotopt.replay.harness``) is ``{"work_steps", "restart_s", "checkpoint_s",
 "options": {"MARKET LABEL|GPUS": {"steps_per_s", "tau_s"}}}``. After each round the process
 acknowledges the clock generation it acted on with the time of its next own event
 (``spotopt.simclock``), which is what keeps the replay in lock-step.
@@ -186,7 +186,7 @@ def _save(agent: Agent, step: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        raise SystemExit("usage: python -m spotopt.mover.standin RATES.json")
+        raise SystemExit("usage: python -m spotopt.replay.standin RATES.json")
     clock_file = os.environ.get(CLOCK_ENV)
     if not clock_file:
         raise SystemExit(

@@ -1,15 +1,15 @@
 """The capacity rule: when a job with a deadline waits for spot, takes it, or pays for on-demand.
 
 It decides the jobs whose spot options include a market with learnt capacity
-(``Options.availability``), first of the decision core's rules (``spotopt.mover.rules``):
+(``Options.availability``), first of the decision core's rules (``spotopt.decide.rules``):
 capacity, not price, is what such a market's decisions turn on. Per job:
 
 - the *pool*: its fastest spot options (``POOL_SPREAD``; Uniform Progress's spot is as fast as
   its on-demand); the pool is available when one of its markets is, as far as the job knows (a
   market it was refused on just now is out; one without observations is taken as available);
 - the chain of the pool's capacity and of the market a spot instance would run on, learnt from
-  what was seen (``spotopt.mover.waiting.chain_from_history``);
-- ``spotopt.mover.waiting.decide`` on its ticks and slack left (the planning period is the
+  what was seen (``spotopt.decide.waiting.chain_from_history``);
+- ``spotopt.decide.waiting.decide`` on its ticks and slack left (the planning period is the
   tick), what it runs on and the restart it still pays: spot (stay, or the pool's option
   cheapest per step now), on-demand (stay, or the fastest on-demand option, cheapest of those),
   or wait. No fallback is permanent: a job on on-demand goes back to spot when its slack is
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.mover import waiting
-from spotopt.mover.fleet import Availability
-from spotopt.mover.rules import Round, Rule
+from spotopt.decide import waiting
+from spotopt.decide.fleet import Availability
+from spotopt.decide.rules import Round, Rule
 
 Array = np.ndarray[Any, Any]
 

@@ -4,19 +4,19 @@ keeping a deadline plan safe cost, in the forms every rule compares.
 For job ``j`` and an option ``e`` with ``R`` steps left:
 
 - *forecast cost* of running ``h`` hours on ``e``: ``usd_per_hour[e]`` for the first
-  ``revert_h[e]`` hours, then ``baseline_usd_per_hour[e]`` (``spotopt.mover.forecast``); the
+  ``revert_h[e]`` hours, then ``baseline_usd_per_hour[e]`` (``spotopt.decide.forecast``); the
   cost to finish on ``e`` is that for ``h = R / steps_per_hour[e]`` (expected effective
   throughput, already discounted for preemption loss);
 - *move cost* (``move_cost_usd``): the hours paid on ``e`` without progress — the restart
   (provision + load the checkpoint) plus either writing a fresh checkpoint first or redoing the
   work since the last one (whichever is shorter; a lost instance can only redo) — at ``e``'s
-  price, plus egress (``spotopt.mover.egress.entry_usd``, the one egress rule);
+  price, plus egress (``spotopt.decide.egress.entry_usd``, the one egress rule);
 - *deadline reserve* (``deadline_reserve_h``): the hours before a deadline no plan may use.
 
 ``round_costs`` gives a decision round both per-option arrays at once (the policy and the rules
 read the same ones).
 
-Pure: arrays in (``spotopt.mover.fleet``), arrays out.
+Pure: arrays in (``spotopt.decide.fleet``), arrays out.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.mover.egress import entry_usd
-from spotopt.mover.fleet import FleetState, Options
-from spotopt.mover.guardrails import Guardrails
+from spotopt.decide.egress import entry_usd
+from spotopt.decide.fleet import FleetState, Options
+from spotopt.decide.guardrails import Guardrails
 
 Array = np.ndarray[Any, Any]
 

@@ -8,7 +8,7 @@ how often it moved and how often it was preempted.
 - The daemon works on a **throwaway copy** of the history (``copy_history``: a temporary SQLite
   database holding the markets, prices, interruptions and throughputs, and none of the source's
   managed jobs), so a replayed ledger never mixes with real money and the source is not touched.
-- Every job runs as the stand-in workload (``spotopt.mover.standin``): a real process that
+- Every job runs as the stand-in workload (``spotopt.replay.standin``): a real process that
   trains at the job's throughput on its market's GPUs in simulated time, the figures being the
   ones the what-if engine simulates for the same option (same builder, same checkpoint interval).
 - Time is a ``SimClock`` file. ``LockStep`` advances it only when the daemon's round is done
@@ -42,16 +42,16 @@ from spotopt.clouds.common.base import market_label
 from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.models import Base, JobEvent, JobMove, ManagedJob, Placement
+from spotopt.decide.guardrails import Guardrails
 from spotopt.errors import InputError
 from spotopt.history.setup import open_history
 from spotopt.jobspec import JobSpec
 from spotopt.mover import jobs as jobstore
 from spotopt.mover.daemon import Daemon, DaemonSettings
 from spotopt.mover.executor import Timeouts, job_location
-from spotopt.mover.guardrails import Guardrails
 from spotopt.mover.ledger import intervals, total_usd
 from spotopt.mover.observed import PREEMPTION_ENDS
-from spotopt.mover.standin import Rates
+from spotopt.replay.standin import Rates
 from spotopt.settings import Settings
 from spotopt.simclock import CLOCK_ENV, SimClock
 from spotopt.types import MarketKey, MarketKind
@@ -292,7 +292,7 @@ def job_rates(result: ReplayResult, j: int) -> Rates:
 def _managed_spec(job: dict[str, Any], rates: Path, workdir: Path) -> str:
     """The what-if job as a managed job run by the stand-in workload (YAML text)."""
     managed = {k: v for k, v in job.items() if v is not None}
-    managed["run"] = f"{sys.executable} -m spotopt.mover.standin {rates}"
+    managed["run"] = f"{sys.executable} -m spotopt.replay.standin {rates}"
     managed["checkpoint"] = {"uri": f"file://{workdir / 'store'}"}
     managed.setdefault("budget_usd", REPLAY_BUDGET_USD)
     return yaml.safe_dump({"jobs": [managed]}, sort_keys=False)

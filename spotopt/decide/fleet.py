@@ -3,7 +3,7 @@
 These are plain arrays with a documented meaning so that ``spotopt plan`` (one snapshot, no job
 placed yet), the what-if engine (a simulated clock) and the daemon (the journal and the
 providers) can each build them from their own world and hand them to the one ``decide``
-(``spotopt.mover.core``). ``FleetState`` round-trips through ``to_dict``/``from_dict`` (JSON-ready
+(``spotopt.decide.core``). ``FleetState`` round-trips through ``to_dict``/``from_dict`` (JSON-ready
 lists), so a restarted daemon hands the core exactly what it saw before.
 """
 
@@ -144,15 +144,15 @@ class Options:
       checkpoint writes at the planning period).
     - ``usd_per_hour``: what one job slot costs now (NaN: the market is unavailable).
     - ``instances_per_hour``: instance-hours per job-hour (1 / jobs per instance).
-    - ``baseline_usd_per_hour`` and ``revert_h``: the forecast (``spotopt.mover.forecast``): the
+    - ``baseline_usd_per_hour`` and ``revert_h``: the forecast (``spotopt.decide.forecast``): the
       price is expected to stay at ``usd_per_hour`` for ``revert_h`` hours, then return to the
       baseline (``inf``: it holds). With no history, baseline = price and ``revert_h`` = ``inf``.
     - ``preemptions_per_hour``: the market's expected preemption rate (0 for on-demand).
     - ``transfer``: USD per GB between locations, ``(L + 1, L)``, last row "nowhere"
-      (``spotopt.mover.egress.transfer_matrix``).
+      (``spotopt.decide.egress.transfer_matrix``).
     - ``availability``: the markets' spot capacity as known now (``None``: nothing known, every
       priced market is taken as available); it decides when a job waits for spot
-      (``spotopt.mover.capacity_rule``).
+      (``spotopt.decide.capacity_rule``).
     """
 
     key: Array

@@ -4,7 +4,7 @@
 
 1. **The policy input** (``policy_input``, the one builder): the available options of unfinished
    jobs, each priced at its forecast average price over finishing the job there
-   (``spotopt.mover.forecast``) plus its move cost (``spotopt.mover.costs.move_cost_usd``)
+   (``spotopt.decide.forecast``) plus its move cost (``spotopt.decide.costs.move_cost_usd``)
    amortised over the job's remaining work, so the policy already prefers staying put. The
    horizon is ``max(DEFAULT_HORIZON_HOURS, deadlines)``; capacity is the options' own.
 2. **When to re-solve**: the policy is solved again only when the set of unfinished or placed
@@ -18,11 +18,11 @@
    places each job, so one bad job never stops the others.
 4. **Targets**: per job, among the options the policy gives time, the one it runs on, else the
    cheapest per step (``targets``).
-5. **The rules, in order** (``RULES``, over one ``spotopt.mover.rules.Round``): the capacity
-   rule (``spotopt.mover.capacity_rule``) decides the jobs whose spot markets have learnt
+5. **The rules, in order** (``RULES``, over one ``spotopt.decide.rules.Round``): the capacity
+   rule (``spotopt.decide.capacity_rule``) decides the jobs whose spot markets have learnt
    capacity (wait for spot, take it, or pay for on-demand; a job it keeps on spot goes on with
    its options narrowed to its pool); then deadline safety, replacement, catch-up, dwell and
-   price (``spotopt.mover.rules``). A caller may hand ``decide`` another sequence of rules.
+   price (``spotopt.decide.rules``). A caller may hand ``decide`` another sequence of rules.
 
 ``Memory`` is plain data (``to_dict``/``from_dict``), so a daemon restarted from its journal
 decides exactly as before. Nothing here reads a clock, a database or the future: the caller
@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
+from spotopt.decide.capacity_rule import CAPACITY
+from spotopt.decide.costs import forecast_usd, round_costs
+from spotopt.decide.fleet import FleetState, Move, Options
+from spotopt.decide.guardrails import Guardrails
+from spotopt.decide.rules import PRICE_RULES, Round, Rule, apply_rules
 from spotopt.errors import InfeasibleError
-from spotopt.mover.capacity_rule import CAPACITY
-from spotopt.mover.costs import forecast_usd, round_costs
-from spotopt.mover.fleet import FleetState, Move, Options
-from spotopt.mover.guardrails import Guardrails
-from spotopt.mover.rules import PRICE_RULES, Round, Rule, apply_rules
 from spotopt.policies.base import Allocation, PolicyInput, get_policy
 from spotopt.policies.prune import prune_dominated, select_options
 

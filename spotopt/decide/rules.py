@@ -1,17 +1,17 @@
 """The move rules: ordered, named rules that each decide some jobs of one decision round.
 
-``spotopt.mover.core.decide`` builds a ``Round`` (the fleet state, the options now, the
+``spotopt.decide.core.decide`` builds a ``Round`` (the fleet state, the options now, the
 policy's targets and everything derived from them once) and hands it to its rules in order.
 A rule looks at the jobs no earlier rule decided, *takes* a job (``Round.take``: a move,
 counted against the budget) or *settles* it (``Round.settle``: it stays as it is), and may
 *narrow* a job's options (``Round.narrow``) for the rules after it. Adding a recovery or move
-strategy is adding a ``Rule`` to the tuple ``decide`` runs (``spotopt.mover.core.RULES``).
+strategy is adding a ``Rule`` to the tuple ``decide`` runs (``spotopt.decide.core.RULES``).
 
 One budget for all rules: ``Round.fits`` holds the spent dollars plus the expected cost to
 finish every job where it runs, updated with each move taken, so rules that each respect the
 budget respect it together. The spend-rate cap (``max_usd_per_hour``) is in ``eligible``.
 
-The price rules, after the capacity rule (``spotopt.mover.capacity_rule``):
+The price rules, after the capacity rule (``spotopt.decide.capacity_rule``):
 
 1. **Deadline safety** (``DEADLINE_SAFETY``, the safety net of Can't-Be-Late's uniform
    progress): a job is *safe* while, after one more period anywhere (where a preemption could
@@ -28,7 +28,7 @@ The price rules, after the capacity rule (``spotopt.mover.capacity_rule``):
    it takes its fast leg (``Round.fast_leg``), never the plan's slow one.
 3. **Catch-up** (``CATCH_UP``): keeping to the policy's deadline plan. ``min-cost-slo`` may mix
    a cheap slow option with a fast one, to be run one after the other. The time a job may plan
-   with is its deadline less a reserve (``spotopt.mover.costs.deadline_reserve_h``); an option
+   with is its deadline less a reserve (``spotopt.decide.costs.deadline_reserve_h``); an option
    is *affordable* when the job can run one more period on it, move (a restart) and still
    finish in that time on its fastest spot option (on-demand if it has none), so that deadline
    safety holds along the way. A job on an option that is no longer affordable moves at once
@@ -60,9 +60,9 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.mover.costs import forecast_usd, round_costs
-from spotopt.mover.fleet import FleetState, Move, Options
-from spotopt.mover.guardrails import Guardrails
+from spotopt.decide.costs import forecast_usd, round_costs
+from spotopt.decide.fleet import FleetState, Move, Options
+from spotopt.decide.guardrails import Guardrails
 
 Array = np.ndarray[Any, Any]
 
@@ -116,7 +116,7 @@ class Round:
         target: Array,
         guard: Guardrails,
     ) -> Round:
-        """A round with its costs computed (``spotopt.mover.costs.round_costs``)."""
+        """A round with its costs computed (``spotopt.decide.costs.round_costs``)."""
         return cls(state, opts, guard, cur, target, *round_costs(state, opts, guard, cur))
 
     def options_of(self, j: int) -> Array:

@@ -1,0 +1,66 @@
+"""The package's layers (``.importlinter``, issue 22) hold, and ``lint-imports`` is no test that
+cannot fail: a copy of the package with one upward import added breaks its contract."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+pytestmark = pytest.mark.skipif(not LINT.exists(), reason="import-linter is not installed")
+
+
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on the ``spotopt`` package found first under ``root``."""
+    return subprocess.run(
+        [str(LINT), "--config", str(root / ".importlinter"), "--no-cache"],
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("layers")
+    shutil.copytree(ROOT / "spotopt", root / "spotopt", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", root / ".importlinter")
+    return root
+
+
+def test_the_package_keeps_its_layers(copy: Path) -> None:
+    result = lint(copy)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "upward", "contract"),
+    [
+        ("db/engine.py", "import spotopt.decide.core", "Layers: the CLI over the apps"),
+        ("decide/costs.py", "import spotopt.mover.daemon", "Layers: the CLI over the apps"),
+        ("clouds/aws/billing.py", "import spotopt.clouds.gcp.billing", "A cloud's folder imports no other"),
+        ("jobspec.py", "import spotopt.history.ingest", "The base modules"),
+        ("agent/config.py", "import sqlalchemy", "The agent and the checkpoints run on the instance"),
+    ],
+)
+def test_an_upward_import_breaks_its_contract(copy: Path, module: str, upward: str, contract: str) -> None:
+    path = copy / "spotopt" / module
+    original = path.read_text(encoding="utf-8")
+    try:
+        path.write_text(original + f"\n{upward}  # noqa\n", encoding="utf-8")
+        result = lint(copy)
+    finally:
+        path.write_text(original, encoding="utf-8")
+    assert result.returncode != 0
+    broken = [line for line in result.stdout.splitlines() if line.endswith("BROKEN")]
+    assert broken, result.stdout
+    assert contract.split(":")[0] in result.stdout.split("Broken contracts")[-1], result.stdout
