@@ -3,10 +3,12 @@ cannot fail: a copy of the package with one upward import added breaks its contr
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,3 +66,22 @@ def test_an_upward_import_breaks_its_contract(copy: Path, module: str, upward: s
     broken = [line for line in result.stdout.splitlines() if line.endswith("BROKEN")]
     assert broken, result.stdout
     assert contract.split(":")[0] in result.stdout.split("Broken contracts")[-1], result.stdout
+
+
+def _hook() -> Any:
+    spec = importlib.util.spec_from_file_location("generated_docs", ROOT / "docs" / "hooks" / "generated.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_drawing_of_the_imports_has_no_arrow_up() -> None:
+    hook = _hook()
+    rank = {name: i for i, row in enumerate(hook.layers()) for name in row}
+    edges = hook.layer_edges()
+    assert ("spotopt.decide", "spotopt.history") in edges  # the drawing is read from the code
+    up = [(a, b) for a, b in edges if rank[a] >= rank[b]]
+    assert up == []
+    drawing = hook.imports_drawing()
+    assert drawing.startswith("```mermaid") and "spotopt_decide --> spotopt_history" in drawing

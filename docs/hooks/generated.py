@@ -7,6 +7,9 @@
   ``spotopt COMMAND --help`` prints them.
 - ``<!-- generated: settings -->`` becomes every field of ``spotopt.settings.Settings``: its
   environment variable, default and docstring (a field without a docstring fails the build).
+- ``<!-- generated: imports -->`` becomes a drawing (Mermaid) of the imports between the layers
+  of ``.importlinter``'s first contract, read from the code by grimp (import-linter's engine):
+  every arrow points down a layer, which ``tests/test_import_layers.py`` checks.
 
 Nothing here imports MkDocs: ``tests/test_docs.py`` loads this file by path and checks the
 generated text itself.
@@ -15,6 +18,7 @@ generated text itself.
 from __future__ import annotations
 
 import ast
+import configparser
 import inspect
 import itertools
 import re
@@ -29,6 +33,7 @@ from pydantic_settings import BaseSettings
 ROOT = Path(__file__).resolve().parents[2]
 CLI_MARKER = "<!-- generated: cli -->"
 SETTINGS_MARKER = "<!-- generated: settings -->"
+IMPORTS_MARKER = "<!-- generated: imports -->"
 
 
 def on_page_markdown(markdown: str, *, page: Any, config: Any, files: Any) -> str:
@@ -39,6 +44,8 @@ def on_page_markdown(markdown: str, *, page: Any, config: Any, files: Any) -> st
         markdown = markdown.replace(CLI_MARKER, cli_reference())
     if SETTINGS_MARKER in markdown:
         markdown = markdown.replace(SETTINGS_MARKER, settings_reference())
+    if IMPORTS_MARKER in markdown:
+        markdown = markdown.replace(IMPORTS_MARKER, imports_drawing())
     return markdown
 
 
@@ -148,3 +155,50 @@ def _default(value: object) -> str:
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     return f"`{value}`"
+
+
+# -- the package's layers --------------------------------------------------------------------------
+
+
+def layers(config: Path = ROOT / ".importlinter") -> list[list[str]]:
+    """The first contract's layers, top first, each a list of its sibling packages."""
+    parser = configparser.ConfigParser()
+    parser.read(config, encoding="utf-8")
+    section = next(s for s in parser.sections() if s.startswith("importlinter:contract:"))
+    rows = [line.strip() for line in parser[section]["layers"].splitlines() if line.strip()]
+    return [[name.strip() for name in row.split("|")] for row in rows]
+
+
+def layer_edges(config: Path = ROOT / ".importlinter") -> set[tuple[str, str]]:
+    """(importer, imported) between the layers' packages, every module counted in its package;
+    imports only a type checker sees are left out, as ``lint-imports`` leaves them."""
+    import grimp
+
+    packages = [name for row in layers(config) for name in row]
+
+    def home(module: str) -> str | None:
+        return next((p for p in packages if module == p or module.startswith(p + ".")), None)
+
+    graph = grimp.build_graph("spotopt", exclude_type_checking_imports=True)
+    edges = set()
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            a, b = home(module), home(imported)
+            if a and b and a != b:
+                edges.add((a, b))
+    return edges
+
+
+def imports_drawing() -> str:
+    """A Mermaid flowchart of ``layer_edges``, one row of boxes per layer."""
+    rows = layers()
+    lines = ["```mermaid", "flowchart TB"]
+    for i, row in enumerate(rows):
+        lines.append(f'  subgraph L{i}[" "]')
+        lines.append("    direction LR")
+        lines += [f"    {name.replace('.', '_')}[{name.removeprefix('spotopt.')}]" for name in row]
+        lines.append("  end")
+    for a, b in sorted(layer_edges()):
+        lines.append(f"  {a.replace('.', '_')} --> {b.replace('.', '_')}")
+    lines.append("```")
+    return "\n".join(lines)
