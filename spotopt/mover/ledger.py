@@ -153,16 +153,25 @@ def mean_price(
 def slot_usd_per_hour(session: Session, p: Placement, start: datetime, end: datetime) -> float:
     """The job slot's price of placement ``p`` in effect over ``[start, end]``: its market's
     price times the instances the slot takes (the price at launch where the history has none)."""
-    launch_price = p.usd_per_hour / p.instances if p.instances else 0.0
-    return p.instances * price_in_effect(session, p.market_id, start, end, launch_price)
+    return p.instances * price_in_effect(session, p.market_id, start, end, _launch_price(p))
+
+
+def _launch_price(p: Placement) -> float:
+    """The market's price ``p`` was launched at (its slot's price over the instances it takes)."""
+    return p.usd_per_hour / p.instances if p.instances else 0.0
 
 
 def fleet_usd_per_hour(session: Session, now: datetime) -> float:
     """What the launching and running placements cost per hour now: each slot at its market's
     price in effect now, the price the budget checks bill (the fleet's spend-rate cap compared
     launch prices once, so a price that rose since went unseen)."""
-    running = session.scalars(select(Placement).where(Placement.state.in_(("launching", "running"))))
-    return float(sum(slot_usd_per_hour(session, p, now, now) for p in running))
+    running = session.scalars(select(Placement).where(Placement.state.in_(("launching", "running")))).all()
+    steps = _price_steps(session, sorted({p.market_id for p in running}), now)
+    total = 0.0
+    for p in running:  # as ``slot_usd_per_hour(session, p, now, now)``, the prices read at once
+        before, _ = _window(steps.get(p.market_id, ([], [])), now, now)
+        total += p.instances * (before if before is not None else _launch_price(p))
+    return total
 
 
 def intervals(session: Session, job_id: int, now: datetime) -> list[Interval]:
@@ -260,9 +269,8 @@ def spent_by_job(session: Session, job_ids: Sequence[int], now: datetime) -> dic
     for p in placements:
         assert p.started_at is not None
         end = p.ended_at or max(now, p.started_at)
-        launch_price = p.usd_per_hour / p.instances if p.instances else 0.0
         before, changes = _window(steps.get(p.market_id, ([], [])), p.started_at, end)
-        slot_usd = p.instances * mean_price(before, changes, p.started_at, end, launch_price)
+        slot_usd = p.instances * mean_price(before, changes, p.started_at, end, _launch_price(p))
         out[p.job_id] += _row(p, keys[p.market_id], slot_usd, now, egress.get(p.id, NO_EGRESS)).billed_usd
     return out
 
