@@ -168,8 +168,7 @@ def _loss_hazard(av: Availability, market: int, learnt: int, tick_h: float) -> f
     """The chance that ``market``'s capacity goes within a tick, from its own chain at the age
     of its current run (1 when it was seen out last; the prior's for a market never seen)."""
     series = av.history[market] if av.observed[market] else np.zeros(0)
-    known = series[np.isfinite(series)]
-    if len(known) and known[-1] < 0.5:
+    if _last_known(series) < 0.5:
         return 1.0
     chain = waiting.chain_from_history(series[:learnt], np.zeros(0), av.step_h, tick_h)
     return float(chain.lose[waiting.age_bucket(series, True, av.step_h, tick_h)])
@@ -177,9 +176,14 @@ def _loss_hazard(av: Availability, market: int, learnt: int, tick_h: float) -> f
 
 def _seen_up(av: Availability, markets: Array) -> Array:
     """Per market: not refused just now, and available when last seen (or never observed)."""
-    rows = av.history[markets]
-    last = np.array([r[np.isfinite(r)][-1] if np.isfinite(r).any() else 1.0 for r in rows])
+    last = np.array([_last_known(row) for row in av.history[markets]])
     return np.asarray(~av.refused[markets] & (~av.observed[markets] | (last > 0.5)))
+
+
+def _last_known(series: Array) -> float:
+    """The state a market was last seen in (1 available, 0 out; 1 when never seen)."""
+    known = series[np.isfinite(series)]
+    return float(known[-1]) if len(known) else 1.0
 
 
 def _pool_history(av: Availability, markets: Array) -> Array:
