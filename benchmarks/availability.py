@@ -2,9 +2,11 @@
 
     python benchmarks/availability.py --traces ../shared/data/spot-traces-dev [--starts 45]
 
-PATH is a directory laid out like the public skypilot-org/spot-traces repository: the 1-node
-availability traces ``availability/1-node/<folder>/<zone>_<gpu>_<n>.json``, each
-``{"metadata": {"gap_seconds": G}, "data": [n, ...]}`` (1: a spot instance could be launched).
+PATH is a directory laid out like the public skypilot-org/spot-traces repository: the
+availability traces ``availability/<layout>/<folder>/<zone>_<gpu>_<n>.json``, each
+``{"metadata": {"gap_seconds": G}, "data": [n, ...]}``, ``n`` the instances that could be
+launched of those requested (1 of 1 in ``1-node``, 0-16 of 16 in ``16-node``). The job needs one
+instance: a probe with ``n >= 1`` is available (``--layout`` picks the folder).
 Nothing of it is bundled (it has no license): the benchmark reads the path it is given.
 
 The setting (Wu et al., NSDI '24, §6.1): one job of 48 h of work, its deadline 60 h after its
@@ -66,9 +68,9 @@ class Trace:
         return f"{self.zone} {self.gpu.upper()}×{self.gpus}"
 
 
-def read_traces(root: Path) -> list[Trace]:
+def read_traces(root: Path, layout: str = "1-node") -> list[Trace]:
     out = []
-    for path in sorted(root.glob("availability/1-node/*/*.json")):
+    for path in sorted(root.glob(f"availability/{layout}/*/*.json")):
         zone, gpu, n = path.stem.rsplit("_", 2)
         body = json.loads(path.read_text())
         up = np.asarray(body["data"], dtype=float) > 0
@@ -156,11 +158,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pairs", action="store_true", help="skip the two-zone runs")
     ap.add_argument("--no-singles", action="store_true", help="skip the one-zone runs")
     ap.add_argument("--format", choices=("table", "json"), default="table")
+    ap.add_argument(
+        "--layout",
+        default="1-node",
+        help="the folder under availability/: 1-node, or 16-node (one instance of 16)",
+    )
     args = ap.parse_args(argv)
     wanted = args.only.split(",")
-    traces = [t for t in read_traces(args.traces) if any(w in t.path.stem for w in wanted)]
+    traces = [t for t in read_traces(args.traces, args.layout) if any(w in t.path.stem for w in wanted)]
     if not traces:
-        print(f"error: no availability/1-node/*/*.json under {args.traces}", file=sys.stderr)
+        print(f"error: no availability/{args.layout}/*/*.json under {args.traces}", file=sys.stderr)
         return 2
     strategies = tuple(s for s in args.strategies.split(",") if s)
     if "on-demand" not in strategies:

@@ -169,9 +169,22 @@ def test_the_hazards_are_learnt_from_the_runs_seen() -> None:
     snapped = chain.rounded()
     assert snapped.lose[4] == pytest.approx(10 ** (round(math.log10(chain.lose[4]) * 10) / 10))
     # The age now: the last known state and how long it has held.
-    assert waiting.age_bucket(series, False, 1.0, 1.0) == 2  # out for 2 h: bucket [2, 4)
+    assert waiting.age_bucket(series, False, 1.0, 1.0) == 1  # seen out twice: one tick old
     assert waiting.age_bucket(series, True, 1.0, 1.0) == 0  # up now, as far as it knows: new
-    assert waiting.age_bucket(series[:22], True, 1.0, 1.0) == 4  # up 10 h: bucket [8, 16)
+    assert waiting.age_bucket(series[:22], True, 1.0, 1.0) == 4  # up 10 h: 9 ticks old, [8, 16)
+
+
+def test_a_pool_just_back_takes_the_hazard_of_a_runs_first_tick() -> None:
+    # Up-runs are blips of one step or spells of 40: half the runs end after their first
+    # tick, and one that survived it holds on. A pool seen up at one step only is as likely
+    # to go as a blip; at two steps it has survived its first tick.
+    runs = [1.0] + [0.0] * 3 + [1.0] * 40 + [0.0] * 3
+    series = np.array(runs * 30)
+    chain = chain_from_history(series, series, 1.0, 1.0)
+    just_back = np.r_[series, 1.0]
+    assert chain.lose[waiting.age_bucket(just_back, True, 1.0, 1.0)] > 0.3
+    held = np.r_[series, 1.0, 1.0]
+    assert chain.lose[waiting.age_bucket(held, True, 1.0, 1.0)] < 0.05
 
 
 def _fleet(option: int, deadline_h: float, restart_h: float = 0.2) -> FleetState:
@@ -256,9 +269,9 @@ def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
 
 
 def test_of_zones_equal_on_price_the_one_whose_capacity_has_held_longer_is_taken() -> None:
-    # Runs of capacity of 2, 2 and 60 steps: one just back is likely to go again soon, one that
-    # has held 40 steps is not. Both zones cost the same; the older run wins, whichever zone.
-    seg = [1.0] * 2 + [0.0] + [1.0] * 2 + [0.0] + [1.0] * 60 + [0.0]
+    # Runs of capacity of 1, 1 and 60 steps: one just back is likely to go again at once, one
+    # that has held 40 steps is not. Both zones cost the same; the older run wins, whichever zone.
+    seg = [1.0] + [0.0] + [1.0] + [0.0] + [1.0] * 60 + [0.0]
     young = seg * 8 + [0.0] * 39 + [1.0]
     old = seg * 8 + [1.0] * 40
     guard = Guardrails(period_h=1 / 6)

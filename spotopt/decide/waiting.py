@@ -96,13 +96,19 @@ def chain_from_history(pool: Array, market: Array, step_h: float, tick_h: float)
 
 def age_bucket(series: Array, up: bool, step_h: float, tick_h: float) -> int:
     """The age bucket of the pool's current state ``up``: how long ``series`` (as in
-    ``chain_from_history``) has shown it, 0 when its last known state is the other."""
+    ``chain_from_history``) has shown it, 0 when its last known state is the other.
+
+    The age is counted as ``_hazards`` counts it: a state seen at ``n`` steps in a row has
+    lived ``n - 1`` of them before the one now, so one seen at a single step is in its first
+    tick and takes the first bucket's hazard (the blips a market that just came back often
+    makes). Counting it one tick older gave a pool that had just come back the hazard of one
+    that had already held a tick."""
     known = series[np.isfinite(series)] > 0.5
     if not len(known) or known[-1] != up:
         return 0
     flips = np.flatnonzero(known != up)
     steps = len(known) - (int(flips[-1]) + 1 if len(flips) else 0)
-    return _bucket(steps * step_h / tick_h)
+    return _bucket((steps - 1) * step_h / tick_h)
 
 
 def _bucket(age_ticks: float) -> int:
