@@ -15,11 +15,12 @@ at a price is ``usd_for``; the seconds it bills are the cloud's rule
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
+if TYPE_CHECKING:  # the module imports nothing at run time: the database models use it
+    import numpy as np
 
-Amount = TypeVar("Amount", float, np.ndarray[Any, Any])
+Amount = TypeVar("Amount", float, "np.ndarray[Any, Any]")
 """A scalar or an array of figures: the decision core and the what-if engine price whole arrays
 of options at once (one NumPy division over millions of options, not a loop over objects),
 with the same rule a single price gets."""
