@@ -56,7 +56,7 @@ def quoted(usd_per_hour: float) -> float:
     return round(usd_per_hour, QUOTE_DECIMALS)
 
 
-def jobs_per_instance(instances: float | None) -> int:
+def jobs_from_share(instances: float | None) -> int:
     """The jobs billed on one instance, from the share of it a slot takes as a move and a
     placement record it (``instances``: ``1 / jobs``; None or 0: a whole instance)."""
     return round(1.0 / instances) if instances else 1
@@ -68,23 +68,24 @@ class SlotPrice:
 
     The form a price has from the daemon's decision to the ledger: the target of a move
     (``JobMove.price``), the launch price of a placement (``Placement.price``), the price the
-    budget checks and the fleet's spend-rate cap read, and the slot the ledger bills at the
-    market's price in effect (``in_effect``).
+    budget checks and the fleet's spend-rate cap read, and the slot the ledger bills at its
+    market's price in effect (``spotopt.mover.ledger.slot_mean``: ``per_slot`` of that price
+    with ``jobs_per_instance``, the launch price where the history has none).
+
+    The decision core and the what-if engine keep their prices as arrays (``Options.usd_per_hour``,
+    ``Timeline.price``; NaN: unavailable), not as objects: they price millions of options per
+    round with one NumPy operation, by the same ``per_slot``; a ``SlotPrice`` is made from the
+    array once an option is chosen.
     """
 
     usd_per_hour: float
     jobs_per_instance: int = 1
 
     @classmethod
-    def of_instance(cls, instance_usd_per_hour: float, jobs_per_instance: int = 1) -> SlotPrice:
-        """The slot's price when its instance costs ``instance_usd_per_hour``."""
-        return cls(per_slot(instance_usd_per_hour, jobs_per_instance), jobs_per_instance)
-
-    @classmethod
     def recorded(cls, usd_per_hour: float | None, instances: float | None) -> SlotPrice:
         """A move's or a placement's two price columns: the slot's ``usd_per_hour`` (None: no
         price was recorded, 0) and the ``instances`` it takes (None: a whole one)."""
-        return cls(usd_per_hour or 0.0, jobs_per_instance(instances))
+        return cls(usd_per_hour or 0.0, jobs_from_share(instances))
 
     @property
     def instances(self) -> float:
@@ -95,14 +96,6 @@ class SlotPrice:
     def instance_usd_per_hour(self) -> float:
         """What the whole instance costs per hour (a leftover instance bills all of it)."""
         return per_instance(self.usd_per_hour, self.jobs_per_instance)
-
-    def in_effect(self, instance_usd_per_hour: float) -> SlotPrice:
-        """The same slot at another price of its instance (the market's, in effect now)."""
-        return SlotPrice.of_instance(instance_usd_per_hour, self.jobs_per_instance)
-
-    def usd_for(self, seconds: float) -> float:
-        """What the slot costs for ``seconds``."""
-        return usd_for(self.usd_per_hour, seconds)
 
 
 def per_instance(slot_usd_per_hour: float, jobs_per_instance: int) -> float:
