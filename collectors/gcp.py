@@ -21,6 +21,7 @@ from typing import Any
 
 from spotopt.catalog import GCP_ATTACHED_GPUS, canonical_gpu, gpu_models
 from spotopt.collectors.base import Collector, register
+from spotopt.price import quoted
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation, Record, Rejection
 
 NEEDS = "Application Default Credentials (gcloud auth application-default login) and GOOGLE_CLOUD_PROJECT"
@@ -320,4 +321,4 @@ class GcpPrices(GcpCollector):
             latest = rate.effective if latest is None else max(latest, rate.effective)
         assert latest is not None
         market = MarketKey("gcp", region, None, m.name, kind)
-        return PriceObservation(market, latest, round(total, 6))
+        return PriceObservation(market, latest, quoted(total))

@@ -15,6 +15,7 @@ from spotopt.db.engine import Database
 from spotopt.db.models import JobMove
 from spotopt.mover.executor import Executor
 from spotopt.mover.ledger import fleet_usd_per_hour
+from spotopt.price import SlotPrice
 from spotopt.types import MarketKey
 from tests.helpers import ingest, price
 from tests.mover_rows import AWS_V100, JOB, T0, market_id, place, seed_markets, submit
@@ -58,8 +59,7 @@ def test_the_launch_carries_the_job_s_cap_per_instance(
         "test",
         market_id=market_id(sqlite_db, AWS_V100),
         gpus=1,
-        instances=instances,
-        usd_per_hour=0.9 * instances,
+        price=SlotPrice.recorded(0.9 * instances, instances),
     )
     assert move is not None
     executor.advance(move)  # grant, launch, then waits for the agent
@@ -86,9 +86,7 @@ def test_the_fleet_cap_counts_running_slots_at_the_price_in_effect_now(
     with sqlite_db.session() as session:
         assert fleet_usd_per_hour(session, T0) == pytest.approx(1.5)
     executor = Executor(sqlite_db, Recording(), clock=lambda: T0, max_usd_per_hour=2.0)
-    move = executor.open_move(
-        "bert", "start", "test", market_id=spot, gpus=1, instances=1.0, usd_per_hour=0.9
-    )
+    move = executor.open_move("bert", "start", "test", market_id=spot, gpus=1, price=SlotPrice(0.9))
     assert move is not None
     executor.advance(move)
     with sqlite_db.session() as session:

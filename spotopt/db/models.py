@@ -38,6 +38,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from spotopt.price import SlotPrice
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -412,6 +414,11 @@ class Placement(Base):
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     end_reason: Mapped[str | None] = mapped_column(String(32))
 
+    @property
+    def price(self) -> SlotPrice:
+        """The slot's launch price (``usd_per_hour``, ``instances``) as one value."""
+        return SlotPrice.recorded(self.usd_per_hour, self.instances)
+
 
 class JobMove(Base):
     """One run of the move state machine (``spotopt.mover.executor``): a start, a voluntary move,
@@ -456,6 +463,12 @@ class JobMove(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    @property
+    def price(self) -> SlotPrice:
+        """The target slot's price (``usd_per_hour``, ``instances``) as one value: the launch
+        records it on the placement as it is."""
+        return SlotPrice.recorded(self.usd_per_hour, self.instances)
 
 
 class JournalEntry(Base):

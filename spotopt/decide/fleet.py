@@ -142,8 +142,11 @@ class Options:
     - ``location``: index into the fleet's ``locations`` (egress is priced between them).
     - ``steps_per_hour``: expected effective throughput (discounted for preemption loss and
       checkpoint writes at the planning period).
-    - ``usd_per_hour``: what one job slot costs now (NaN: the market is unavailable).
-    - ``instances_per_hour``: instance-hours per job-hour (1 / jobs per instance).
+    - ``usd_per_hour``: what one job slot costs now (NaN: the market is unavailable), the
+      market's price by ``spotopt.price.per_slot``. An array, not ``SlotPrice`` objects: a round
+      prices every option at once (millions in a large fleet) with one NumPy operation; the
+      daemon makes the ``SlotPrice`` a move records from the chosen option's entry.
+    - ``instances_per_hour``: instance-hours per job-hour (``spotopt.price.instances_per_slot``).
     - ``baseline_usd_per_hour`` and ``revert_h``: the forecast (``spotopt.decide.forecast``): the
       price is expected to stay at ``usd_per_hour`` for ``revert_h`` hours, then return to the
       baseline (``inf``: it holds). With no history, baseline = price and ``revert_h`` = ``inf``.

@@ -27,6 +27,7 @@ from spotopt.errors import InputError
 from spotopt.history.market import MarketState
 from spotopt.jobspec import Job, JobSpec
 from spotopt.policies.base import Array
+from spotopt.price import instances_per_slot, per_slot
 from spotopt.throughput import (
     Figure,
     JobThroughput,
@@ -421,10 +422,10 @@ def price_options(
         market=m,
         location=market_loc[m],
         steps_per_hour=table.steps_per_hour,
-        usd_per_hour=now[m] / slots,
-        instances_per_hour=1.0 / slots,
+        usd_per_hour=per_slot(now[m], slots),
+        instances_per_hour=instances_per_slot(slots),
         on_demand=np.array([q.quote.market == "on-demand" for q in markets], dtype=bool)[m],
-        baseline_usd_per_hour=base[m] / slots,
+        baseline_usd_per_hour=per_slot(base[m], slots),
         revert_h=revert[m],
         preemptions_per_hour=np.array([q.preemptions_per_hour for q in markets], dtype=float)[m],
         transfer=transfer_matrix(locations, at),

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from spotopt.clouds.registry import CLOUDS, BillingRule, load
 from spotopt.errors import InputError
+from spotopt.price import usd_for
 
 
 def billed_seconds(
@@ -41,11 +42,12 @@ def interval_cost_usd(
     *,
     interrupted_by_cloud: bool = False,
 ) -> float:
-    """What one instance interval costs at ``usd_per_hour`` under ``cloud``'s billing rule."""
+    """What one instance interval costs at ``usd_per_hour`` under ``cloud``'s billing rule (the
+    ledger's rule for a row, and the launch's budget check for the period ahead)."""
     if not math.isfinite(usd_per_hour) or usd_per_hour < 0:
         raise InputError(f"usd_per_hour: {usd_per_hour!r} is not a price; give a finite value >= 0")
     seconds = billed_seconds(cloud, started_at, ended_at, interrupted_by_cloud=interrupted_by_cloud)
-    return usd_per_hour * seconds / 3600.0
+    return usd_for(usd_per_hour, seconds)
 
 
 def _ran_seconds(started_at: datetime, ended_at: datetime) -> float:

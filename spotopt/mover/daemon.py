@@ -64,6 +64,7 @@ from spotopt.mover.executor import (
 )
 from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
 from spotopt.mover.market_view import MarketView, market_availability, market_view
+from spotopt.price import SlotPrice
 from spotopt.times import parse_duration
 
 MEMORY_KEY = "mover_memory"
@@ -564,13 +565,14 @@ class Daemon:
             kind = "move"
         else:
             kind = "start"
+        price = SlotPrice(float(opts.usd_per_hour[e]), info.slots)
         decision = {
             "job": job.name,
             "kind": kind,
             "reason": mv.reason,
             "to": market.label,
             "gpus": info.gpus,
-            "usd_per_hour": float(opts.usd_per_hour[e]),
+            "usd_per_hour": price.usd_per_hour,
             "saving_usd": mv.saving_usd,
             "cost_usd": mv.cost_usd,
         }
@@ -590,8 +592,7 @@ class Daemon:
             f"{mv.reason}: {market.label}",
             market_id=market.quote.market_id,
             gpus=info.gpus,
-            instances=float(opts.instances_per_hour[e]),
-            usd_per_hour=float(opts.usd_per_hour[e]),
+            price=price,
             saving_usd=mv.saving_usd,
             cost_usd=mv.cost_usd,
         )

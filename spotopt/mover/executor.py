@@ -73,7 +73,7 @@ from spotopt.db.models import InstanceType, JobMove, JournalEntry, ManagedJob, M
 from spotopt.errors import CapacityUnavailableError, ConfigError, SpotoptError, one_line
 from spotopt.jobspec import Job
 from spotopt.mover import jobs as jobstore
-from spotopt.mover.billing import billed_seconds
+from spotopt.mover.billing import interval_cost_usd
 from spotopt.mover.eventlog import log_event
 from spotopt.mover.ledger import (
     fleet_usd_per_hour,
@@ -85,6 +85,7 @@ from spotopt.mover.ledger import (
 from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity, record_lifetime, record_throughput
 from spotopt.mover.progress import record_progress
 from spotopt.mover.sweep import Leftover, find_leftovers
+from spotopt.price import SlotPrice, per_instance
 from spotopt.times import parse_duration
 from spotopt.types import MarketKey
 
@@ -233,14 +234,14 @@ class Executor:
         *,
         market_id: int | None = None,
         gpus: int | None = None,
-        instances: float | None = None,
-        usd_per_hour: float | None = None,
+        price: SlotPrice | None = None,
         saving_usd: float = 0.0,
         cost_usd: float = 0.0,
         then_state: str | None = None,
     ) -> int | None:
         """Record a new move of ``job_name`` (the job must have none open); its id, or None when
-        the job already has an open move (a second daemon round decided the same thing)."""
+        the job already has an open move (a second daemon round decided the same thing).
+        ``price``: the target slot's, as the decision priced it (the launch records it as is)."""
         now = self.clock()
         with self.db.session() as session:
             job = jobstore.find_job(session, job_name, lock=True)
@@ -255,8 +256,8 @@ class Executor:
                 from_placement_id=current.id if current is not None else None,
                 market_id=market_id,
                 gpus=gpus,
-                instances=instances,
-                usd_per_hour=usd_per_hour,
+                instances=None if price is None else price.instances,
+                usd_per_hour=None if price is None else price.usd_per_hour,
                 then_state=then_state,
                 saving_usd=saving_usd,
                 cost_usd=cost_usd,
@@ -280,7 +281,7 @@ class Executor:
             kind=kind,
             reason=reason,
             to=market,
-            usd_per_hour=usd_per_hour,
+            usd_per_hour=None if price is None else price.usd_per_hour,
             saving_usd=saving_usd,
             cost_usd=cost_usd,
         )
@@ -556,8 +557,8 @@ class Executor:
                     provider=self.provider.name,
                     market_id=move.market_id,
                     gpus=move.gpus,
-                    instances=move.instances or 1.0,
-                    usd_per_hour=move.usd_per_hour or 0.0,
+                    instances=move.price.instances,
+                    usd_per_hour=move.price.usd_per_hour,
                     state="launching",
                     created_at=now,
                 )
@@ -791,7 +792,7 @@ class Executor:
         """What the provider starts; ``SPOTOPT_MARKET``/``SPOTOPT_GPUS`` tell the job where it runs
         (the replay's stand-in workload progresses at its throughput there). The job's
         ``max_usd_per_hour`` caps its slot, a share (``move.instances``) of an instance: the cap
-        on the whole instance the provider hands the cloud is the job's over that share."""
+        on the whole instance the provider hands the cloud is the job's times the jobs on it."""
         assert move.epoch is not None and spec.checkpoint is not None
         every = spec.checkpoint.every
         loc = job_location(job)
@@ -810,14 +811,16 @@ class Executor:
                 DATABASE_TAG: self.database_id,
             },
             max_usd_per_instance_hour=(
-                job.max_usd_per_hour / (move.instances or 1.0) if job.max_usd_per_hour is not None else None
+                per_instance(job.max_usd_per_hour, move.price.jobs_per_instance)
+                if job.max_usd_per_hour is not None
+                else None
             ),
         )
 
     def _over_budget_for(self, move: JobMove, job: ManagedJob, spec: Job) -> str:
         """Why launching ``move`` would break a budget ('' if it does not): the executor's own
         check, whatever the planner decided (a price may have moved since)."""
-        rate = move.usd_per_hour or 0.0
+        rate = move.price.usd_per_hour
         if job.max_usd_per_hour is not None and rate > job.max_usd_per_hour:
             return f"budget: ${rate:.4f}/h is above the job's max_usd_per_hour ${job.max_usd_per_hour:.4f}"
         now = self.clock()
@@ -830,7 +833,7 @@ class Executor:
         # The cloud bills at least its minimum for any start (AWS/GCP 60 s), so that is the least
         # a launch commits to, with the egress of entering the market.
         until = now + timedelta(hours=self.period_h, seconds=spec.restart_s + spec.checkpoint_seconds)
-        ahead = rate * billed_seconds(cloud, now, until) / 3600.0 + egress
+        ahead = interval_cost_usd(cloud, rate, now, until) + egress
         if spent + ahead > job.budget_usd:
             return (
                 f"budget: ${spent:.4f} spent + ${ahead:.4f} for the next period and the move's "

@@ -2,8 +2,9 @@
 
 One row per instance interval (a ``Placement`` from the launch call's return to the terminate
 call's return, or to ``now`` while it runs). Its price is the market's price *in effect* over the
-interval (the price history is a step function: a point holds until the next one), averaged over
-the time it ran, times the instances the job's slot takes; the billed seconds are the cloud's
+interval (the price history is a step function: a point holds until the next one), priced for
+the job's slot as the decision core prices it (``spotopt.price``: the instance's price over the
+jobs sharing it) and averaged over the time it ran; the billed seconds are the cloud's
 (``spotopt.mover.billing``: AWS/GCP per second with a 60 s minimum, AWS spot interrupted in its
 first hour free, Azure whole minutes). A placement run by the ``local`` provider is priced as the
 market it stands for, so a trial on one machine reports what the cloud would have billed.
@@ -39,6 +40,7 @@ from spotopt.db.models import InstanceType, JobMove, ManagedJob, Market, Placeme
 from spotopt.decide.egress import entry_usd, transfer_matrix
 from spotopt.jobspec import Job
 from spotopt.mover.billing import billed_seconds
+from spotopt.price import SlotPrice, per_slot, usd_for
 from spotopt.types import MarketKey, MarketKind
 
 
@@ -61,7 +63,7 @@ class Interval:
     """The job slot's price in effect, averaged over the interval."""
     billed_s: float
     cost_usd: float
-    """Instance time: ``usd_per_hour`` x ``billed_s``."""
+    """Instance time: ``usd_per_hour`` x ``billed_s`` (``spotopt.price.usd_for``)."""
     egress_from: str | None
     """``cloud/region`` of the checkpoint entering this placement moved (None: none moved in)."""
     egress_to: str | None
@@ -109,6 +111,14 @@ def price_in_effect(
     Two sources reporting the same instant are ordered by source name (the last one holds), so
     SQLite and PostgreSQL agree on which one is in effect.
     """
+    return mean_price(*_steps_in(session, market_id, start, end), start, end, fallback)
+
+
+def _steps_in(
+    session: Session, market_id: int, start: datetime, end: datetime
+) -> tuple[float | None, list[tuple[datetime, float]]]:
+    """``_window`` read from the database for one market: the point in effect at ``start`` (None:
+    none yet) and the changes strictly inside ``[start, end]``."""
     before = session.scalar(
         select(PricePoint.usd_per_hour)
         .where(PricePoint.market_id == market_id, PricePoint.observed_at <= start)
@@ -116,7 +126,7 @@ def price_in_effect(
         .limit(1)
     )
     if end <= start:
-        return mean_price(before, [], start, end, fallback)
+        return before, []
     changes = session.execute(
         select(PricePoint.observed_at, PricePoint.usd_per_hour)
         .where(
@@ -126,7 +136,7 @@ def price_in_effect(
         )
         .order_by(PricePoint.observed_at, PricePoint.source)
     ).all()
-    return mean_price(before, [(when, usd) for when, usd in changes], start, end, fallback)
+    return before, [(when, usd) for when, usd in changes]
 
 
 def mean_price(
@@ -138,7 +148,7 @@ def mean_price(
 ) -> float:
     """The time-weighted mean of a step function over ``[start, end]``: ``before`` holds at
     ``start`` (None: ``fallback``), then each of ``changes`` (inside the interval, in time order)
-    from its time on. The one computation behind ``price_in_effect`` and ``spent_by_job``."""
+    from its time on. The one computation behind ``price_in_effect`` and ``slot_mean``."""
     price = float(before) if before is not None else fallback
     if end <= start:
         return price
@@ -151,14 +161,31 @@ def mean_price(
 
 
 def slot_usd_per_hour(session: Session, p: Placement, start: datetime, end: datetime) -> float:
-    """The job slot's price of placement ``p`` in effect over ``[start, end]``: its market's
-    price times the instances the slot takes (the price at launch where the history has none)."""
-    return p.instances * price_in_effect(session, p.market_id, start, end, _launch_price(p))
+    """The job slot's price of placement ``p`` in effect over ``[start, end]`` (``slot_mean``)."""
+    return slot_mean(p.price, *_steps_in(session, p.market_id, start, end), start, end)
 
 
-def _launch_price(p: Placement) -> float:
-    """The market's price ``p`` was launched at (its slot's price over the instances it takes)."""
-    return p.usd_per_hour / p.instances if p.instances else 0.0
+def slot_mean(
+    launched: SlotPrice,
+    before: float | None,
+    changes: Sequence[tuple[datetime, float]],
+    start: datetime,
+    end: datetime,
+) -> float:
+    """The time-weighted mean price of a slot launched at ``launched`` over ``[start, end]``, its
+    market's step function (``before``, ``changes``: instance prices, as ``_window`` reads them)
+    priced for the slot by the decision core's rule (``spotopt.price.per_slot``), so a slot billed
+    at the price it was decided at costs what the decision said; where the history has no price
+    yet, the launch price as recorded. ``interval``, ``spent_by_job``, the fleet's spend rate and
+    the budget checks all bill a slot by this."""
+    jobs = launched.jobs_per_instance
+    return mean_price(
+        None if before is None else per_slot(before, jobs),
+        [(when, per_slot(usd, jobs)) for when, usd in changes],
+        start,
+        end,
+        launched.usd_per_hour,
+    )
 
 
 def fleet_usd_per_hour(session: Session, now: datetime) -> float:
@@ -169,8 +196,7 @@ def fleet_usd_per_hour(session: Session, now: datetime) -> float:
     steps = _price_steps(session, sorted({p.market_id for p in running}), now)
     total = 0.0
     for p in running:  # as ``slot_usd_per_hour(session, p, now, now)``, the prices read at once
-        before, _ = _window(steps.get(p.market_id, ([], [])), now, now)
-        total += p.instances * (before if before is not None else _launch_price(p))
+        total += slot_mean(p.price, *_window(steps.get(p.market_id, ([], [])), now, now), now, now)
     return total
 
 
@@ -213,7 +239,7 @@ def _row(p: Placement, market: MarketKey, slot_usd: float, now: datetime, egress
         end_reason=p.end_reason,
         usd_per_hour=slot_usd,
         billed_s=seconds,
-        cost_usd=slot_usd * seconds / 3600.0,
+        cost_usd=usd_for(slot_usd, seconds),
         egress_from=egress.source,
         egress_to=egress.dest,
         egress_gb=egress.gb,
@@ -248,9 +274,8 @@ def spent_by_job(session: Session, job_ids: Sequence[int], now: datetime) -> dic
     and two per price lookup. Here it is a few queries in all: the placements, their markets, and
     the price points of those markets from the earliest placement start on (plus the point in
     effect then), plus the moves' recorded egress, after which each row is computed exactly as
-    ``interval`` computes it (``mean_price``, the slot's product as in ``slot_usd_per_hour``,
-    ``_row``) and summed as ``total_usd`` sums it, in the same order, so the totals are equal to
-    the last bit.
+    ``interval`` computes it (``slot_mean``, ``_row``) and summed as ``total_usd`` sums it, in the
+    same order, so the totals are equal to the last bit.
     """
     out = dict.fromkeys(job_ids, 0.0)
     placements: list[Placement] = []
@@ -269,8 +294,8 @@ def spent_by_job(session: Session, job_ids: Sequence[int], now: datetime) -> dic
     for p in placements:
         assert p.started_at is not None
         end = p.ended_at or max(now, p.started_at)
-        before, changes = _window(steps.get(p.market_id, ([], [])), p.started_at, end)
-        slot_usd = p.instances * mean_price(before, changes, p.started_at, end, _launch_price(p))
+        window = _window(steps.get(p.market_id, ([], [])), p.started_at, end)
+        slot_usd = slot_mean(p.price, *window, p.started_at, end)
         out[p.job_id] += _row(p, keys[p.market_id], slot_usd, now, egress.get(p.id, NO_EGRESS)).billed_usd
     return out
 

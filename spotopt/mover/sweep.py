@@ -116,7 +116,7 @@ def _hourly(
     if billing is Billing.STORAGE:
         return 0.0
     if placement is not None:
-        return placement.usd_per_hour / (placement.instances or 1.0)
+        return placement.price.instance_usd_per_hour
     with db.session() as session:
         return _market_price(session, instance.market, now)
 

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from spotopt.decide.egress import entry_usd
+from spotopt.price import per_slot
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.timeline import Timeline
 
@@ -199,7 +200,7 @@ def tick_terms(
     # instance with nothing to save yet ends at the notice.
     tail_h = np.where(prod_h > 0, np.where(written, save_h, notice_h), 0.0)
     return TickTerms(
-        price=tl.price[m, t] / sim.slots[opts],
+        price=per_slot(tl.price[m, t], sim.slots[opts]),
         start_h=start,
         restart_h=restart_h,
         run_h=np.where(pre, np.where(live_h > 0, live_h + tail_h, 0.0), tl.tick_h - start),

@@ -39,6 +39,7 @@ from spotopt.catalog import list_prices
 from spotopt.db.engine import Database
 from spotopt.history.ingest import run_ingest
 from spotopt.jobspec import JobSpec, parse_jobs
+from spotopt.price import quoted
 from spotopt.types import MarketKey, MarketKind, PriceObservation
 from spotopt.whatif.timeline import SYNTHETIC_SOURCE
 
@@ -146,7 +147,7 @@ def generate(seed: int = SEED, start: datetime = START, days: int = DAYS) -> Ite
             for zone in zones:
                 market = MarketKey(cloud, REGION[cloud], zone or None, instance_type, MarketKind.SPOT)
                 if cloud == "gcp":
-                    yield PriceObservation(market, start, round(floor, 6))
+                    yield PriceObservation(market, start, quoted(floor))
                     continue
                 y = 0.0
                 for day in range(days):
@@ -155,7 +156,7 @@ def generate(seed: int = SEED, start: datetime = START, days: int = DAYS) -> Ite
                     hour = 0 if day == 0 else int(rng.integers(0, 24))
                     price = on_demand if capped else min(on_demand, floor * math.exp(y))
                     when = start + timedelta(days=day, hours=hour)
-                    yield PriceObservation(market, when, round(price, 6))
+                    yield PriceObservation(market, when, quoted(price))
 
 
 def load_example(db: Database, seed: int = SEED) -> int:

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from spotopt.price import per_slot
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.timeline import Timeline
 
@@ -111,8 +112,8 @@ class OptionFrontier:
         lo_m = np.where(priced, self.floor[:, cols], np.inf).min(axis=1)
         hi_m = np.where(priced.all(axis=1), np.where(priced, prices, -np.inf).max(axis=1), np.inf)
         slots = sim.slots[self.order]
-        lo = lo_m[sim.market[self.order]] / slots
-        hi = hi_m[sim.market[self.order]] / slots
+        lo = per_slot(lo_m[sim.market[self.order]], slots)
+        hi = per_slot(hi_m[sim.market[self.order]], slots)
         best_od, by_od = self._running_min(np.where(self.on_demand, hi, np.inf))
         best_spot, by_spot = self._running_min(np.where(self.on_demand, np.inf, hi))
         dominated = np.where(self.on_demand, best_od, best_spot) < lo

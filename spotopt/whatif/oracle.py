@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from spotopt.decide.egress import entry_usd
+from spotopt.price import per_slot
 from spotopt.whatif.engine import tick_terms
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.timeline import Timeline
@@ -100,7 +101,7 @@ def undominated(tl: Timeline, sim: SimJobs, events: Array, eo: Array, start: int
     (A preempted ``e`` bills only part of its tick, which a never-preempted ``e2`` cannot match:
     such an ``e`` is kept.) Of two identical options the first is kept.
     """
-    price = tl.price[sim.market[eo], start:] / sim.slots[eo][:, None]
+    price = per_slot(tl.price[sim.market[eo], start:], sim.slots[eo][:, None])
     price = np.where(np.isfinite(price), price, np.inf)
     avail = np.isfinite(price)
     pre = np.isfinite(events[sim.market[eo], start:]) & avail
@@ -143,7 +144,7 @@ def step_price_floor(tl: Timeline, sim: SimJobs, eo: Array, start: int, end: int
     (``inf`` where no option has a price any more, and at ``end``).
     """
     rate = sim.steps_per_hour[eo] * sim.checkpoint_eff[eo]
-    price = tl.price[sim.market[eo], start:end] / sim.slots[eo][:, None]
+    price = per_slot(tl.price[sim.market[eo], start:end], sim.slots[eo][:, None])
     with np.errstate(divide="ignore", invalid="ignore"):
         per_step = np.where(np.isfinite(price) & (rate[:, None] > 0), price / rate[:, None], np.inf)
     per_tick = per_step.min(axis=0, initial=np.inf)

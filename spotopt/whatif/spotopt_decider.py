@@ -23,6 +23,7 @@ from spotopt.decide.core import Memory, decide
 from spotopt.decide.fleet import Availability, FleetState, Options
 from spotopt.decide.forecast import forecast
 from spotopt.decide.guardrails import Guardrails
+from spotopt.price import instances_per_slot, per_slot
 from spotopt.whatif.engine import SimState
 from spotopt.whatif.frontier import OptionFrontier
 from spotopt.whatif.jobs import SimJobs, checkpoint_terms
@@ -136,10 +137,10 @@ class SpotoptDecider:
             market=market,
             location=sim.location[sub],
             steps_per_hour=self.speeds(sub, rates),
-            usd_per_hour=tl.price[market, t] / slots,
-            instances_per_hour=1.0 / slots,
+            usd_per_hour=per_slot(tl.price[market, t], slots),
+            instances_per_hour=instances_per_slot(slots),
             on_demand=sim.on_demand[sub],
-            baseline_usd_per_hour=self.baseline[market, t] / slots,
+            baseline_usd_per_hour=per_slot(self.baseline[market, t], slots),
             revert_h=self.revert_h[market, t],
             preemptions_per_hour=rates[market],
             transfer=self.transfer,

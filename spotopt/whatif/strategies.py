@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from spotopt.price import per_slot
 from spotopt.whatif.engine import SimState
 from spotopt.whatif.jobs import SimJobs, matches_ref
 from spotopt.whatif.timeline import Timeline
@@ -74,7 +75,7 @@ def best_among(idx: Array, score: Array, sim: SimJobs) -> Array:
 
 def usd_per_step(tl: Timeline, sim: SimJobs, t: int) -> Array:
     """Seeds' ranking: slot price ÷ undiscounted throughput at tick ``t`` (NaN: unavailable)."""
-    return tl.price[sim.market, t] / sim.slots / sim.steps_per_hour
+    return per_slot(tl.price[sim.market, t], sim.slots) / sim.steps_per_hour
 
 
 def candidate_mask(name: str, tl: Timeline, sim: SimJobs, start_tick: int) -> Array:

@@ -3,7 +3,9 @@
 ``price[m, t]`` is market ``m``'s price (USD per instance-hour) in effect at tick ``t``'s start,
 the history's own rule (last point at or before the time); NaN means the market has no price
 then and is unavailable. Prices are sampled at tick starts: a change inside a tick takes effect
-at the next tick, which is when the planner would see it anyway.
+at the next tick, which is when the planner would see it anyway. A float64 matrix rather than
+quotes or ``spotopt.price.SlotPrice`` objects: the engine prices every option of every tick with
+array operations (a job slot's share by the same ``spotopt.price.per_slot`` the daemon uses).
 """
 
 from __future__ import annotations
