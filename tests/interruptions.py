@@ -15,9 +15,10 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -27,6 +28,7 @@ from spotopt.clouds.local.provider import LocalProvider
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_metadata import FakeMetadata
 from tests.stores import StoreUnderTest, store_for
+from tests.zygote import Zygote
 
 MARKET = MarketKey("local", "local", None, "process", MarketKind.SPOT)
 MODES = ("sigkill", "sigterm", "aws", "gcp", "azure", "control", "preempt")
@@ -42,9 +44,31 @@ TIMING = {
 """Every HTTP round-trip to moto or Azurite costs milliseconds: poll them less."""
 
 
+class ForkingProvider(LocalProvider):
+    """The local provider whose instances are forks of a zygote (``tests/zygote.py``) rather than
+    new interpreters: the same runner's part, the same script, a start without the imports."""
+
+    def __init__(self, state_dir: Path, zygote: Zygote, grace_s: float) -> None:
+        super().__init__(state_dir, grace_s=grace_s)
+        self.zygote = zygote
+
+    def _start(
+        self, home: Path, spec: LaunchSpec, env: Mapping[str, str], log: BinaryIO, alive: BinaryIO
+    ) -> int:
+        return self.zygote.spawn(
+            spec.command, env=env, cwd=spec.workdir, home=home, output=log.fileno(), keep=(alive.fileno(),)
+        )
+
+
 @pytest.fixture
-def provider(tmp_path: Path) -> Iterator[LocalProvider]:
-    made = LocalProvider(tmp_path / "state", grace_s=TIMEOUT_S)
+def provider(tmp_path: Path, zygote: Zygote | None) -> Iterator[LocalProvider]:
+    """The local provider; its instances forked from the module's ``zygote`` if it has one."""
+    state = tmp_path / "state"
+    made = (
+        LocalProvider(state, grace_s=TIMEOUT_S)
+        if zygote is None
+        else ForkingProvider(state, zygote, TIMEOUT_S)
+    )
     yield made
     for instance in made.list_instances():
         made.terminate(instance.instance_id, grace_s=0)

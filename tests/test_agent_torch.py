@@ -42,6 +42,12 @@ STEPS = 120
 STEP_DELAY_S = 0.01
 
 
+@pytest.fixture(scope="module")
+def zygote_preload() -> tuple[Path | str, ...]:
+    """The jobs here start as forks of one process that has imported what the examples import."""
+    return (*SCRIPTS.values(), "torch._inductor")
+
+
 def _cases(
     seed: int, variant: str, stores: dict[str, tuple[str, ...]]
 ) -> list[tuple[str, str, tuple, tuple]]:
