@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
+from filelock import FileLock
 
 from spotopt.checkpoints import RequestKind, grant_lease, read_acknowledgement, send_request
 from spotopt.clouds.common.base import InstanceState, LaunchSpec
@@ -72,6 +75,27 @@ def provider(tmp_path: Path, zygote: Zygote | None) -> Iterator[LocalProvider]:
     yield made
     for instance in made.list_instances():
         made.terminate(instance.instance_id, grace_s=0)
+
+
+def uninterrupted(
+    factory: pytest.TempPathFactory, name: str, command: Callable[[Path], Sequence[str]]
+) -> Path:
+    """The folder of a run of ``command(folder)`` start to end, in a new interpreter (not a
+    zygote's fork) and with no spotopt environment (standalone: it checkpoints into the folder):
+    what an interrupted job must end identical to. Made once per test session, also across xdist
+    workers (a lock in the folder they share), so each reference costs one start per session."""
+    worker_root = factory.getbasetemp()
+    work = (
+        worker_root if "PYTEST_XDIST_WORKER" not in os.environ else worker_root.parent
+    ) / f"uninterrupted-{name}"
+    with FileLock(f"{work}.lock"):
+        if not (work / "done").exists():
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
+            subprocess.run(command(work), cwd=work, env=env, check=True, timeout=TIMEOUT_S)
+            (work / "done").touch()
+    return work
 
 
 def log_lines(log: Path) -> list[tuple[int, str]]:

@@ -10,9 +10,7 @@ pins next to ``torch==2.13.0`` (the CPU wheel) so these run there.
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -30,11 +28,11 @@ from spotopt.clouds.local.provider import LocalProvider  # noqa: E402
 from tests.interruptions import (  # noqa: E402
     CLOUDS,
     MARKET,
-    TIMEOUT_S,
     Interrupt,
     interrupted,
     log_lines,
     provider,
+    uninterrupted,
     wait,
 )
 from tests.stores import StoreUnderTest, moto_s3  # noqa: E402
@@ -48,6 +46,12 @@ STEPS = 40
 """3⅓ epochs of 12 batches: interruptions land mid-epoch and, sometimes, at an epoch's end."""
 STEP_DELAY_S = 0.03
 KINDS = ("sigkill", "sigterm", "notice", "control")
+
+
+@pytest.fixture(scope="module")
+def zygote_preload() -> tuple[Path | str, ...]:
+    """The jobs here start as forks of one process that has imported what the examples import."""
+    return (*(EXAMPLES / script for _, script in TRAINERS.values()), "torch._inductor")
 
 
 def _cases(seed: int) -> list[tuple[str, str, tuple[str, ...], tuple[int, ...]]]:
@@ -74,10 +78,6 @@ def _command(trainer: str, out: Path, log: Path, *extra: str) -> list[str]:
     return [sys.executable, str(script), "--steps", str(STEPS), "--out", str(out), "--log", str(log), *extra]
 
 
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
-
-
 Result = tuple[dict[str, Any], dict[str, Any], dict[int, str], dict[str, Any]]
 
 
@@ -90,14 +90,12 @@ def _result(out: Path, log: Path) -> Result:
 
 @pytest.fixture(scope="module")
 def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The uninterrupted runs (standalone: no provider, no environment), made on first use."""
+    """The uninterrupted runs (``interruptions.uninterrupted``), made on first use."""
     made: dict[str, Result] = {}
 
     def reference(trainer: str) -> Result:
         if trainer not in made:
-            work = tmp_path_factory.mktemp(f"reference-{trainer}")
-            command = _command(trainer, work / "out", work / "log")
-            subprocess.run(command, cwd=work, env=_clean_env(), check=True, timeout=TIMEOUT_S)
+            work = uninterrupted(tmp_path_factory, trainer, lambda w: _command(trainer, w / "out", w / "log"))
             made[trainer] = _result(work / "out", work / "log")
         return made[trainer]
 

@@ -43,6 +43,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,17 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def exit_code(home: Path, timeout_s: float) -> int:
+    """The status the runner of ``home`` recorded for its trainer, once it has (the runner is the
+    zygote's child, not the test's: its file is how the test learns the trainer ended)."""
+    deadline = time.monotonic() + timeout_s
+    while not (home / "exit_code").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no exit status in {home} after {timeout_s:g} s")
+        time.sleep(0.02)
+    return int((home / "exit_code").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
