@@ -7,6 +7,11 @@ provider's ``preempt``. The command must append ``<step> <loss hex> <epoch>`` pe
 the driver waits for the log to reach a kill step, then interrupts. Where exactly an
 interruption lands depends on timing, but what the tests assert holds wherever it lands. One run
 may mix modes, one per kill step: a job interrupted in several ways in turn.
+
+A test module that overrides the ``zygote_preload`` fixture (``tests/conftest.py``) gets a
+``provider`` whose instances are forks of its zygote (``tests/zygote.py``) instead of new
+interpreters: the PyTorch modules, whose every start would otherwise import torch for seconds.
+The result each job must match (``uninterrupted``) is always run in a new interpreter.
 """
 
 from __future__ import annotations

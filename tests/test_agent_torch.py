@@ -2,6 +2,8 @@
 seeded random points (``tests/interruptions.py``) ends bit-identical to an uninterrupted run:
 parameters, optimizer state, losses and every step's loss; plus what the examples do not reach
 (a grad scaler, extras with ``state_dict``, the sampler's positions, a stop on rank 1 only).
+Every job start is a fork of the module's zygote (``tests/zygote.py``); the uninterrupted runs
+compared with are new interpreters.
 
 Skips without torch; CI installs ``torch==2.13.0`` (the CPU wheel) so these run there.
 """

@@ -2,7 +2,8 @@
 their examples, a tiny model built in code, interrupted at seeded random points
 (``tests/interruptions.py``: SIGKILL, SIGTERM, a cloud notice from the fake metadata server, the
 daemon's stop request) on ``file://`` and moto S3, end with parameters, optimizer state and every
-step's parameter fingerprint bit-identical to an uninterrupted run.
+step's parameter fingerprint bit-identical to an uninterrupted run. Every job start is a fork of
+the module's zygote (``tests/zygote.py``); the uninterrupted runs are new interpreters.
 
 Skips without torch, transformers or lightning; CI installs the ``hf`` and ``lightning`` extras'
 pins next to ``torch==2.13.0`` (the CPU wheel) so these run there.
