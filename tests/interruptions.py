@@ -36,12 +36,14 @@ from spotopt.clouds.local.provider import LocalProvider
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_metadata import FakeMetadata
 from tests.stores import StoreUnderTest, store_for
-from tests.zygote import Zygote
+from tests.zygote import Zygote, exit_code
 
 MARKET = MarketKey("local", "local", None, "process", MarketKind.SPOT)
 MODES = ("sigkill", "sigterm", "aws", "gcp", "azure", "control", "preempt")
 CLOUDS = ("aws", "gcp", "azure")
-GENTLE = {"sigterm", "aws", "gcp", "azure", "control", "preempt"}
+RANK_1_SIGTERM = "sigterm-rank-1"
+"""For a job of several processes: SIGTERM to rank 1 alone (the others learn of it from the agent)."""
+GENTLE = {"sigterm", "aws", "gcp", "azure", "control", "preempt", RANK_1_SIGTERM}
 """Modes that let the agent checkpoint and stop: the process must exit 0."""
 TIMEOUT_S = 60.0
 TIMING = {
@@ -83,24 +85,45 @@ def provider(tmp_path: Path, zygote: Zygote | None) -> Iterator[LocalProvider]:
 
 
 def uninterrupted(
-    factory: pytest.TempPathFactory, name: str, command: Callable[[Path], Sequence[str]]
+    factory: pytest.TempPathFactory,
+    name: str,
+    command: Callable[[Path], Sequence[str]],
+    zygote: Zygote | None = None,
 ) -> Path:
-    """The folder of a run of ``command(folder)`` start to end, in a new interpreter (not a
-    zygote's fork) and with no spotopt environment (standalone: it checkpoints into the folder):
-    what an interrupted job must end identical to. Made once per test session, also across xdist
-    workers (a lock in the folder they share), so each reference costs one start per session."""
-    worker_root = factory.getbasetemp()
-    work = (
-        worker_root if "PYTEST_XDIST_WORKER" not in os.environ else worker_root.parent
-    ) / f"uninterrupted-{name}"
+    """The folder of a run of ``command(folder)`` start to end with no spotopt environment
+    (standalone: it checkpoints into the folder): what an interrupted job must end identical to.
+    A new interpreter, or with ``zygote`` a fork of it (only where a new interpreter's result is
+    already pinned to a fork's by another reference). Made once per test session, also across
+    xdist workers (a lock in the folder they share), so each reference costs one start."""
+    shared = factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:  # each worker's folder is in the session's
+        shared = shared.parent
+    work = shared / f"uninterrupted-{name}"
     with FileLock(f"{work}.lock"):
         if not (work / "done").exists():
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir()
             env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
-            subprocess.run(command(work), cwd=work, env=env, check=True, timeout=TIMEOUT_S)
+            if zygote is None:
+                subprocess.run(command(work), cwd=work, env=env, check=True, timeout=TIMEOUT_S)
+            else:
+                with zygote.running(command(work), env=env, cwd=work, home=work):
+                    code = exit_code(work, TIMEOUT_S)
+                assert code == 0, (work / "output").read_text()
             (work / "done").touch()
     return work
+
+
+def rank_pid(leader: int, rank: int) -> int:
+    """The pid of ``rank`` of a job of several processes whose launcher (``launch_ddp.py``) the
+    process-group leader ``leader`` started: the runner's one child, whose children are the
+    ranks in rank order (read from /proc)."""
+    (launcher,) = _children(leader)
+    return _children(launcher)[rank]
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 def log_lines(log: Path) -> list[tuple[int, str]]:
@@ -198,6 +221,9 @@ def run_interrupted(
             os.killpg(pid, signal.SIGKILL)
         elif mode == "sigterm":
             provider.terminate(iid)
+        elif mode == RANK_1_SIGTERM:
+            leader = json.loads((provider.state_dir / "instances" / iid / "record.json").read_text())["pid"]
+            os.kill(rank_pid(leader, 1), signal.SIGTERM)
         elif mode == "preempt":
             provider.preempt(iid, notice_s=TIMEOUT_S)
         elif mode == "control":

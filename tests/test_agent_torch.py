@@ -41,6 +41,7 @@ from tests.interruptions import (  # noqa: E402
     interrupted,
     log_lines,
     provider,
+    rank_pid,
     uninterrupted,
 )
 from tests.stores import moto_s3  # noqa: E402
@@ -152,10 +153,6 @@ def test_an_interrupted_torch_job_resumes_bit_identical(
     _assert_identical(_result(out, log), references(variant))
 
 
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds rank 1's pid through /proc")
 def test_a_sigterm_on_rank_1_alone_stops_every_rank_at_the_same_step(
     tmp_path: Path, zygote: Zygote, references: Any
@@ -167,21 +164,14 @@ def test_a_sigterm_on_rank_1_alone_stops_every_rank_at_the_same_step(
     for run in ("stopped", "resumed"):
         home = tmp_path / run
         home.mkdir()
-        with (home / "output").open("wb") as output:
-            runner = zygote.spawn(command, env=_clean_env(), cwd=tmp_path, home=home, output=output.fileno())
-        try:
+        with zygote.running(command, env=_clean_env(), cwd=tmp_path, home=home) as runner:
             if run == "stopped":
                 deadline = time.monotonic() + TIMEOUT_S
                 while not any(s >= 30 for s, _ in log_lines(log)):
                     assert time.monotonic() < deadline, "the job never reached step 30"
                     time.sleep(0.02)
-                (launcher,) = _children(runner)
-                _rank0, rank1 = _children(launcher)  # started in rank order
-                os.kill(rank1, signal.SIGTERM)
+                os.kill(rank_pid(runner, 1), signal.SIGTERM)
             code = exit_code(home, TIMEOUT_S)
-        finally:
-            if not (home / "exit_code").exists():
-                os.killpg(runner, signal.SIGKILL)
         output = (home / "output").read_text()
         assert code == 0, output
         if run == "stopped":

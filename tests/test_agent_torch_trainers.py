@@ -15,6 +15,7 @@ import random
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from spotopt.clouds.local.provider import LocalProvider  # noqa: E402
 from tests.interruptions import (  # noqa: E402
     CLOUDS,
     MARKET,
+    RANK_1_SIGTERM,
     Interrupt,
     interrupted,
     log_lines,
@@ -38,6 +40,7 @@ from tests.interruptions import (  # noqa: E402
 )
 from tests.stores import StoreUnderTest, moto_s3  # noqa: E402
 from tests.test_agent_torch import assert_same_weights  # noqa: E402
+from tests.zygote import Zygote  # noqa: E402
 
 __all__ = ["interrupted", "moto_s3", "provider"]
 
@@ -52,7 +55,15 @@ KINDS = ("sigkill", "sigterm", "notice", "control")
 @pytest.fixture(scope="module")
 def zygote_preload() -> tuple[Path | str, ...]:
     """The jobs here start as forks of one process that has imported what the examples import."""
-    return (*(EXAMPLES / script for _, script in TRAINERS.values()), "torch._inductor")
+    scripts = [EXAMPLES / script for library, script in TRAINERS.values() if find_spec(library)]
+    return (*scripts, EXAMPLES / "launch_ddp.py", "torch._inductor")
+
+
+def _skip_without(library: str) -> None:
+    """Skip unless ``library`` is installed: found, not imported (the jobs import it in their own
+    processes; Lightning's import alone takes this process 6 s)."""
+    if find_spec(library) is None:
+        pytest.skip(f"{library} is not installed")
 
 
 def _cases(seed: int) -> list[tuple[str, str, tuple[str, ...], tuple[int, ...]]]:
@@ -71,12 +82,29 @@ def _cases(seed: int) -> list[tuple[str, str, tuple[str, ...], tuple[int, ...]]]
     return cases
 
 
-CASES = _cases(2323)
+DDP = "lightning-ddp"
+"""The Lightning example as 2 DistributedDataParallel processes on gloo (``launch_ddp.py``)."""
+
+
+def _ddp_case(seed: int) -> tuple[str, str, tuple[str, ...], tuple[int, ...]]:
+    """The Lightning callback under DDP: one job on ``file://`` interrupted in each of the four
+    kinds and by a SIGTERM to rank 1 alone (Lightning's own handler hangs both ranks then), in a
+    random order (the notice from a random cloud), each at a random step."""
+    rng = random.Random(seed)
+    kinds = [rng.choice(CLOUDS) if kind == "notice" else kind for kind in (*KINDS, RANK_1_SIGTERM)]
+    rng.shuffle(kinds)
+    return DDP, "file", tuple(kinds), tuple(sorted(rng.sample(range(4, STEPS - 8, 3), len(kinds))))
+
+
+CASES = [*_cases(2323), _ddp_case(2324)]
 
 
 def _command(trainer: str, out: Path, log: Path, *extra: str) -> list[str]:
-    script = EXAMPLES / TRAINERS[trainer][1]
-    return [sys.executable, str(script), "--steps", str(STEPS), "--out", str(out), "--log", str(log), *extra]
+    if trainer == DDP:
+        script = [str(EXAMPLES / "launch_ddp.py"), "--nproc", "2", str(EXAMPLES / "train_lightning.py"), "--"]
+    else:
+        script = [str(EXAMPLES / TRAINERS[trainer][1])]
+    return [sys.executable, *script, "--steps", str(STEPS), "--out", str(out), "--log", str(log), *extra]
 
 
 Result = tuple[dict[str, Any], dict[str, Any], dict[int, str], dict[str, Any]]
@@ -90,13 +118,20 @@ def _result(out: Path, log: Path) -> Result:
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The uninterrupted runs (``interruptions.uninterrupted``), made on first use."""
+def references(tmp_path_factory: pytest.TempPathFactory, zygote: Zygote) -> Iterator[Any]:
+    """The uninterrupted runs (``interruptions.uninterrupted``), made on first use. The DDP one
+    is a fork of the zygote: its ranks are forks (``launch_ddp.py``) from a new interpreter too,
+    and the single-process Lightning reference already pins a new interpreter's result to a
+    fork's for this script; a new interpreter would add Lightning's import, 6 s."""
     made: dict[str, Result] = {}
 
     def reference(trainer: str) -> Result:
         if trainer not in made:
-            work = uninterrupted(tmp_path_factory, trainer, lambda w: _command(trainer, w / "out", w / "log"))
+
+            def command(work: Path) -> list[str]:
+                return _command(trainer, work / "out", work / "log")
+
+            work = uninterrupted(tmp_path_factory, trainer, command, zygote if trainer == DDP else None)
             made[trainer] = _result(work / "out", work / "log")
         return made[trainer]
 
@@ -121,7 +156,7 @@ def test_an_interrupted_trainer_job_resumes_bit_identical(
     modes: tuple[str, ...],
     kill_steps: tuple[int, ...],
 ) -> None:
-    pytest.importorskip(TRAINERS[trainer][0])
+    _skip_without(TRAINERS[trainer.removesuffix("-ddp")][0])
     delay = ("--step-delay", str(STEP_DELAY_S))
     out, log = interrupted(store_kind, modes, kill_steps, lambda o, g: _command(trainer, o, g, *delay))
     runs: dict[str, list[int]] = {}
@@ -139,7 +174,7 @@ def test_a_job_lost_after_its_last_step_ends_as_an_uninterrupted_run(
     """Killed after the checkpoint of its last step, before the agent's ``finish``: the next run
     trains no step (the Trainer would run one more), ends bit-identical, and marks the job
     finished (Lightning skips its fit loop, and ``on_train_end`` with it)."""
-    pytest.importorskip(TRAINERS[trainer][0])
+    _skip_without(TRAINERS[trainer][0])
     store = StoreUnderTest(f"file://{tmp_path / 'store'}")
     loc = store.location()
     out, log = tmp_path / "out", tmp_path / "steps.log"

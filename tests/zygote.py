@@ -44,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +115,22 @@ class Zygote:
         if "error" in reply:
             raise OSError(reply["error"])
         return int(reply["pid"])
+
+    @contextlib.contextmanager
+    def running(
+        self, command: Sequence[str], *, env: Mapping[str, str], cwd: str | Path | None, home: Path
+    ) -> Iterator[int]:
+        """``spawn`` with the output to ``home/output``, as a context: the runner's pid inside; on
+        leaving, the process group is killed unless the runner has recorded the trainer's status
+        (a test that fails half-way leaves no process behind)."""
+        with (home / "output").open("wb") as output:
+            runner = self.spawn(command, env=env, cwd=cwd, home=home, output=output.fileno())
+        try:
+            yield runner
+        finally:
+            if not (home / "exit_code").exists():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(runner, signal.SIGKILL)
 
     def stop(self) -> None:
         """Close the channel (the zygote exits on its end) and wait for it. Its runners are left
