@@ -81,8 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     x = torch.randn(SAMPLES, FEATURES, generator=generator)
     y = (x @ torch.randn(FEATURES, generator=generator) > 0).float()
     data = TensorDataset(x, y)
-    shard = DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed)
-    sampler = ResumableSampler(shard, BATCH)
+    sampler = ResumableSampler(DistributedSampler(data, num_replicas=world, rank=rank, seed=args.seed), BATCH)
     loader = DataLoader(data, batch_size=BATCH, sampler=sampler, generator=torch.Generator())
     module = Classifier()  # the same initial weights on every rank
     if world > 1:
