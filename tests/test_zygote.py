@@ -59,7 +59,7 @@ def _launch(provider: LocalProvider, tmp_path: Path, mode: str) -> tuple[str, Pa
     script.parent.mkdir(exist_ok=True)
     script.write_text(SCRIPT)
     (tmp_path / "work").mkdir(exist_ok=True)
-    command = (sys.executable, str(script), mode)
+    command = (sys.executable, "../scripts/job.py", mode)  # relative to the job's folder
     spec = LaunchSpec("j", 1, command, "file:///unused", workdir=str(tmp_path / "work"))
     iid = provider.launch(spec, MARKET, f"j-{mode}").instance_id
     return iid, script
@@ -87,8 +87,8 @@ def test_the_script_runs_as_python_script_would(provider: LocalProvider, tmp_pat
     pid = json.loads((provider.state_dir / "instances" / iid / "record.json").read_text())["pid"]
     assert _seen(provider, iid) == {
         "name": "__main__",
-        "argv": [str(script), "exit"],
-        "path0": str(script.parent),
+        "argv": ["../scripts/job.py", "exit"],
+        "path0": str(script.parent.resolve()),
         "cwd": str(tmp_path / "work"),
         "job": "j",
         "stdin": "",

@@ -103,7 +103,7 @@ class Zygote:
         if len(command) < 2 or command[0] != sys.executable or not command[1].endswith(".py"):
             raise ValueError(f"the zygote runs 'python SCRIPT ARGS' only (with {sys.executable}): {command}")
         request = {
-            "script": str(Path(command[1]).resolve()),
+            "script": command[1],
             "args": list(command[2:]),
             "env": dict(env),
             "cwd": str(cwd) if cwd is not None else None,
@@ -171,7 +171,7 @@ class Trainer:
         os.environ.clear()
         os.environ.update(self.env)
         sys.argv = [self.script, *self.args]
-        sys.path[0] = os.path.dirname(self.script)
+        sys.path[0] = os.path.dirname(os.path.realpath(self.script))  # as the interpreter sets it
         runpy.run_path(self.script, run_name="__main__")
 
 
