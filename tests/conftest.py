@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, text
 from spotopt.db.engine import Database
 from spotopt.history.setup import open_history, upgrade_history
 from tests.pg import PostgresServer, find_bindir
+from tests.zygote import Zygote
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -142,3 +143,23 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_connect(self, address)  # type: ignore[arg-type]
 
     monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+@pytest.fixture(scope="module")
+def zygote_preload() -> tuple[Path | str, ...]:
+    """The scripts and modules a module's ``zygote`` preloads; none: no zygote. A test module
+    whose jobs are forked from one (the trainer tests) overrides this fixture."""
+    return ()
+
+
+@pytest.fixture(scope="module")
+def zygote(
+    zygote_preload: tuple[Path | str, ...], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Zygote | None]:
+    """The module's forking launcher (``tests/zygote.py``), stopped after its last test."""
+    if not zygote_preload:
+        yield None
+        return
+    made = Zygote.start(zygote_preload, tmp_path_factory.mktemp("zygote") / "output")
+    yield made
+    made.stop()

@@ -7,19 +7,28 @@ provider's ``preempt``. The command must append ``<step> <loss hex> <epoch>`` pe
 the driver waits for the log to reach a kill step, then interrupts. Where exactly an
 interruption lands depends on timing, but what the tests assert holds wherever it lands. One run
 may mix modes, one per kill step: a job interrupted in several ways in turn.
+
+A test module that overrides the ``zygote_preload`` fixture (``tests/conftest.py``) gets a
+``provider`` whose instances are forks of its zygote (``tests/zygote.py``) instead of new
+interpreters: the PyTorch modules, whose every start would otherwise import torch for seconds.
+The result each job must match (``uninterrupted``) is always run in a new interpreter.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
+from filelock import FileLock
 
 from spotopt.checkpoints import RequestKind, grant_lease, read_acknowledgement, send_request
 from spotopt.clouds.common.base import InstanceState, LaunchSpec
@@ -27,11 +36,14 @@ from spotopt.clouds.local.provider import LocalProvider
 from spotopt.types import MarketKey, MarketKind
 from tests.fake_metadata import FakeMetadata
 from tests.stores import StoreUnderTest, store_for
+from tests.zygote import Zygote, exit_code
 
 MARKET = MarketKey("local", "local", None, "process", MarketKind.SPOT)
 MODES = ("sigkill", "sigterm", "aws", "gcp", "azure", "control", "preempt")
 CLOUDS = ("aws", "gcp", "azure")
-GENTLE = {"sigterm", "aws", "gcp", "azure", "control", "preempt"}
+RANK_1_SIGTERM = "sigterm-rank-1"
+"""For a job of several processes: SIGTERM to rank 1 alone (the others learn of it from the agent)."""
+GENTLE = {"sigterm", "aws", "gcp", "azure", "control", "preempt", RANK_1_SIGTERM}
 """Modes that let the agent checkpoint and stop: the process must exit 0."""
 TIMEOUT_S = 60.0
 TIMING = {
@@ -42,12 +54,76 @@ TIMING = {
 """Every HTTP round-trip to moto or Azurite costs milliseconds: poll them less."""
 
 
+class ForkingProvider(LocalProvider):
+    """The local provider whose instances are forks of a zygote (``tests/zygote.py``) rather than
+    new interpreters: the same runner's part, the same script, a start without the imports."""
+
+    def __init__(self, state_dir: Path, zygote: Zygote, grace_s: float) -> None:
+        super().__init__(state_dir, grace_s=grace_s)
+        self.zygote = zygote
+
+    def _start(
+        self, home: Path, spec: LaunchSpec, env: Mapping[str, str], log: BinaryIO, alive: BinaryIO
+    ) -> int:
+        return self.zygote.spawn(
+            spec.command, env=env, cwd=spec.workdir, home=home, output=log.fileno(), keep=(alive.fileno(),)
+        )
+
+
 @pytest.fixture
-def provider(tmp_path: Path) -> Iterator[LocalProvider]:
-    made = LocalProvider(tmp_path / "state", grace_s=TIMEOUT_S)
+def provider(tmp_path: Path, zygote: Zygote | None) -> Iterator[LocalProvider]:
+    """The local provider; its instances forked from the module's ``zygote`` if it has one."""
+    state = tmp_path / "state"
+    made = (
+        LocalProvider(state, grace_s=TIMEOUT_S)
+        if zygote is None
+        else ForkingProvider(state, zygote, TIMEOUT_S)
+    )
     yield made
     for instance in made.list_instances():
         made.terminate(instance.instance_id, grace_s=0)
+
+
+def uninterrupted(
+    factory: pytest.TempPathFactory,
+    name: str,
+    command: Callable[[Path], Sequence[str]],
+    zygote: Zygote | None = None,
+) -> Path:
+    """The folder of a run of ``command(folder)`` start to end with no spotopt environment
+    (standalone: it checkpoints into the folder): what an interrupted job must end identical to.
+    A new interpreter, or with ``zygote`` a fork of it (only where a new interpreter's result is
+    already pinned to a fork's by another reference). Made once per test session, also across
+    xdist workers (a lock in the folder they share), so each reference costs one start."""
+    shared = factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:  # each worker's folder is in the session's
+        shared = shared.parent
+    work = shared / f"uninterrupted-{name}"
+    with FileLock(f"{work}.lock"):
+        if not (work / "done").exists():
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
+            if zygote is None:
+                subprocess.run(command(work), cwd=work, env=env, check=True, timeout=TIMEOUT_S)
+            else:
+                with zygote.running(command(work), env=env, cwd=work, home=work):
+                    code = exit_code(work, TIMEOUT_S)
+                assert code == 0, (work / "output").read_text()
+            (work / "done").touch()
+    return work
+
+
+def rank_pid(leader: int, rank: int) -> int:
+    """The pid of ``rank`` of a job of several processes whose launcher (``launch_ddp.py``) the
+    process-group leader ``leader`` started: the runner's one child, whose children are the
+    ranks in rank order (read from /proc)."""
+    (launcher,) = _children(leader)
+    return _children(launcher)[rank]
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 def log_lines(log: Path) -> list[tuple[int, str]]:
@@ -145,6 +221,9 @@ def run_interrupted(
             os.killpg(pid, signal.SIGKILL)
         elif mode == "sigterm":
             provider.terminate(iid)
+        elif mode == RANK_1_SIGTERM:
+            leader = json.loads((provider.state_dir / "instances" / iid / "record.json").read_text())["pid"]
+            os.kill(rank_pid(leader, 1), signal.SIGTERM)
         elif mode == "preempt":
             provider.preempt(iid, notice_s=TIMEOUT_S)
         elif mode == "control":

@@ -2,6 +2,8 @@
 seeded random points (``tests/interruptions.py``) ends bit-identical to an uninterrupted run:
 parameters, optimizer state, losses and every step's loss; plus what the examples do not reach
 (a grad scaler, extras with ``state_dict``, the sampler's positions, a stop on rank 1 only).
+Every job start is a fork of the module's zygote (``tests/zygote.py``); the uninterrupted runs
+compared with are new interpreters.
 
 Skips without torch; CI installs ``torch==2.13.0`` (the CPU wheel) so these run there.
 """
@@ -31,15 +33,32 @@ from spotopt.agent.torch.state import from_bytes, rng_state, set_rng_state, to_b
 from spotopt.db.engine import Database  # noqa: E402
 from spotopt.mover import jobs as jobstore  # noqa: E402
 from tests import mover_world  # noqa: E402
-from tests.interruptions import MODES, TIMEOUT_S, Interrupt, interrupted, log_lines, provider  # noqa: E402
+from tests.interruptions import (  # noqa: E402
+    MODES,
+    TIMEOUT_S,
+    ForkingProvider,
+    Interrupt,
+    interrupted,
+    log_lines,
+    provider,
+    rank_pid,
+    uninterrupted,
+)
 from tests.stores import moto_s3  # noqa: E402
+from tests.zygote import Zygote, exit_code  # noqa: E402
 
 __all__ = ["interrupted", "moto_s3", "provider"]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"
-SCRIPTS = {"single": EXAMPLES / "train_torch.py", "ddp": EXAMPLES / "train_torch_ddp.py"}
+SCRIPTS = {"single": EXAMPLES / "train_torch.py", "ddp": EXAMPLES / "launch_ddp.py"}
 STEPS = 120
 STEP_DELAY_S = 0.01
+
+
+@pytest.fixture(scope="module")
+def zygote_preload() -> tuple[Path | str, ...]:
+    """The jobs here start as forks of one process that has imported what the examples import."""
+    return (*SCRIPTS.values(), "torch._inductor")
 
 
 def _cases(
@@ -62,7 +81,9 @@ CASES = _cases(23, "single", {"file": MODES, "s3": ("sigterm", "control")}) + _c
 
 
 def _command(variant: str, out: Path, log: Path, *extra: str) -> list[str]:
-    launcher = [sys.executable, str(SCRIPTS[variant])] + (["--nproc", "2", "--"] if variant == "ddp" else [])
+    launcher = [sys.executable, str(SCRIPTS[variant])]
+    if variant == "ddp":
+        launcher += ["--nproc", "2", str(SCRIPTS["single"]), "--"]
     return [*launcher, "--steps", str(STEPS), "--out", str(out), "--log", str(log), *extra]
 
 
@@ -84,14 +105,14 @@ def _result(out: Path, log: Path) -> Result:
 
 @pytest.fixture(scope="module")
 def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Result]]:
-    """The uninterrupted runs (standalone: no provider, no environment), made on first use."""
+    """The uninterrupted runs (``interruptions.uninterrupted``), made on first use."""
     made: dict[str, Result] = {}
 
     def reference(variant: str) -> Result:
         if variant not in made:
-            work = tmp_path_factory.mktemp(f"reference-{variant}")
-            command = _command(variant, work / "out", work / "log")
-            subprocess.run(command, cwd=work, env=_clean_env(), check=True, timeout=TIMEOUT_S)
+            work = uninterrupted(
+                tmp_path_factory, f"torch-{variant}", lambda w: _command(variant, w / "out", w / "log")
+            )
             made[variant] = _result(work / "out", work / "log")
         return made[variant]
 
@@ -132,32 +153,31 @@ def test_an_interrupted_torch_job_resumes_bit_identical(
     _assert_identical(_result(out, log), references(variant))
 
 
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds rank 1's pid through /proc")
-def test_a_sigterm_on_rank_1_alone_stops_every_rank_at_the_same_step(tmp_path: Path, references: Any) -> None:
+def test_a_sigterm_on_rank_1_alone_stops_every_rank_at_the_same_step(
+    tmp_path: Path, zygote: Zygote, references: Any
+) -> None:
+    """Standalone (no spotopt environment): rank 1 alone gets SIGTERM, every rank stops at one
+    step, rank 0 saved it, and the next run ends as the uninterrupted one."""
     out, log = tmp_path / "out", tmp_path / "log"
     command = _command("ddp", out, log, "--step-delay", str(STEP_DELAY_S))
-    launcher = subprocess.Popen(command, cwd=tmp_path, env=_clean_env(), stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not any(s >= 30 for s, _ in log_lines(log)):
-            assert launcher.poll() is None and time.monotonic() < deadline, "the job never reached step 30"
-            time.sleep(0.02)
-        _rank0, rank1 = _children(launcher.pid)  # started in rank order
-        os.kill(rank1, signal.SIGTERM)
-        _, stderr = launcher.communicate(timeout=TIMEOUT_S)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-    assert launcher.returncode == 0, stderr
-    assert "(SIGTERM on rank 1)" in stderr
-    stopped = max(s for s, _ in log_lines(log))
-    assert f"newest verified checkpoint: {stopped:012d}-" in stderr  # rank 0 saved the step it stopped at
-    subprocess.run(command, cwd=tmp_path, env=_clean_env(), check=True, timeout=TIMEOUT_S)
+    for run in ("stopped", "resumed"):
+        home = tmp_path / run
+        home.mkdir()
+        with zygote.running(command, env=_clean_env(), cwd=tmp_path, home=home) as runner:
+            if run == "stopped":
+                deadline = time.monotonic() + TIMEOUT_S
+                while not any(s >= 30 for s, _ in log_lines(log)):
+                    assert time.monotonic() < deadline, "the job never reached step 30"
+                    time.sleep(0.02)
+                os.kill(rank_pid(runner, 1), signal.SIGTERM)
+            code = exit_code(home, TIMEOUT_S)
+        output = (home / "output").read_text()
+        assert code == 0, output
+        if run == "stopped":
+            assert "(SIGTERM on rank 1)" in output
+            stopped = max(s for s, _ in log_lines(log))
+            assert f"newest verified checkpoint: {stopped:012d}-" in output  # rank 0 saved where all stopped
     _assert_identical(_result(out, log), references("ddp"))
 
 
@@ -301,11 +321,14 @@ def test_the_cases_cover_every_mode_both_variants_and_s3() -> None:
     }
 
 
-def test_the_daemon_moves_the_torch_job_and_it_ends_identical(sqlite_db: Database, tmp_path: Path) -> None:
+def test_the_daemon_moves_the_torch_job_and_it_ends_identical(
+    sqlite_db: Database, tmp_path: Path, zygote: Zygote
+) -> None:
     """A managed job through the daemon on the local provider: a cheaper market draws a
     make-before-break move (the old placement checkpoints on the daemon's request, the new one
     resumes from it), and the result equals the uninterrupted run's."""
-    world = mover_world.make_world(sqlite_db, tmp_path)
+    provider = ForkingProvider(tmp_path / "local", zygote, grace_s=5.0)
+    world = mover_world.make_world(sqlite_db, tmp_path, provider=provider)
     try:
         world.prices(*world.markets.history())
         jobstore.submit(world.db, mover_world.job_yaml(tmp_path, script=SCRIPTS["single"]))

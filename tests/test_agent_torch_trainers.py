@@ -2,7 +2,8 @@
 their examples, a tiny model built in code, interrupted at seeded random points
 (``tests/interruptions.py``: SIGKILL, SIGTERM, a cloud notice from the fake metadata server, the
 daemon's stop request) on ``file://`` and moto S3, end with parameters, optimizer state and every
-step's parameter fingerprint bit-identical to an uninterrupted run.
+step's parameter fingerprint bit-identical to an uninterrupted run. Every job start is a fork of
+the module's zygote (``tests/zygote.py``); the uninterrupted runs are new interpreters.
 
 Skips without torch, transformers or lightning; CI installs the ``hf`` and ``lightning`` extras'
 pins next to ``torch==2.13.0`` (the CPU wheel) so these run there.
@@ -10,12 +11,11 @@ pins next to ``torch==2.13.0`` (the CPU wheel) so these run there.
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +30,17 @@ from spotopt.clouds.local.provider import LocalProvider  # noqa: E402
 from tests.interruptions import (  # noqa: E402
     CLOUDS,
     MARKET,
-    TIMEOUT_S,
+    RANK_1_SIGTERM,
     Interrupt,
     interrupted,
     log_lines,
     provider,
+    uninterrupted,
     wait,
 )
 from tests.stores import StoreUnderTest, moto_s3  # noqa: E402
 from tests.test_agent_torch import assert_same_weights  # noqa: E402
+from tests.zygote import Zygote  # noqa: E402
 
 __all__ = ["interrupted", "moto_s3", "provider"]
 
@@ -48,6 +50,20 @@ STEPS = 40
 """3⅓ epochs of 12 batches: interruptions land mid-epoch and, sometimes, at an epoch's end."""
 STEP_DELAY_S = 0.03
 KINDS = ("sigkill", "sigterm", "notice", "control")
+
+
+@pytest.fixture(scope="module")
+def zygote_preload() -> tuple[Path | str, ...]:
+    """The jobs here start as forks of one process that has imported what the examples import."""
+    scripts = [EXAMPLES / script for library, script in TRAINERS.values() if find_spec(library)]
+    return (*scripts, EXAMPLES / "launch_ddp.py", "torch._inductor")
+
+
+def _skip_without(library: str) -> None:
+    """Skip unless ``library`` is installed: found, not imported (the jobs import it in their own
+    processes; Lightning's import alone takes this process 6 s)."""
+    if find_spec(library) is None:
+        pytest.skip(f"{library} is not installed")
 
 
 def _cases(seed: int) -> list[tuple[str, str, tuple[str, ...], tuple[int, ...]]]:
@@ -66,16 +82,29 @@ def _cases(seed: int) -> list[tuple[str, str, tuple[str, ...], tuple[int, ...]]]
     return cases
 
 
-CASES = _cases(2323)
+DDP = "lightning-ddp"
+"""The Lightning example as 2 DistributedDataParallel processes on gloo (``launch_ddp.py``)."""
+
+
+def _ddp_case(seed: int) -> tuple[str, str, tuple[str, ...], tuple[int, ...]]:
+    """The Lightning callback under DDP: one job on ``file://`` interrupted in each of the four
+    kinds and by a SIGTERM to rank 1 alone (Lightning's own handler hangs both ranks then), in a
+    random order (the notice from a random cloud), each at a random step."""
+    rng = random.Random(seed)
+    kinds = [rng.choice(CLOUDS) if kind == "notice" else kind for kind in (*KINDS, RANK_1_SIGTERM)]
+    rng.shuffle(kinds)
+    return DDP, "file", tuple(kinds), tuple(sorted(rng.sample(range(4, STEPS - 8, 3), len(kinds))))
+
+
+CASES = [*_cases(2323), _ddp_case(2324)]
 
 
 def _command(trainer: str, out: Path, log: Path, *extra: str) -> list[str]:
-    script = EXAMPLES / TRAINERS[trainer][1]
-    return [sys.executable, str(script), "--steps", str(STEPS), "--out", str(out), "--log", str(log), *extra]
-
-
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
+    if trainer == DDP:
+        script = [str(EXAMPLES / "launch_ddp.py"), "--nproc", "2", str(EXAMPLES / "train_lightning.py"), "--"]
+    else:
+        script = [str(EXAMPLES / TRAINERS[trainer][1])]
+    return [sys.executable, *script, "--steps", str(STEPS), "--out", str(out), "--log", str(log), *extra]
 
 
 Result = tuple[dict[str, Any], dict[str, Any], dict[int, str], dict[str, Any]]
@@ -89,15 +118,20 @@ def _result(out: Path, log: Path) -> Result:
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The uninterrupted runs (standalone: no provider, no environment), made on first use."""
+def references(tmp_path_factory: pytest.TempPathFactory, zygote: Zygote) -> Iterator[Any]:
+    """The uninterrupted runs (``interruptions.uninterrupted``), made on first use. The DDP one
+    is a fork of the zygote: its ranks are forks (``launch_ddp.py``) from a new interpreter too,
+    and the single-process Lightning reference already pins a new interpreter's result to a
+    fork's for this script; a new interpreter would add Lightning's import, 6 s."""
     made: dict[str, Result] = {}
 
     def reference(trainer: str) -> Result:
         if trainer not in made:
-            work = tmp_path_factory.mktemp(f"reference-{trainer}")
-            command = _command(trainer, work / "out", work / "log")
-            subprocess.run(command, cwd=work, env=_clean_env(), check=True, timeout=TIMEOUT_S)
+
+            def command(work: Path) -> list[str]:
+                return _command(trainer, work / "out", work / "log")
+
+            work = uninterrupted(tmp_path_factory, trainer, command, zygote if trainer == DDP else None)
             made[trainer] = _result(work / "out", work / "log")
         return made[trainer]
 
@@ -122,7 +156,7 @@ def test_an_interrupted_trainer_job_resumes_bit_identical(
     modes: tuple[str, ...],
     kill_steps: tuple[int, ...],
 ) -> None:
-    pytest.importorskip(TRAINERS[trainer][0])
+    _skip_without(TRAINERS[trainer.removesuffix("-ddp")][0])
     delay = ("--step-delay", str(STEP_DELAY_S))
     out, log = interrupted(store_kind, modes, kill_steps, lambda o, g: _command(trainer, o, g, *delay))
     runs: dict[str, list[int]] = {}
@@ -140,7 +174,7 @@ def test_a_job_lost_after_its_last_step_ends_as_an_uninterrupted_run(
     """Killed after the checkpoint of its last step, before the agent's ``finish``: the next run
     trains no step (the Trainer would run one more), ends bit-identical, and marks the job
     finished (Lightning skips its fit loop, and ``on_train_end`` with it)."""
-    pytest.importorskip(TRAINERS[trainer][0])
+    _skip_without(TRAINERS[trainer][0])
     store = StoreUnderTest(f"file://{tmp_path / 'store'}")
     loc = store.location()
     out, log = tmp_path / "out", tmp_path / "steps.log"

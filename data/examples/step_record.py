@@ -1,8 +1,8 @@
 """What the trainer examples (``train_hf.py``, ``train_lightning.py``) share: their arguments and a
-per-step record of the parameters for the tests that interrupt them (``--log``; a trainer hands
-its callbacks no per-step loss, so the record is the sum of all parameters: in practice a
-different value at any differing bit), and a death between the last step and the agent's finish
-(``--die-before-finish``)."""
+per-step record of the parameters for the tests that interrupt them (``--log``, written by rank 0
+when there are several processes; a trainer hands its callbacks no per-step loss, so the record is
+the sum of all parameters: in practice a different value at any differing bit), and a death
+between the last step and the agent's finish (``--die-before-finish``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 
-def arguments(description: str) -> argparse.Namespace:
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The shared arguments; an example adds its own, then parses."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
@@ -29,12 +30,12 @@ def arguments(description: str) -> argparse.Namespace:
         action="store_true",
         help="SIGKILL this process when training ends, before the agent's finish (tests: a job lost there)",
     )
-    return parser.parse_args()
+    return parser
 
 
 def record(args: argparse.Namespace, step: int, model: torch.nn.Module) -> None:
     """After each step: append ``<step> <fingerprint hex> <agent epoch>`` to ``--log``, then sleep."""
-    if args.log is not None:
+    if args.log is not None and os.environ.get("RANK", "0") == "0":
         fingerprint = float(sum(p.detach().double().sum() for p in model.parameters()))
         line = f"{step} {fingerprint.hex()} {os.environ.get('SPOTOPT_EPOCH', '0')}\n"
         with args.log.open("a", encoding="utf-8") as out:

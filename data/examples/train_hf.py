@@ -60,7 +60,7 @@ class StepRecord(TrainerCallback):
 
 
 def main() -> None:
-    args = arguments(__doc__.split("\n", 1)[0])
+    args = arguments(__doc__.split("\n", 1)[0]).parse_args()
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)

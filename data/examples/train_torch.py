@@ -1,11 +1,11 @@
 """A PyTorch training job under the spotopt agent: a small MLP on generated data, CPU, seconds.
 
 Run it alone (checkpoints go to ./spotopt-checkpoints), under spotopt, or with several processes
-(DistributedDataParallel on gloo; ``train_torch_ddp.py`` starts them, so does ``torchrun``)::
+(DistributedDataParallel on gloo; ``launch_ddp.py`` starts them, so does ``torchrun``)::
 
     python data/examples/train_torch.py --steps 300 --out result
     spotopt agent run-local data/examples/train_torch.py -- --steps 300 --out result
-    python data/examples/train_torch_ddp.py --nproc 2 -- --steps 300 --out result
+    python data/examples/launch_ddp.py --nproc 2 data/examples/train_torch.py -- --steps 300 --out result
 
 It uses every kind of state a resume must bring back: AdamW's moments, a learning-rate
 schedule, dropout (torch's generator, a different stream per rank), input noise from NumPy and
@@ -64,7 +64,7 @@ def held(until_file: Path | None, step: int, world: int) -> bool:
     return hold
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--step-delay", type=float, default=0.0, help="sleep per step (tests: slow it down)")
     parser.add_argument("--init-method", default="env://", help="torch.distributed rendezvous")
     parser.add_argument("--until-file", type=Path, help="tests: train no further than the step it holds")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)

@@ -15,15 +15,23 @@ Lightning makes its first iterator. Mid-epoch, the random generators are set onc
 first batch, in case making the iterator drew from them.
 
 It checkpoints at ``on_train_batch_end``, after Lightning stepped the optimizer and the step-wise
-schedulers; a SIGTERM, whose handler Lightning chains to the agent's, stops training there and
-the process exits 0 instead of raising Lightning's ``SIGTERMException``. The state of other
-callbacks (early stopping, ``ModelCheckpoint``) is not kept.
+schedulers. A SIGTERM is the agent's, as in any loop: from ``on_train_start`` the callback puts
+back the handler Lightning replaced (the agent's on rank 0, its stop flag on the others), so every
+rank stops at one agreed step, saved, and exits 0. Lightning's own handler, under DDP, broadcasts
+from inside the signal handler, which pairs with whatever collective the other rank is in at
+that moment. The state of other callbacks (early stopping, ``ModelCheckpoint``) is not kept.
+
+Under DDP every rank runs the callback; the process group may be initialised before the
+``Trainer`` starts (``data/examples/train_lightning.py`` does, with ``launch_ddp.py``), and the
+loader's ``ResumableSampler`` holds the rank's shard, so ``use_distributed_sampler=False``.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning.pytorch as pl
@@ -51,7 +59,8 @@ class _Loops:
 
 
 class SpotoptCallback(pl.Callback):
-    """Resume at ``on_fit_start``, checkpoint at ``on_train_batch_end``, finish at ``on_fit_end``."""
+    """Resume at ``on_fit_start``, take SIGTERM back at ``on_train_start``, checkpoint at
+    ``on_train_batch_end``, finish at ``on_fit_end``."""
 
     def __init__(self, sampler: ResumableSampler | None = None) -> None:
         """``sampler``: the training loader's; without one a resume mid-epoch starts the epoch over."""
@@ -59,6 +68,7 @@ class SpotoptCallback(pl.Callback):
         self._parts: dict[str, Any] = {}
         self._rng_at_resume: dict[str, Any] | None = None
         self._last_step = -1
+        self._sigterm: Callable[..., Any] | int | None = None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         optimizers = list(trainer.optimizers)
@@ -73,6 +83,7 @@ class SpotoptCallback(pl.Callback):
             "extra": extra,
         }
         step = agent.resume(**self._parts)
+        self._sigterm = signal.getsignal(signal.SIGTERM)  # as resume left it; Lightning replaces it next
         self._last_step = step
         if 0 <= trainer.max_steps <= step:
             _close_last_epoch(trainer)
@@ -85,6 +96,10 @@ class SpotoptCallback(pl.Callback):
             warnings.filterwarnings(
                 "ignore", "You're resuming from a checkpoint that ended", PossibleUserWarning
             )
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._sigterm)
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -112,7 +127,8 @@ class SpotoptCallback(pl.Callback):
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        """Lightning raises on SIGTERM once the batch is done: checkpoint that step (unless saved), exit 0."""
+        """Lightning raises on a SIGTERM that came before ``on_train_start`` once the batch is done:
+        checkpoint that step (unless saved), exit 0."""
         if isinstance(exception, SIGTERMException) and self._parts:
             agent.step(trainer.global_step, **self._parts)
             agent.finish(**self._parts)

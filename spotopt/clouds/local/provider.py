@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from filelock import FileLock
 
@@ -154,27 +154,16 @@ class LocalProvider:
                 "SPOTOPT_NOTICE_FILE": str(home / "notice"),
                 "SPOTOPT_CLOUD": spec.env.get("SPOTOPT_CLOUD", "local"),
             }
-            runner = ["/bin/sh", "-c", RUNNER, str(home)]
             try:
                 with (home / "log").open("ab") as log, (home / "alive.lock").open("ab") as alive:
                     fcntl.flock(alive, fcntl.LOCK_EX)  # the child inherits the lock with the file
-                    child = subprocess.Popen(
-                        [*runner, *spec.command],
-                        env=env,
-                        cwd=spec.workdir,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        pass_fds=(alive.fileno(),),
-                    )
+                    pid = self._start(home, spec, env, log, alive)
             except OSError as exc:
                 raise ProviderError(f"job {spec.job}: cannot start {spec.command[0]!r}: {exc}") from exc
-            proc = _proc_start_ticks(child.pid)
-            record["pid"] = child.pid
+            proc = _proc_start_ticks(pid)
+            record["pid"] = pid
             record["start_ticks"] = proc[1] if proc else None
             self._write(record)
-            self._children[instance_id] = child
             return self._instance(record)
 
     def status(self, instance_id: str) -> InstanceStatus:
@@ -253,6 +242,26 @@ class LocalProvider:
         return self._dir(instance_id) / "log"
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _start(
+        self, home: Path, spec: LaunchSpec, env: Mapping[str, str], log: BinaryIO, alive: BinaryIO
+    ) -> int:
+        """Start ``RUNNER`` on ``spec.command`` as the leader of a new session (so of a new process
+        group), output to ``log``, holding the locked ``alive``; its pid. The one place an
+        instance's process starts: the trainer tests override it to fork a runner that does what
+        ``RUNNER`` does from a process that has imported torch once (``tests/zygote.py``)."""
+        child = subprocess.Popen(
+            ["/bin/sh", "-c", RUNNER, str(home), *spec.command],
+            env=env,
+            cwd=spec.workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            pass_fds=(alive.fileno(),),
+        )
+        self._children[home.name] = child
+        return child.pid
 
     def _dir(self, instance_id: str) -> Path:
         return self.state_dir / "instances" / instance_id
