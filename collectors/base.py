@@ -1,4 +1,4 @@
-"""The collector interface and its registry.
+"""The collector interface; each cloud's collectors live in its folder (``spotopt/clouds/<cloud>/``).
 
 A collector reads one cloud API for one *scope* (a region, or ``global`` for sources that
 publish one document for every region) and yields typed records; it never touches the
@@ -12,6 +12,10 @@ seam tests replace with offline fakes. Errors leave a collector in one of three 
 (the call failed for good, after retrying known transient codes only; credentials the cloud
 rejects are such a failure, "credentials rejected", not a skip). That retry rule and error
 classification live in ``spotopt.cloud_calls``, shared with the adaptors and providers.
+
+The collectors register by name in ``spotopt.clouds.registry.COLLECTORS``, loaded from the modules
+each cloud's entry names: this module sits below the clouds (it imports only the base modules), so
+the registry that knows the clouds cannot live here.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from typing import Any, ClassVar, TypeVar
 from spotopt.catalog import gpu_matches
 from spotopt.cloud_calls import Retry
 from spotopt.errors import CollectorError, InputError
-from spotopt.registry import Registry
 from spotopt.types import InstanceTypeSpec, Record, Rejection
 
 T = TypeVar("T")
@@ -154,22 +157,3 @@ def hour(at: datetime) -> datetime:
     """``at`` rounded down to the hour: the time stamp of snapshot data without its own time,
     so collecting twice within an hour stores one observation."""
     return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-
-
-def _import_collectors() -> None:
-    """Import every collector module (they register themselves). No SDK is imported: clients come
-    from the adaptors at run time."""
-    from spotopt.collectors import aws, aws_advisor, azure, gcp  # noqa: F401
-
-
-COLLECTORS: Registry[type[Collector]] = Registry("collector", "collectors", load=_import_collectors)
-
-
-def register(cls: type[Collector]) -> type[Collector]:
-    """Class decorator: make ``cls`` known by its ``name``."""
-    return COLLECTORS.add(cls.name, cls)
-
-
-def for_cloud(cloud: str) -> list[type[Collector]]:
-    """The collectors of ``cloud`` in run order (catalogs first: prices use what they learn)."""
-    return [c for c in COLLECTORS.values() if c.cloud == cloud]

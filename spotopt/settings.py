@@ -1,5 +1,11 @@
 """Settings: one object, read from ``SPOTOPT_*`` environment variables.
 
+Each cloud's fields are a section in its own folder (``spotopt/clouds/<cloud>/settings.py``, a
+leaf importing nothing of spotopt) that ``Settings`` inherits, so a field keeps one flat name
+(``aws_image_id``, ``SPOTOPT_AWS_IMAGE_ID``) and one typed attribute. The sections are listed
+here, not found through ``spotopt.clouds.registry``: a base class a type checker cannot see
+would leave every ``settings.aws_…`` untyped.
+
 Precedence for the database URL: ``--db URL`` on the command line, else ``SPOTOPT_DB_URL``,
 else a SQLite file in the user's data directory (``platformdirs.user_data_dir("spotopt")``).
 """
@@ -12,6 +18,9 @@ import platformdirs
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from spotopt.clouds.aws.settings import AwsSettings
+from spotopt.clouds.azure.settings import AzureSettings
+from spotopt.clouds.gcp.settings import GcpSettings
 from spotopt.errors import ConfigError
 
 
@@ -21,9 +30,12 @@ def default_db_url() -> str:
     return f"sqlite:///{path}"
 
 
-class Settings(BaseSettings):
-    """Every user-facing setting. Each field's docstring is its documentation: the settings reference
-    (docs/reference/settings.md) is generated from them."""
+class Settings(BaseSettings, AwsSettings, GcpSettings, AzureSettings):
+    """Shared by every cloud: the database, the instances' start-up script and the dashboard.
+
+    With its clouds' sections (the base classes), every user-facing setting. Each field's docstring
+    is its documentation: the settings reference (docs/reference/settings.md) is generated from
+    them, a table per section."""
 
     model_config = SettingsConfigDict(env_prefix="SPOTOPT_", extra="ignore")
 
@@ -35,28 +47,7 @@ class Settings(BaseSettings):
     """On SQLite, apply pending migrations automatically (under a lock) when spotopt opens the
     database; PostgreSQL operators run ``spotopt db upgrade``."""
 
-    # -- AWS provider and the instances' start-up script (docs/guides/clouds.md) ---------------
-    aws_image_id: str | None = None
-    """AMI the AWS provider launches (``ami-…``, or ``resolve:ssm:/PARAMETER``: EC2 resolves an SSM
-    parameter, one AMI per region); required to launch on AWS."""
-
-    aws_instance_profile: str | None = None
-    """Instance profile (name or ARN) whose role gives the instance its checkpoint-store access;
-    required to launch on AWS."""
-
-    aws_subnet_id: str | None = None
-    """Subnet to launch into; it must be in the market's zone (optional: the default VPC's subnet of
-    the market's zone otherwise)."""
-
-    aws_security_group_ids: str | None = None
-    """Comma-separated security group ids (optional: the VPC's default group otherwise)."""
-
-    aws_key_name: str | None = None
-    """EC2 key pair for ssh (optional: spotopt itself never logs in)."""
-
-    aws_endpoint_url: str | None = None
-    """EC2 endpoint override (tests point it at moto's server); unset means AWS's own endpoint."""
-
+    # -- the instances' start-up script (docs/guides/clouds.md) ------------------------------------
     bootstrap_python: str = "python3"
     """Interpreter on the image that creates ``bootstrap_venv`` when it does not exist yet."""
 
@@ -90,51 +81,6 @@ class Settings(BaseSettings):
     bootstrap_shutdown: bool = True
     """Power the instance off when the job's command ends, so an idle instance stops costing (on
     AWS this terminates it)."""
-
-    # -- GCP provider (spotopt/clouds/gcp/provider.py) ----------------------------------------------
-    gcp_project: str | None = None
-    """Project the GCP provider launches in; unset: the ADC project or ``GOOGLE_CLOUD_PROJECT``."""
-
-    gcp_image: str | None = None
-    """Boot image of GCP instances (``projects/P/global/images/NAME`` or ``…/images/family/F``, e.g.
-    ``projects/debian-cloud/global/images/family/debian-12``); required to launch on GCP."""
-
-    gcp_service_account: str | None = None
-    """Service account email the instances run as: the agent's only credentials for the store;
-    required to launch on GCP."""
-
-    gcp_network: str | None = None
-    """VPC network of GCP instances (``global/networks/NAME``); unset: the default network."""
-
-    gcp_subnetwork: str | None = None
-    """Subnetwork (``regions/REGION/subnetworks/NAME``); needed for custom-mode networks."""
-
-    gcp_external_ip: bool = True
-    """Give instances an ephemeral external IP (their way to PyPI and the store without Cloud NAT);
-    false needs Cloud NAT, or an image with spotopt and Private Google Access."""
-
-    # -- Azure provider (spotopt/clouds/azure/provider.py) -------------------------------------------
-    azure_resource_group: str | None = None
-    """Resource group the Azure provider creates VMs and NICs in; required to launch on Azure."""
-
-    azure_subnet_id: str | None = None
-    """Resource id of the subnet the VMs' NICs join (``/subscriptions/…/virtualNetworks/V/subnets/S``);
-    required to launch on Azure."""
-
-    azure_image: str | None = None
-    """VM image: a URN ``publisher:offer:sku:version`` or an image / gallery image version resource
-    id; required to launch on Azure."""
-
-    azure_identity_id: str | None = None
-    """Resource id of the user-assigned managed identity the VMs (and the agent) run as: the
-    agent's credentials for the store; required to launch on Azure."""
-
-    azure_admin_username: str = "spotopt"
-    """Linux admin user of the VMs."""
-
-    azure_ssh_public_key: str | None = None
-    """OpenSSH public key for the admin user (ssh-rsa of at least 2048 bits, or ED25519); unset: a
-    throwaway ssh-rsa key nobody holds."""
 
     # -- the dashboard (docs/guides/dashboard.md) ---------------------------------------------
     ui_token: SecretStr | None = None

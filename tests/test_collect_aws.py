@@ -12,7 +12,7 @@ from moto import mock_aws
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from spotopt.collectors.aws_advisor import bucket_upper_bound, snapshot_time
+from spotopt.clouds.aws.advisor import bucket_upper_bound, snapshot_time
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run, Watermark
 from spotopt.history import collect as collect_module

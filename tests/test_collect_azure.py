@@ -12,7 +12,7 @@ import responses
 from sqlalchemy import select
 
 from spotopt.clouds.azure.adaptor import AzureClients
-from spotopt.collectors.azure import eviction_upper_bound, gpu_of_size
+from spotopt.clouds.azure.collectors import eviction_upper_bound, gpu_of_size
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run
 from spotopt.history.collect import CollectRequest, ScopeResult, run_collect

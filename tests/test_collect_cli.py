@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from spotopt.cli.app import app
 from spotopt.cloud_calls import redact
-from spotopt.collectors.base import COLLECTORS
+from spotopt.clouds.registry import CLOUDS, COLLECTORS
 from spotopt.db.engine import Database
 from spotopt.db.models import PricePoint, Run
 from spotopt.errors import InputError
@@ -216,7 +216,7 @@ def test_secrets_in_api_errors_are_neither_stored_nor_printed_nor_logged(
     fakes.answer("ec2", "DescribeSpotPriceHistory", lambda p: AwsError("InvalidParameterValue", 400, echoed))
     monkeypatch.setattr("spotopt.clouds.gcp.adaptor.GcpClients.skus_page", raises)
     monkeypatch.setattr("spotopt.clouds.azure.adaptor.AzureClients.retail_page", raises)
-    monkeypatch.setattr("spotopt.collectors.aws.on_demand_price", raises)
+    monkeypatch.setattr("spotopt.clouds.aws.collectors.on_demand_price", raises)
     caplog.set_level(logging.DEBUG)
     result = invoke(db_url, "collect", "all", "--region", "us-east-1", "--format", "json")
 
@@ -264,7 +264,7 @@ def _loaded_after(imports: str, prefixes: tuple[str, ...]) -> list[str]:
 def test_importing_spotopt_and_its_cli_imports_no_cloud_sdk() -> None:
     imports = (
         "import spotopt, spotopt.cli.app, spotopt.history.collect\n"
-        "from spotopt.collectors.base import COLLECTORS\n"
+        "from spotopt.clouds.registry import COLLECTORS\n"
     )
     assert _loaded_after(imports + "list(COLLECTORS)", _SDKS) == []
 
@@ -276,7 +276,8 @@ def test_adaptors_and_the_retry_rule_do_not_depend_on_the_collectors() -> None:
         "import spotopt.cloud_calls, spotopt.clouds.aws.adaptor, spotopt.clouds.gcp.adaptor, "
         "spotopt.clouds.azure.adaptor"
     )
-    assert _loaded_after(imports, ("spotopt.collectors", *_SDKS)) == []
+    collectors = tuple(module for cloud in CLOUDS.values() for module in cloud.collectors)
+    assert _loaded_after(imports, ("spotopt.collectors", *collectors, *_SDKS)) == []
     # the probe does see imports
     assert _loaded_after("import spotopt.history.collect", ("spotopt.collectors",))
 

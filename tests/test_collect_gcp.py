@@ -12,7 +12,7 @@ import responses
 from responses import matchers
 from sqlalchemy import select
 
-from spotopt.collectors.gcp import gpu_key
+from spotopt.clouds.gcp.collectors import gpu_key
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Market, PricePoint, Watermark
 from spotopt.history.collect import CollectRequest, ScopeResult, run_collect

@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings
 
 from spotopt.agent.config import ENV_VARS
 from spotopt.cli.app import app
-from spotopt.collectors.base import COLLECTORS
+from spotopt.clouds.registry import COLLECTORS
 from spotopt.policies.base import policy_names
 from spotopt.reports.registry import REPORTS
 from spotopt.settings import Settings

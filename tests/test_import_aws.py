@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spotopt.collectors.aws_spot_history import parse_spot_price, region_of_zone
+from spotopt.clouds.aws.spot_history import parse_spot_price, region_of_zone
 from spotopt.errors import InputError
 from spotopt.types import MarketKind, PriceObservation, Rejection
 from tests.import_helpers import EXAMPLES, counts, import_json, quotes_at, run_cli, runs

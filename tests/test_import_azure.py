@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spotopt.collectors.azure_retail import parse_retail_item
+from spotopt.clouds.azure.retail import parse_retail_item
 from spotopt.errors import InputError
 from spotopt.types import MarketKind, PriceObservation, Rejection
 from tests.import_helpers import EXAMPLES, counts, import_json, quotes_at, run_cli

@@ -52,6 +52,7 @@ def test_the_package_keeps_its_layers(copy: Path) -> None:
         ("clouds/aws/billing.py", "import spotopt.clouds.gcp.billing", "A cloud's folder imports no other"),
         ("jobspec.py", "import spotopt.history.ingest", "The base modules"),
         ("agent/config.py", "import sqlalchemy", "The agent and the checkpoints run on the instance"),
+        ("clouds/aws/settings.py", "import spotopt.errors", "A cloud's settings section is a leaf"),
     ],
 )
 def test_an_upward_import_breaks_its_contract(copy: Path, module: str, upward: str, contract: str) -> None:
@@ -63,7 +64,7 @@ def test_an_upward_import_breaks_its_contract(copy: Path, module: str, upward: s
     finally:
         path.write_text(original, encoding="utf-8")
     assert result.returncode != 0
-    broken = [line for line in result.stdout.splitlines() if line.endswith("BROKEN")]
+    broken = [line for line in result.stdout.splitlines() if " BROKEN" in line]  # "… BROKEN (3 ignored …)"
     assert broken, result.stdout
     assert contract.split(":")[0] in result.stdout.split("Broken contracts")[-1], result.stdout
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotopt.collectors.base import COLLECTORS
+from spotopt.clouds.registry import COLLECTORS
 from spotopt.errors import InputError
 from spotopt.policies.base import POLICIES
 from spotopt.registry import Registry

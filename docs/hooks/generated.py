@@ -5,7 +5,8 @@
 - ``<!-- generated: cli -->`` becomes every command of the typer app, read from the click
   command tree typer builds (``typer.main.get_command``): usage, help and every option, as
   ``spotopt COMMAND --help`` prints them.
-- ``<!-- generated: settings -->`` becomes every field of ``spotopt.settings.Settings``: its
+- ``<!-- generated: settings -->`` becomes every field of ``spotopt.settings.Settings``, a table
+  per section (its own fields, then each cloud's, ``spotopt/clouds/<cloud>/settings.py``): its
   environment variable, default and docstring (a field without a docstring fails the build).
 - ``<!-- generated: imports -->`` becomes a drawing (Mermaid) of the imports between the layers
   of ``.importlinter``'s first contract, read from the code by grimp (import-linter's engine):
@@ -115,26 +116,57 @@ def _escape(text: str) -> str:
 
 
 def settings_reference(model: type[BaseSettings] | None = None) -> str:
-    """A Markdown table of every setting of ``model`` (default: spotopt's ``Settings``): name,
-    environment variable, default, docstring."""
+    """Markdown for every setting of ``model`` (default: spotopt's ``Settings``): one table per
+    section (the model's own fields, then each cloud's base class), headed by the section's
+    docstring summary; a row per field: name, environment variable, default, docstring."""
     from spotopt.settings import Settings
 
     model = model or Settings
-    docs = field_docstrings(model)
     prefix = model.model_config.get("env_prefix", "")
-    rows = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
-    for name, field in model.model_fields.items():
-        if name not in docs:
-            raise ValueError(f"{model.__name__}.{name} has no docstring: document the field where it is set")
-        variable = f"{prefix}{name}".upper()
-        rows.append(f"| `{name}` | `{variable}` | {_default(field.default)} | {_cell(docs[name])} |")
-    return "\n".join(rows)
+    out = []
+    for section in sections(model):
+        docs = _own_docstrings(section)
+        out += [f"## {_summary(section)}", "", "| setting | environment variable | default | meaning |"]
+        out.append("|---|---|---|---|")
+        for name in _own_fields(section, model):
+            if name not in docs:
+                raise ValueError(
+                    f"{section.__name__}.{name} has no docstring: document the field where it is set"
+                )
+            variable, default = f"{prefix}{name}".upper(), _default(model.model_fields[name].default)
+            out.append(f"| `{name}` | `{variable}` | {default} | {_cell(docs[name])} |")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def sections(model: type) -> list[type]:
+    """The classes that declare ``model``'s fields: ``model`` first, then its bases in method
+    resolution order (``Settings``, then each cloud's section, ``spotopt/clouds/<cloud>/settings.py``)."""
+    return [cls for cls in model.__mro__ if _own_fields(cls, model)]
+
+
+def _own_fields(cls: type, model: type) -> list[str]:
+    """The fields of ``model`` that ``cls``'s own body declares, in its order."""
+    fields = getattr(model, "model_fields", {})
+    return [name for name in inspect.get_annotations(cls) if name in fields]
+
+
+def _summary(cls: type) -> str:
+    """The first line of ``cls``'s docstring, without its full stop, reST double backquotes turned
+    into Markdown code."""
+    line = inspect.cleandoc(cls.__doc__ or cls.__name__).splitlines()[0].rstrip(".")
+    return re.sub(r"``([^`]+)``", r"`\1`", line)
 
 
 def field_docstrings(model: type) -> dict[str, str]:
-    """The string literal under each annotated field of ``model``'s class body (its docstring),
+    """The docstring of every field of ``model``, wherever it is declared (``sections``)."""
+    return {name: doc for section in sections(model) for name, doc in _own_docstrings(section).items()}
+
+
+def _own_docstrings(cls: type) -> dict[str, str]:
+    """The string literal under each annotated field of ``cls``'s own class body (its docstring),
     reST double backquotes turned into Markdown code."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(model)))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body  # type: ignore[attr-defined]
     found = {}
     for node, after in itertools.pairwise(body):

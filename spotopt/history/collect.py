@@ -27,8 +27,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from spotopt.cloud_calls import MissingCredentials, NotPermitted, Retry, redact
-from spotopt.clouds.registry import MARKET_CLOUDS
-from spotopt.collectors.base import Collector, Context, for_cloud
+from spotopt.clouds.registry import MARKET_CLOUDS, for_cloud
+from spotopt.collectors.base import Collector, Context
 from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Market, PricePoint, Watermark
 from spotopt.errors import CollectorError

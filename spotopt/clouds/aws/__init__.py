@@ -1,2 +1,3 @@
-"""AWS: its SDK adaptor, provider, billing rule and notice poller, named by its entry in
-``spotopt.clouds.registry``; nothing is imported here (the SDK only when a client is built)."""
+"""AWS: its SDK adaptor, provider, billing rule, notice poller and collectors, named by its entry in
+``spotopt.clouds.registry``, and its settings section (a base of ``spotopt.settings.Settings``);
+nothing is imported here (the SDK only when a client is built)."""

@@ -1,8 +1,8 @@
 """Dumps of the clouds' own price APIs, read into records by the parsers their collectors use.
 
 ``aws ec2 describe-spot-price-history`` output and Azure Retail Prices API pages: the one
-interpretation of an item is the collector's (``spotopt.collectors.aws_spot_history``,
-``spotopt.collectors.azure_retail``), so a dump imports exactly as a live collection would.
+interpretation of an item is the collector's (``spotopt.clouds.aws.spot_history``,
+``spotopt.clouds.azure.retail``), so a dump imports exactly as a live collection would.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from spotopt.collectors.aws_spot_history import parse_spot_price
-from spotopt.collectors.azure_retail import parse_retail_item
+from spotopt.clouds.aws.spot_history import parse_spot_price
+from spotopt.clouds.azure.retail import parse_retail_item
 from spotopt.files import AWS_SPOT_HISTORY, AZURE_RETAIL, iter_json_items
 from spotopt.types import PriceObservation, Rejection
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from spotopt.clouds.aws.spot_history import region_of_zone
 from spotopt.clouds.registry import MARKET_CLOUDS
 from spotopt.collectors import fields
-from spotopt.collectors.aws_spot_history import region_of_zone
 from spotopt.errors import InputError
 from spotopt.files import complete_row, iter_csv_rows
 from spotopt.types import MarketKey, MarketKind, PriceObservation, Rejection

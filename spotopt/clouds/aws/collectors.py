@@ -1,6 +1,6 @@
 """AWS collectors: GPU catalog, spot price history, on-demand prices, placement scores.
 
-The Spot Instance Advisor (a public JSON document) lives in ``aws_advisor``. Every EC2 call is
+The Spot Instance Advisor (a public JSON document) lives in ``advisor``. Every EC2 call is
 regional, so these collectors run one scope per region; the region list comes from
 ``DescribeRegions`` unless ``--region`` narrows it.
 """
@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from spotopt.catalog import canonical_gpu
+from spotopt.clouds.aws.spot_history import parse_spot_price
+from spotopt.clouds.registry import register_collector
 from spotopt.collectors import fields
-from spotopt.collectors.aws_spot_history import parse_spot_price
-from spotopt.collectors.base import Collector, Context, hour, register
+from spotopt.collectors.base import Collector, Context, hour
 from spotopt.errors import InputError
 from spotopt.types import (
     InstanceTypeSpec,
@@ -105,7 +106,7 @@ def spec_of(item: Mapping[str, Any]) -> InstanceTypeSpec | Rejection:
     return spec
 
 
-@register
+@register_collector
 class AwsCatalog(AwsCollector):
     """GPU instance types of the region and its zone IDs (AZ names are shuffled per account)."""
 
@@ -124,7 +125,7 @@ class AwsCatalog(AwsCollector):
                 yield spec
 
 
-@register
+@register_collector
 class AwsSpotPrices(AwsCollector):
     """Spot price history (Linux/UNIX) of the region's GPU types, per availability zone.
 
@@ -222,7 +223,7 @@ def on_demand_price(document: str, region: str, where: str) -> PriceObservation 
     return PriceObservation(market, observed_at, usd)
 
 
-@register
+@register_collector
 class AwsOnDemandPrices(AwsCollector):
     """On-demand Linux prices of the region's GPU types from the Price List Query API."""
 
@@ -260,7 +261,7 @@ class AwsOnDemandPrices(AwsCollector):
                 break
 
 
-@register
+@register_collector
 class AwsPlacementScores(AwsCollector):
     """Spot placement scores (1–10) per GPU type and zone, if the caller may ask for them.
 

@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from spotopt.collectors.base import Collector, hour, register
+from spotopt.clouds.registry import register_collector
+from spotopt.collectors.base import Collector, hour
 from spotopt.types import InterruptionObservation, Record, Rejection
 
 ADVISOR_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"
@@ -46,7 +47,7 @@ def snapshot_time(headers: Mapping[str, str], fallback: datetime) -> datetime:
     return hour(fallback)
 
 
-@register
+@register_collector
 class AwsSpotAdvisor(Collector):
     """Interruption buckets of GPU types known to the catalog, for the requested regions."""
 

@@ -4,7 +4,7 @@
   MemoryGB). The API names no GPU model; a name token that is a GPU (``A100``, ``T4``) is
   mapped with ``canonical_gpu``, anything else is kept verbatim and reported.
 - ``azure-prices``: the public Retail Prices API (no credentials), one region per scope,
-  following ``NextPageLink``; items are interpreted by ``azure_retail.parse_retail_item``.
+  following ``NextPageLink``; items are interpreted by ``retail.parse_retail_item``.
 - ``azure-eviction-rates`` and ``azure-spot-history``: Azure Resource Graph ``SpotResources``
   (credentials with Reader on the subscriptions).
 """
@@ -17,9 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from spotopt.catalog import canonical_gpu, gpu_models
+from spotopt.clouds.azure.retail import parse_retail_item
+from spotopt.clouds.registry import register_collector
 from spotopt.collectors import fields
-from spotopt.collectors.azure_retail import parse_retail_item
-from spotopt.collectors.base import Collector, Context, hour, register
+from spotopt.collectors.base import Collector, Context, hour
 from spotopt.errors import InputError
 from spotopt.types import (
     InstanceTypeSpec,
@@ -83,7 +84,7 @@ class AzureCollector(Collector):
         }
 
 
-@register
+@register_collector
 class AzureCatalog(AzureCollector):
     """GPU VM sizes with their vCPUs, memory and GPU count."""
 
@@ -126,7 +127,7 @@ class AzureCatalog(AzureCollector):
         )
 
 
-@register
+@register_collector
 class AzurePrices(AzureCollector):
     """Pay-as-you-go and Spot Linux prices of GPU sizes, per region (Retail Prices API)."""
 
@@ -208,7 +209,7 @@ def eviction_upper_bound(bucket: str) -> float | None:
         return None
 
 
-@register
+@register_collector
 class AzureEvictionRates(AzureGraphCollector):
     """Spot eviction-rate buckets per GPU size and region (Resource Graph ``SpotResources``)."""
 
@@ -232,7 +233,7 @@ class AzureEvictionRates(AzureGraphCollector):
             )
 
 
-@register
+@register_collector
 class AzureSpotHistory(AzureGraphCollector):
     """Spot price history (Linux) per GPU size and region (Resource Graph ``SpotResources``)."""
 

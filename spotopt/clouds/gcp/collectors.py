@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spotopt.catalog import GCP_ATTACHED_GPUS, canonical_gpu, gpu_models
-from spotopt.collectors.base import Collector, register
+from spotopt.clouds.registry import register_collector
+from spotopt.collectors.base import Collector
 from spotopt.price import quoted
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation, Record, Rejection
 
@@ -116,7 +117,7 @@ class GcpCollector(Collector):
                 return dict(by_zone)
 
 
-@register
+@register_collector
 class GcpCatalog(GcpCollector):
     """Machine types with built-in GPUs (A2, A3, G2 …); unknown accelerator names are reported."""
 
@@ -187,7 +188,7 @@ RateKey = tuple[str, MarketKind, str, Any]
 """(region, kind, "core"|"ram"|"gpu", family or GPU key)."""
 
 
-@register
+@register_collector
 class GcpPrices(GcpCollector):
     """On-demand and spot prices of GPU machines per region, summed from the billing SKUs."""
 
