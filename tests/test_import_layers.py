@@ -7,6 +7,7 @@ import importlib.util
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,15 @@ def lint(root: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package laid out as installed: the folders pyproject maps into it (``package-dir``:
+    collectors/, policies/, …) inside ``spotopt/``, where import-linter finds them."""
     root = tmp_path_factory.mktemp("layers")
-    shutil.copytree(ROOT / "spotopt", root / "spotopt", ignore=shutil.ignore_patterns("__pycache__"))
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "spotopt", root / "spotopt", ignore=ignore)
+    mapped = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    for package, folder in mapped["package-dir"].items():
+        if package.startswith("spotopt.") and (ROOT / folder / "__init__.py").exists():
+            shutil.copytree(ROOT / folder, root / package.replace(".", "/"), ignore=ignore)
     shutil.copy(ROOT / ".importlinter", root / ".importlinter")
     return root
 
@@ -51,6 +59,8 @@ def test_the_package_keeps_its_layers(copy: Path) -> None:
         ("decide/costs.py", "import spotopt.mover.daemon", "Layers: the CLI over the apps"),
         ("clouds/aws/billing.py", "import spotopt.clouds.gcp.billing", "A cloud's folder imports no other"),
         ("jobspec.py", "import spotopt.history.ingest", "The base modules"),
+        ("policies/min_cost.py", "import spotopt.decide.core", "The base modules"),
+        ("collectors/base.py", "import spotopt.clouds.registry", "The base modules"),
         ("agent/config.py", "import sqlalchemy", "The agent and the checkpoints run on the instance"),
         ("clouds/aws/settings.py", "import spotopt.errors", "A cloud's settings section is a leaf"),
     ],
