@@ -306,9 +306,24 @@ def test_a_job_the_tables_keep_on_spot_still_moves_to_a_cheaper_zone_of_its_pool
     assert moves == []
 
 
+@pytest.mark.parametrize("period_h", [5 / 3600, 30 / 3600, 5 / 60, 1 / 6, 1.0])
+def test_a_job_s_table_tick_changes_a_few_times_in_its_life_not_at_every_decision(period_h: float) -> None:
+    """The tick is part of the tables' cache key: one that followed the time left solved a new
+    table at every decision (5-minute probes, a 60 h job: 340 distinct ticks, ~1.6 s each)."""
+    deadline_h, restart_h = 60.0, 0.2
+    lefts = np.arange(deadline_h, 0.0, -period_h)
+    ticks = [waiting.table_tick_h(period_h, float(left), restart_h) for left in lefts]
+    restart_need = restart_h * waiting.UNITS_PER_TICK / waiting.MAX_RESTART_UNITS
+    need = np.maximum(lefts / waiting.MAX_TICKS, restart_need)
+    assert np.all(np.array(ticks) >= np.maximum(need, period_h) - 1e-12)  # a table still covers the job
+    assert len(set(ticks)) <= 1 + math.ceil(math.log2(max(deadline_h / waiting.MAX_TICKS / period_h, 1.0)))
+    multiples = np.log2(np.array(ticks) / period_h)
+    assert np.allclose(multiples, np.round(multiples))  # whole octaves of the planning period
+
+
 def test_a_month_long_job_on_a_daemon_polling_every_few_seconds_gets_a_small_table() -> None:
     tick = waiting.table_tick_h(5 / 3600, 30 * 24.0, 0.2)
-    assert tick == pytest.approx(30 * 24.0 / waiting.MAX_TICKS)
+    assert 30 * 24.0 / waiting.MAX_TICKS <= tick < 2 * 30 * 24.0 / waiting.MAX_TICKS
     job = Job(tick, 0.2, 0.97, 3.06)
     chain = chain_from_history(np.array([1.0, 1.0, 0.0, 1.0]), np.zeros(0), 5 / 3600, tick)
     ticks = int(30 * 24.0 / tick)

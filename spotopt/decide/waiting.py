@@ -171,10 +171,20 @@ one with that much (more slack only ever favours waiting for spot)."""
 
 
 def table_tick_h(period_h: float, deadline_h: float, restart_h: float) -> float:
-    """The tables' tick: the planning period, coarser where the deadline is more than
-    ``MAX_TICKS`` periods away or the restart more than ``MAX_RESTART_UNITS`` units long (a
-    daemon polling every few seconds decides on a 30-day job with a tick of hours)."""
-    return max(period_h, deadline_h / MAX_TICKS, restart_h * UNITS_PER_TICK / MAX_RESTART_UNITS)
+    """The tables' tick: the planning period, or a power-of-two multiple of it where the time to
+    the deadline is more than ``MAX_TICKS`` periods or the restart more than
+    ``MAX_RESTART_UNITS`` units long (a daemon polling every few seconds decides on a 30-day job
+    with a tick of hours).
+
+    In octaves, not the exact quotient: the tick is part of a table's cache key, and a tick
+    that followed the time left changed at every decision as the deadline neared, so every
+    decision solved a new table (on 5-minute probe traces a 60 h job solved one per decision
+    for its first 28 h: hundreds of seconds a job). In octaves it changes a few times in a
+    job's life."""
+    need = max(deadline_h / MAX_TICKS, restart_h * UNITS_PER_TICK / MAX_RESTART_UNITS)
+    if need <= period_h:
+        return period_h
+    return period_h * 2.0 ** math.ceil(math.log2(need / period_h) - 1e-9)
 
 
 @dataclass(frozen=True)
