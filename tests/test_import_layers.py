@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not LINT.exists(), reason="import-linter is not 
 def lint(root: Path) -> subprocess.CompletedProcess[str]:
     """``lint-imports`` on the ``spotopt`` package found first under ``root``."""
     return subprocess.run(
-        [str(LINT), "--config", str(root / ".importlinter"), "--no-cache"],
+        [str(LINT), "--no-cache", str(root / ".importlinter")],
         cwd=root,
         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
         capture_output=True,
