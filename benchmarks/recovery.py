@@ -160,10 +160,11 @@ class World:
             return str(session.scalars(select(ManagedJob.state)).one())
 
     def training(self) -> Placement:
-        """The job's placement once it runs and its agent has checkpointed (within 2 minutes)."""
+        """The job's placement once it runs (within 2 minutes), after a periodic checkpoint."""
 
         def ready() -> Placement | None:
-            last = self.placements()[-1] if self.placements() else None
+            placements = self.placements()
+            last = placements[-1] if placements else None
             if last is None or last.state != "running" or last.instance_id is None:
                 return None
             home = self.provider.log_path(last.instance_id).parent
@@ -224,8 +225,9 @@ def daemon_world(poll: str, seed: int) -> Iterator[World]:
         start_new_session=True,
     )
     db = open_history(url, Settings(auto_migrate=False))
+    provider = LocalProvider(state)
     try:
-        yield World(db, LocalProvider(state), parse_duration(poll, "--polls").total_seconds(), seed)
+        yield World(db, provider, parse_duration(poll, "--polls").total_seconds(), seed)
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
@@ -234,8 +236,8 @@ def daemon_world(poll: str, seed: int) -> Iterator[World]:
             daemon.kill()
             daemon.wait()
         log.close()
-        provider = LocalProvider(state)
-        for instance in provider.list_instances():
+        # Whatever the daemon left running (none when it stopped cleanly, or never launched).
+        for instance in provider.list_instances() if (state / "instances").is_dir() else []:
             provider.terminate(instance.instance_id)
         db.dispose()
         shutil.rmtree(tmp, ignore_errors=True)
