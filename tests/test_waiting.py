@@ -256,14 +256,16 @@ def test_the_rule_fails_over_waits_or_pays_as_the_tables_say() -> None:
     rnd = _capacity_round(_fleet(-1, 46.0), _options(often, np.array([True, True, False])), guard)
     assert [(m.to, m.reason) for m in rnd.moves] == [(2, "start")]
     # A job on spot stays on spot: it is left to the price rules with its options narrowed to
-    # its pool's zones seen available (and its own). One without a deadline is left to the
-    # price rules with all its options.
+    # its pool's zones seen available and cheaper (and its own).
     up_now = np.roll(flaky, 2, axis=1)  # the same runs, the last one of capacity
-    rnd = _capacity_round(_fleet(1, 60.0), _options(up_now, np.zeros(3, dtype=bool)), guard)
+    rnd = _capacity_round(_fleet(0, 60.0), _options(up_now, np.zeros(3, dtype=bool)), guard)
     assert rnd.moves == [] and rnd.decided.tolist() == [False]
     assert rnd.usable.tolist() == [True, True, False]
-    rnd = _capacity_round(_fleet(1, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
-    assert rnd.usable.tolist() == [False, True, False]  # zone a was seen out last: no move there
+    rnd = _capacity_round(_fleet(0, 60.0), _options(flaky, np.zeros(3, dtype=bool)), guard)
+    assert rnd.usable.tolist() == [True, False, False]  # zone b was seen out last: no move there
+    rnd = _capacity_round(_fleet(1, 60.0), _options(up_now, np.zeros(3, dtype=bool)), guard)
+    assert rnd.usable.tolist() == [False, True, False]  # zone a is dearer: no move there
+    # One without a deadline is left to the price rules with all its options.
     rnd = _capacity_round(_fleet(-1, math.inf), _options(flaky, np.zeros(3, dtype=bool)), guard)
     assert rnd.moves == [] and rnd.decided.tolist() == [False] and rnd.usable.all()
 
@@ -304,6 +306,22 @@ def test_a_job_the_tables_keep_on_spot_still_moves_to_a_cheaper_zone_of_its_pool
     opts = replace(opts, usd_per_hour=np.array([0.97, 1.20, 3.06]))
     moves = decide(_fleet(0, 60.0), opts, Guardrails(period_h=1 / 6), Memory())
     assert moves == []
+
+
+def test_a_job_the_tables_keep_on_spot_does_not_hop_to_a_twin_zone_that_reads_faster() -> None:
+    # Zones a and b at one price, both up. The job runs in a, where it was preempted a few
+    # times, so a's learnt rate reads it 3 % slower per expected step than b, where it never
+    # ran. The price rules saw a saving of $1 over 40 h and paid a restart to hop; which of two
+    # zones equal on price holds its capacity is the tables' question (at a launch), not price.
+    flaky = np.tile(np.array([1.0] * 12 + [0.0] * 2), (3, 20))
+    flaky[2] = np.nan
+    up_now = np.roll(flaky, 2, axis=1)
+    opts = replace(
+        _options(up_now, np.zeros(3, dtype=bool)),
+        usd_per_hour=np.array([0.95, 0.95, 3.06]),
+        steps_per_hour=np.array([3500.0, 3600.0, 3600.0]),
+    )
+    assert decide(_fleet(0, 60.0), opts, Guardrails(period_h=1 / 6), Memory()) == []
 
 
 @pytest.mark.parametrize("period_h", [5 / 3600, 30 / 3600, 5 / 60, 1 / 6, 1.0])

@@ -98,10 +98,8 @@ def _capacity(rnd: Round) -> None:
         restart_left = max(float(state.restart_h[j] - state.dwell_h[j]), 0.0) if live else 0.0
         action = waiting.decide(job, chain, ticks, slack_h, mode, restart_left, spot_up, age)
         if live and mode == action == waiting.SPOT:
-            # A voluntary move is made only to a market with capacity as far as the job knows:
-            # the price rules see prices, not a zone that has been out since it was last seen.
             keep[mine] = False
-            keep[pool[_seen_up(av, opts.market[pool])]] = True
+            keep[pool[_move_targets(pool, c, opts.usd_per_hour, opts.market, av)]] = True
             keep[c] = True
             continue
         to = {waiting.SPOT: spot_pick, waiting.ON_DEMAND: od_pick, waiting.IDLE: -1}[action]
@@ -172,6 +170,21 @@ def _loss_hazard(av: Availability, market: int, learnt: int, tick_h: float) -> f
         return 1.0
     chain = waiting.chain_from_history(series[:learnt], np.zeros(0), av.step_h, tick_h)
     return float(chain.lose[waiting.age_bucket(series, True, av.step_h, tick_h)])
+
+
+def _move_targets(pool: Array, c: int, usd_per_hour: Array, market: Array, av: Availability) -> Array:
+    """Per option of ``pool``: one the price rules may move a running spot job to from ``c``.
+
+    Only to a market with capacity as far as the job knows (the price rules see prices, not a
+    zone that has been out since it was last seen), and only for a lower price per hour, by
+    more than ``PRICE_TIE``. Zones equal on price differ in their capacity, which is the
+    tables' question, not a price: the price rules compare expected speeds, which carry each
+    market's learnt preemption rate, and that rate grows only where the job has run. A job
+    preempted a few times on its zone read a twin zone as cheaper per step and moved there, a
+    restart paid for nothing, then back when the twin preempted it in turn (the us-west-2 V100
+    pair: twice in one hour-long run of capacity, two restarts each)."""
+    cheaper = usd_per_hour[pool] < usd_per_hour[c] * (1 - PRICE_TIE)
+    return np.asarray(_seen_up(av, market[pool]) & cheaper)
 
 
 def _seen_up(av: Availability, markets: Array) -> Array:
