@@ -150,33 +150,21 @@ def test_heavy_tails_wait_out_a_fresh_outage_pay_in_an_old_one_and_skip_blips() 
     )
 
 
-def lomax(mean_h: float, age_h: float) -> float:
-    """The chance per hour that a run of a Lomax law of shape 1.5 and mean ``mean_h`` ends at
-    ``age_h``: survival ``(1 + a / b) ** -1.5``, ``b = mean_h / 2``."""
-    b = mean_h / 2
-    return 1 - ((b + age_h) / (b + age_h + 1)) ** 1.5
-
-
 def test_the_hazards_are_learnt_from_the_runs_seen() -> None:
     series = np.array([1.0] * 10 + [0.0] * 2 + [1.0] * 10 + [0.0] * 2 + [np.nan] * 3)
     chain = chain_from_history(series, series, 1.0, 1.0)
-    # Up: two runs of 10 h, both ended (at ages in [8, 16)); the mean is 20 h over 2 losses
-    # with the prior's 24 h over 1. Each bucket: its ends over its hours lived, with one
-    # pseudo-end at the heavy-tailed prior's rate at the bucket's first age.
-    ages = [0, 1, 2, 4, 8, 16, 32, 64]
-    q_up = [lomax((20 + 24) / 3, a) for a in ages]
+    # Up: two runs of 10 h, both ended (at ages in [8, 16)); the memoryless mean is 20 h
+    # over 2 losses with the prior's 24 h over 1. Each bucket: its ends over its hours lived,
+    # with one pseudo-end at the memoryless rate.
+    q_up = 1 - math.exp(-1 / ((20 + 24) / 3))
     lived = [2, 2, 4, 8, 4, 0, 0, 0]
     ends = [0, 0, 0, 0, 2, 0, 0, 0]
-    want = [(e + 1) / (x + 1 / q) for e, x, q in zip(ends, lived, q_up, strict=True)]
-    assert chain.lose == pytest.approx(want)
+    assert chain.lose == pytest.approx([(e + 1) / (x + 1 / q_up) for e, x in zip(ends, lived, strict=True)])
     # Down: two runs of 2 h, one ended (at an age in [1, 2)), the other cut by unknown steps.
-    q_down = [lomax((4 + 1) / 2, a) for a in ages]
+    q_down = 1 - math.exp(-1 / ((4 + 1) / 2))
     lived = [2, 2, 0, 0, 0, 0, 0, 0]
     ends = [0, 1, 0, 0, 0, 0, 0, 0]
-    want = [(e + 1) / (x + 1 / q) for e, x, q in zip(ends, lived, q_down, strict=True)]
-    assert chain.back == pytest.approx(want)
-    # Where nothing was seen, an outage that has lasted longer is less likely to end soon.
-    assert chain.back[2] > chain.back[3] > chain.back[7]
+    assert chain.back == pytest.approx([(e + 1) / (x + 1 / q_down) for e, x in zip(ends, lived, strict=True)])
     assert chain.p_switch == 0.0
     snapped = chain.rounded()
     assert snapped.lose[4] == pytest.approx(10 ** (round(math.log10(chain.lose[4]) * 10) / 10))
@@ -184,25 +172,6 @@ def test_the_hazards_are_learnt_from_the_runs_seen() -> None:
     assert waiting.age_bucket(series, False, 1.0, 1.0) == 1  # seen out twice: one tick old
     assert waiting.age_bucket(series, True, 1.0, 1.0) == 0  # up now, as far as it knows: new
     assert waiting.age_bucket(series[:22], True, 1.0, 1.0) == 4  # up 10 h: 9 ticks old, [8, 16)
-
-
-def test_a_first_long_outage_is_not_taken_for_one_about_to_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Twelve hours of capacity with six outages of one tick each, then one that has lasted two
-    # hours; 50 h left and 8 h of slack. Nothing was seen of outages past an hour: a
-    # memoryless prior fills those ages with the short outages' rate (back within the next
-    # half hour, likely) and waits on; the heavy-tailed prior reads an outage that has held
-    # two hours as likely to hold on, and pays for on-demand while the slack is there.
-    hist = np.array(([1.0] * 12 + [0.0]) * 6 + [0.0] * 12)
-    job = waiting.Job(1 / 6, 0.2, 0.97, 3.06)
-
-    def action() -> int:
-        chain = chain_from_history(hist, hist, 1 / 6, 1 / 6)
-        age = waiting.age_bucket(hist, False, 1 / 6, 1 / 6)
-        return waiting.decide(job, chain, 300, 8.0, waiting.IDLE, 0.0, False, age)
-
-    assert action() == waiting.ON_DEMAND
-    monkeypatch.setattr(waiting, "TAIL_SHAPE", 1e6)  # the memoryless limit
-    assert action() == waiting.IDLE
 
 
 def test_a_pool_just_back_takes_the_hazard_of_a_runs_first_tick() -> None:

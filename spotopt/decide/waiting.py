@@ -13,8 +13,7 @@ for how long it has been so):
   in ``AGE_EDGES`` buckets). Real outages and runs are heavy-tailed (most outages last minutes,
   a few last half a day; a market that just came back often goes again): a memoryless chain
   waits too long in a long outage and restarts onto blips. The hazards per age are learnt from
-  the runs seen (``chain_from_history``), shrunk where few were seen towards a heavy-tailed
-  prior (``TAIL_SHAPE``) with the mean run seen;
+  the runs seen (``chain_from_history``), shrunk towards the memoryless rate where few were seen;
 - a spot instance whose pool stays up can still be lost (``p_switch``: its own market went
   while another stayed; the job restarts);
 - a spot instance ends only at a tick boundary, keeping its work (the emergency checkpoint of
@@ -50,18 +49,8 @@ AGE_EDGES = (0, 1, 2, 4, 8, 16, 32, 64)
 one every age from 64 ticks on (ten hours and more at a 10-minute tick). Octaves: a hazard
 changes with the order of magnitude of the age, and each bucket then holds enough runs."""
 SHRINK_EVENTS = 1.0
-"""Each age bucket's hazard is shrunk towards a heavy-tailed prior (``TAIL_SHAPE``) by this many
-pseudo-events at its rate: a bucket seen little (the long ages, and every age in a job's first
-hours) falls back on the mean run length seen, spread over ages as heavy tails spread it."""
-TAIL_SHAPE = 1.5
-"""The shape of the prior's run lengths (Lomax, ``spotopt.decide.waiting._tail_hazards``):
-between 1 (runs with no finite mean) and 2 (no finite variance), the heavy tail that spot
-capacity shows both ways (most outages last minutes and a few half a day; a market just back
-often goes again). A memoryless prior (the shape's limit at infinity) took the age out of the
-thin buckets: after a few short outages, a job in a first long one waited on as if it were
-about to end, for hours, and paid for on-demand to the deadline. Set from that shape, not
-fitted: on the tuning trace (us-west-2a V100x1) shapes 1.2, 1.5 and 3 gave 0.941, 0.939 and
-0.950 of uniform-progress's cost, the memoryless prior 0.953."""
+"""Each age bucket's hazard is shrunk towards the memoryless rate by this many pseudo-events at
+that rate: a bucket seen little (the long ages) falls back on the mean run length."""
 
 GRID_PER_DECADE = 10
 
@@ -158,7 +147,7 @@ def _hazards(
 ) -> tuple[float, ...]:
     """Per age bucket, the chance per tick that a run of state ``up`` ends (``runs``: a
     series' ``_runs``): its ends over its exposure (ticks lived at those ages), shrunk towards
-    the heavy-tailed prior of mean ``mean_h`` (``_tail_hazards``)."""
+    the memoryless ``mean_h``."""
     state, length, turned = runs
     ticks = length[state == up] * step_h / tick_h
     ended = turned[state == up]
@@ -168,17 +157,9 @@ def _hazards(
     # A run of L ticks turned in the tick that started at age just under L.
     at = np.searchsorted(lo, ticks[ended], side="left") - 1
     events = np.bincount(np.clip(at, 0, N_AGES - 1), minlength=N_AGES).astype(float)
-    prior = SHRINK_EVENTS / _tail_hazards(mean_h, tick_h)
+    q = 1.0 - math.exp(-tick_h / mean_h)
+    prior = SHRINK_EVENTS / q
     return tuple(float(x) for x in np.clip((events + SHRINK_EVENTS) / (exposure + prior), 0.0, 1.0))
-
-
-def _tail_hazards(mean_h: float, tick_h: float) -> Array:
-    """Per age bucket, the chance per tick that a run with mean ``mean_h`` hours ends at the
-    bucket's first age, if run lengths follow a Lomax (Pareto II) law of shape ``TAIL_SHAPE``:
-    survival ``(1 + a / β) ** -α`` with ``β = mean_h (α - 1)``, a hazard that falls with age."""
-    beta = mean_h * (TAIL_SHAPE - 1.0)
-    age_h = np.asarray(AGE_EDGES, dtype=float) * tick_h
-    return np.asarray(1.0 - ((beta + age_h) / (beta + age_h + tick_h)) ** TAIL_SHAPE)
 
 
 MAX_TICKS = 384
