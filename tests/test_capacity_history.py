@@ -151,6 +151,36 @@ def test_report_filters_and_an_empty_window(trace: Database) -> None:
     assert before_any["markets"].empty and before_any["outages"].empty
 
 
+def test_a_window_after_the_observations_says_their_state_is_carried(trace: Database, db_url: str) -> None:
+    # A week after the last observation, every market's row carries its last state (A out,
+    # B and C and U up): the rows are right by the step rule, and a note on stderr says so,
+    # with the span to ask for; stdout stays data only.
+    report = REPORTS.lookup("availability")
+    with trace.session() as session:
+        inside = report.run(session, report.parse({"since": h(1).isoformat(), "until": h(12).isoformat()}))
+        after = report.run(
+            session, report.parse({"since": h(24 * 7).isoformat(), "until": h(24 * 8).isoformat()})
+        )
+    assert inside.notes == []
+    assert after.sections["markets"]["observations"].tolist() == [0, 0, 0, 0]
+    assert after.notes == [
+        "no observation in this window for 4 of 4 markets: their rows carry the state of their "
+        "last one before it (the latest at 2024-05-01 20:00 UTC); for the week before it, ask for "
+        "-p until=2024-05-02"
+    ]
+    window = ["-p", f"since={h(24 * 7).isoformat()}", "-p", f"until={h(24 * 8).isoformat()}"]
+    code, out, err = cli("--db", db_url, "report", "run", "availability", *window, "-f", "json")
+    assert code == 0, err
+    assert len(strict_json(out)["markets"]) == 4
+    assert "no observation in this window" in err and "-p until=2024-05-02" in err
+    # A window with capacity all along: its outages section is empty because there were none,
+    # not because the history is (it once said "the history holds only catalog list prices").
+    window = ["-p", f"since={h(8).isoformat()}", "-p", f"until={h(10).isoformat()}"]
+    code, out, err = cli("--db", db_url, "report", "run", "availability", *window)
+    assert code == 0, err
+    assert "outages: none in 2024-05-01 08:00 – 2024-05-01 10:00" in out and "catalog" not in out
+
+
 def test_report_cli_json_plot_and_sql(trace: Database, db_url: str, tmp_path: Path) -> None:
     window = ["-p", f"since={h(1).isoformat()}", "-p", f"until={h(12).isoformat()}"]
     png = tmp_path / "availability.png"

@@ -136,8 +136,12 @@ def _render(result: ReportResult, fmt: Format, empty: str, wide: bool) -> None:
 
 
 def _empty_note(session: Session, result: ReportResult) -> str:
-    """What an empty table means: the window asked for, the span the history holds, how to ask."""
+    """What an empty table means: the window asked for, the span the history holds, how to ask.
+    Where another section of the report has rows, the window holds data and the empty one has
+    simply none in it (no outages in a week of capacity): the history's span is not the cause."""
     asked = result.describe_span().split(" UTC")[0]
+    if not all(frame.empty for frame in result.sections.values()):
+        return f"none in {asked}"
     span = history_span(session)
     if span is None:
         return (
@@ -167,6 +171,8 @@ def run(
         result = report.run(session, args)
         empty = _empty_note(session, result) if any(f.empty for f in result.sections.values()) else ""
     _render(result, fmt, empty, wide)
+    for note in result.notes:
+        say(note, label="note:", style="dim", err=True)
     if plot is not None and report.plot is not None:
         report.plot(result, args, plot)
         say(f"plot written to {plot}", err=True)

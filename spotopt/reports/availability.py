@@ -13,7 +13,8 @@ stretches of unavailability, clipped to the window): how many, mean, median and 
 Section ``outages``: each outage with its start, end and hours.
 
 ``--plot``: a heatmap, markets × time, of the share of each time column a market was available
-(grey: no observation yet).
+(grey: no observation yet). Markets without an observation inside the window are named in a
+note on stderr: their state is carried from before it, however old.
 """
 
 from __future__ import annotations
@@ -143,9 +144,32 @@ def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
             drop=True
         ),
     }
+    notes = _carried_note(table)
     return ReportResult(
-        sections, args["since"], args["until"], sorted(set(rows["source"])), "Spot capacity availability"
+        sections,
+        args["since"],
+        args["until"],
+        sorted(set(rows["source"])),
+        "Spot capacity availability",
+        notes,
     )
+
+
+def _carried_note(table: pd.DataFrame) -> list[str]:
+    """A note when some markets have no observation inside the window: their rows carry the
+    state of their last one before it, however old (an imported trace that ended weeks ago
+    reads as available all week), so the reader is told, with a window to ask for instead
+    (``since`` defaults to a week before ``until``)."""
+    carried = table[table["observations"] == 0]
+    if carried.empty:
+        return []
+    latest = carried["last_observed"].max()
+    until = (latest + pd.Timedelta(days=1)).strftime("%Y-%m-%d")
+    return [
+        f"no observation in this window for {len(carried)} of {len(table)} markets: their rows carry "
+        f"the state of their last one before it (the latest at {latest:%Y-%m-%d %H:%M} UTC); for the "
+        f"week before it, ask for -p until={until}"
+    ]
 
 
 def heatmap(

@@ -48,6 +48,9 @@ class ReportResult:
     sources: list[str] = field(default_factory=list)
     """Distinct ``source`` values of the rows the report read (collectors, imports, catalog)."""
     title: str = ""
+    notes: list[str] = field(default_factory=list)
+    """What a reader should know to read the rows right (a state carried from before the
+    window, say): shown on stderr beside the table, never in the data that scripts parse."""
 
     def describe_span(self) -> str:
         """``2024-05-01 00:00 – 2024-05-08 00:00 UTC, source aws-spot`` for titles."""
