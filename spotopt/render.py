@@ -166,19 +166,50 @@ def render(
             cols = [c for c in cols if c not in hidden]
             more = f"--wide adds {', '.join(hidden)}"
             caption = f"{caption}; {more}" if caption else more
-        table = Table(title=_text(title), caption=_text(caption))
         console = _console(out)
         cells = [_column_cells([row.get(c) for row in listed]) for c in cols]
-        for col in cols:
-            # Headers wrap between words (usd per gpu hour), never inside one.
-            header = col.replace("_", " ")
-            table.add_column(header, overflow="fold", min_width=max(map(len, header.split())))
-        for line in zip(*cells, strict=True):
-            table.add_row(*map(Text, line))
         if listed:
-            console.print(table)
+            console.print(_fitted_table(console, title, caption, cols, cells))
         else:
             console.print(Text(f"{title + ': ' if title else ''}{empty or 'no rows'}", style="dim"))
+
+
+def _fitted_table(
+    console: Console, title: str | None, caption: str | None, cols: list[str], cells: list[list[str]]
+) -> Table:
+    """The rows as a table that fits the console where it can: a table wider than the screen
+    wraps into garbage. Too wide, the columns with one value in every row (the cloud, the
+    region, the market of a one-market report) move into the caption, once each; a single row
+    too wide is shown as a column of fields and values."""
+    table = _table(title, caption, cols, cells)
+    if _min_width(console, table) <= console.width:
+        return table
+    if len(cells[0]) == 1:
+        fields = [[c.replace("_", " ") for c in cols], [column[0] for column in cells]]
+        return _table(title, caption, ["field", "value"], fields)
+    same = [i for i, column in enumerate(cells) if len(set(column)) == 1]
+    if not same or len(same) == len(cols):
+        return table
+    common = " · ".join(f"{cols[i].replace('_', ' ')} {cells[i][0]}" for i in same)
+    keep = [i for i in range(len(cols)) if i not in same]
+    caption = f"{common}; {caption}" if caption else common
+    return _table(title, caption, [cols[i] for i in keep], [cells[i] for i in keep])
+
+
+def _min_width(console: Console, table: Table) -> int:
+    """The width ``table`` needs without folding a word (rich's measure clamps to the console)."""
+    return console.measure(table, options=console.options.update_width(1 << 16)).minimum
+
+
+def _table(title: str | None, caption: str | None, cols: list[str], cells: list[list[str]]) -> Table:
+    table = Table(title=_text(title), caption=_text(caption))
+    for col in cols:
+        # Headers wrap between words (usd per gpu hour), never inside one.
+        header = col.replace("_", " ")
+        table.add_column(header, overflow="fold", min_width=max(map(len, header.split())))
+    for line in zip(*cells, strict=True):
+        table.add_row(*map(Text, line))
+    return table
 
 
 def _write_json_rows(rows: Iterator[dict[str, Any]], out: TextIO) -> None:

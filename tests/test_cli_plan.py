@@ -209,8 +209,8 @@ def test_plan_table_keeps_secondary_columns_for_wide(db_url: str, tmp_path: Path
     wide = CliRunner().invoke(app, [*args, "--wide"])
     assert narrow.exit_code == wide.exit_code == 0, narrow.output
     assert "--wide adds" in narrow.output and "--wide adds" not in wide.output
-
-    def columns(text: str) -> int:
-        return next(line for line in text.splitlines() if "┳" in line).count("┳") + 1
-
-    assert columns(wide.output) == columns(narrow.output) + 5
+    # The secondary columns' headers (a single row too wide for the screen shows its fields
+    # down the screen, each with its value: spotopt.render).
+    for header in ("gpus", "share", "usd per step", "runner up", "throughput"):
+        assert header in wide.output, header
+    assert "usd per step" not in narrow.output and "runner up" not in narrow.output

@@ -11,7 +11,9 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from rich.console import Console
 
+from spotopt import render as render_module
 from spotopt.db.engine import Database
 from spotopt.errors import InputError
 from spotopt.render import render
@@ -98,6 +100,48 @@ def test_headers_break_between_words_only() -> None:
     render([row], out=out)
     text = out.getvalue()
     assert "usd per gpu hour" in text and "instance type" in text and "_" not in text
+
+
+MARKET = {
+    "cloud": "aws",
+    "region": "us-west-2",
+    "zone": "us-west-2a",
+    "instance_type": "p3.2xlarge",
+    "market": "spot",
+    "gpu_model": "V100-16GB",
+}
+
+
+def test_a_table_too_wide_for_the_screen_fits_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # At 80 columns, nine columns of one market's outages folded every word ("us-wes / t-2")
+    # and ran off the screen: the columns with one value in every row go to the caption, once.
+    monkeypatch.setattr(render_module, "_console", lambda out: Console(file=out, width=80))
+    at = datetime(2022, 11, 16, tzinfo=UTC)
+    rows = [
+        MARKET
+        | {"outage_from": at + timedelta(hours=k), "outage_to": at + timedelta(hours=k + 0.5), "hours": 0.5}
+        for k in range(3)
+    ]
+    out = io.StringIO()
+    render(rows, out=out, caption="2022-11-16 – 2022-11-23 UTC")
+    text = out.getvalue()
+    assert max(map(len, text.splitlines())) <= 80
+    assert "│ 2022-11-16 01:00" in text and "│ aws" not in text  # one line per outage, no market columns
+    caption = " ".join(text.split())
+    assert (
+        "cloud aws · region us-west-2 · zone us-west-2a" in caption
+        and "2022-11-16 – 2022-11-23 UTC" in caption
+    )
+    # One row too wide: its fields down the screen, each with its value.
+    out = io.StringIO()
+    render([rows[0] | {"mean_outage_hours": 0.6458, "median_outage_hours": 0.5}], out=out)
+    text = out.getvalue()
+    assert max(map(len, text.splitlines())) <= 80
+    assert "field" in text and "│ median outage hours │ 0.5" in text and "│ zone " in text
+    # A table that fits stays as it is, its common columns included.
+    out = io.StringIO()
+    render([{"cloud": "aws", "usd": 1.0}, {"cloud": "aws", "usd": 2.0}], out=out)
+    assert out.getvalue().count("│ aws") == 2
 
 
 def test_wide_shows_the_columns_a_table_leaves_out(history: str) -> None:
