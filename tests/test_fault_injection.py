@@ -259,14 +259,19 @@ def test_the_checks_see_an_orphaned_process(tmp_path: Path) -> None:
 
 def test_the_checks_see_a_training_process_no_instance_record_knows(tmp_path: Path) -> None:
     world = FaultWorld("sqlite://", tmp_path)
-    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(world.log)])
-    try:
-        found = Findings()
-        check_processes(world, found)
-        assert found.orphans == [f"pid {stray.pid}: a training process of this world still runs"]
-    finally:
-        stray.kill()
-        stray.wait()
+    # The child says it runs before the check: right after the fork its command line is still
+    # this interpreter's (the check once looked in that instant and found nothing).
+    code = "import time; print('running', flush=True); time.sleep(60)"
+    with subprocess.Popen(
+        [sys.executable, "-c", code, str(world.log)], stdout=subprocess.PIPE, text=True
+    ) as stray:
+        try:
+            assert stray.stdout is not None and stray.stdout.readline() == "running\n"
+            found = Findings()
+            check_processes(world, found)
+            assert found.orphans == [f"pid {stray.pid}: a training process of this world still runs"]
+        finally:
+            stray.kill()
     after = Findings()
     check_processes(world, after)
     assert after.orphans == []
