@@ -185,12 +185,12 @@ def _fitted_table(
     if _min_width(console, table) <= console.width:
         return table
     if len(cells[0]) == 1:
-        fields = [[c.replace("_", " ") for c in cols], [column[0] for column in cells]]
+        fields = [[_header(c) for c in cols], [column[0] for column in cells]]
         return _table(title, caption, ["field", "value"], fields)
     same = [i for i, column in enumerate(cells) if len(set(column)) == 1]
     if not same or len(same) == len(cols):
         return table
-    common = " · ".join(f"{cols[i].replace('_', ' ')} {cells[i][0]}" for i in same)
+    common = " · ".join(f"{_header(cols[i])} {cells[i][0]}" for i in same)
     keep = [i for i in range(len(cols)) if i not in same]
     caption = f"{common}; {caption}" if caption else common
     return _table(title, caption, [cols[i] for i in keep], [cells[i] for i in keep])
@@ -201,11 +201,16 @@ def _min_width(console: Console, table: Table) -> int:
     return console.measure(table, options=console.options.update_width(1 << 16)).minimum
 
 
+def _header(col: str) -> str:
+    """A column's name as people read it: ``usd_per_gpu_hour`` is ``usd per gpu hour``."""
+    return col.replace("_", " ")
+
+
 def _table(title: str | None, caption: str | None, cols: list[str], cells: list[list[str]]) -> Table:
     table = Table(title=_text(title), caption=_text(caption))
     for col in cols:
         # Headers wrap between words (usd per gpu hour), never inside one.
-        header = col.replace("_", " ")
+        header = _header(col)
         table.add_column(header, overflow="fold", min_width=max(map(len, header.split())))
     for line in zip(*cells, strict=True):
         table.add_row(*map(Text, line))

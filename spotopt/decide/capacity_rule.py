@@ -182,7 +182,7 @@ def _move_targets(pool: Array, c: int, usd_per_hour: Array, market: Array, av: A
     market's learnt preemption rate, and that rate grows only where the job has run. A job
     preempted a few times on its zone read a twin zone as cheaper per step and moved there, a
     restart paid for nothing, then back when the twin preempted it in turn (the us-west-2 V100
-    pair: twice in one hour-long run of capacity, two restarts each)."""
+    pair: twice within one 13-hour run of the first zone's capacity)."""
     cheaper = usd_per_hour[pool] < usd_per_hour[c] * (1 - PRICE_TIE)
     return np.asarray(_seen_up(av, market[pool]) & cheaper)
 
