@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from availability import DEADLINE_H, ON_DEMAND_USD, RESTART_S, SPOT_USD, WORK_H, read_traces
+from availability import ON_DEMAND_USD, Setting, read_traces
 
 from spotopt.decide import capacity_rule, waiting
 
 Array = np.ndarray[Any, Any]
-RESTART_H = RESTART_S / 3600.0
+CBL = Setting()
+WORK_H, DEADLINE_H, RESTART_H, SPOT_USD = CBL.work_h, CBL.deadline_h, CBL.restart_h, CBL.spot_usd
 IDLE, SPOT, OD = waiting.IDLE, waiting.SPOT, waiting.ON_DEMAND
 Policy = Callable[[Array, int, int, float, int, float, bool], int]
 """(trace, absolute tick, ticks since the start, hours of work done, what runs, restart left
