@@ -176,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=float, default=Setting.work_h, help="hours of work (on-demand)")
     ap.add_argument("--deadline", type=float, default=Setting.deadline_h, help="hours from start to deadline")
     ap.add_argument("--restart", type=float, default=Setting.restart_h, help="changeover, hours")
-    ap.add_argument("--spot-price", type=float, default=Setting.spot_usd, help="spot $/h (on-demand $3.06/h)")
+    ap.add_argument(
+        "--spot-price", type=float, default=Setting.spot_usd, help=f"spot $/h (on-demand ${ON_DEMAND_USD}/h)"
+    )
     ap.add_argument(
         "--layout",
         default="1-node",
