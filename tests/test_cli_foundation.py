@@ -156,10 +156,17 @@ def test_unreachable_database_is_a_clear_error(tmp_path: Path) -> None:
     assert code == 2 and "cannot connect" in err
 
 
-def test_importing_spotopt_imports_no_cloud_sdk() -> None:
+@pytest.mark.parametrize(
+    "packages",
+    [
+        ("boto3", "botocore", "google", "azure"),  # the cloud SDKs: only the provider in use
+        ("matplotlib", "scipy"),  # only to draw (--plot) and to forecast prices: 0.5 s a command
+    ],
+)
+def test_importing_spotopt_imports_none_of(packages: tuple[str, ...]) -> None:
     probe = (
         "import sys, spotopt, spotopt.cli.app, spotopt.db.queries;"
-        "bad=[m for m in sys.modules if m.split('.')[0] in ('boto3','botocore','google','azure')];"
+        f"bad=[m for m in sys.modules if m.split('.')[0] in {packages!r}];"
         "print(','.join(bad))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

@@ -22,11 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.dates import ConciseDateFormatter, date2num
-from matplotlib.patches import Rectangle
 
 from spotopt.db.models import CapacityObservation
 from spotopt.db.queries import capacity_window
@@ -205,6 +202,10 @@ def heatmap(
 
 
 def plot(result: ReportResult, args: Args, path: Path) -> None:
+    import matplotlib  # only to draw (``spotopt.reports.plots``)
+    from matplotlib.dates import ConciseDateFormatter, date2num
+    from matplotlib.patches import Rectangle
+
     since_us, until_us = frames.dt_us(args["since"]), frames.dt_us(args["until"])
     labels, shares = heatmap(result.sections, since_us, until_us, PLOT_ROWS, PLOT_COLUMNS)
     fig, ax = plots.figure()

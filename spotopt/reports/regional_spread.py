@@ -62,7 +62,7 @@ def compute(results: dict[str, pd.DataFrame], args: Args) -> ReportResult:
 def plot(result: ReportResult, args: Args, path: Path) -> None:
     table = result.sections["regional-spread"]
     fig, ax = plots.figure()
-    colors = iter(plots.COLORS)
+    colors = iter(plots.colors())
     for (gpu, kind, cloud), rows in list(table.groupby(["gpu_model", "market", "cloud"]))[: plots.MAX_SERIES]:
         color = next(colors)
         label = f"{gpu} {kind} {cloud}"
