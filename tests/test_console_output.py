@@ -23,6 +23,7 @@ import pytest
 import typer.main
 
 from spotopt.cli.app import app
+from tests.helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "data" / "examples"
@@ -132,15 +133,18 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
     (work / "availability.csv").write_text(AVAILABILITY)
     (work / "lifetimes.csv").write_text(LIFETIMES)
     (work / "job.yaml").write_text(MANAGED_JOB)
+    # The setup runs in this process (what is tested is each command's output, below): five
+    # console-script starts cost ~15 s per worker.
+    db = ["--db", env["SPOTOPT_DB_URL"]]
     for name in ("import aws-spot-history", "import azure-retail", "import csv"):
-        subprocess.run(
-            [str(SPOTOPT), *name.split(), *COMMANDS[name][0]], env=env, check=True, capture_output=True
-        )
+        code, _, err = cli(*db, *name.split(), *COMMANDS[name][0])
+        assert code == 0, err
     for setup in (
         ["jobs", "submit", str(work / "job.yaml")],
         ["throughput", "import", str(EXAMPLES / "throughputs.csv")],
     ):
-        subprocess.run([str(SPOTOPT), *setup], env=env, check=True, capture_output=True)
+        code, _, err = cli(*db, *setup)
+        assert code == 0, err
     yield work, env
 
 

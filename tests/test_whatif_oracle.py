@@ -7,13 +7,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spotopt.decide.egress import entry_usd, transfer_matrix
 from spotopt.history.capacity import Capacity
 from spotopt.jobspec import parse_jobs
 from spotopt.whatif.engine import simulate, tick_outcome, tick_terms
 from spotopt.whatif.jobs import SimJobs, build_jobs
-from spotopt.whatif.oracle import solve_job, step_price_floor
+from spotopt.whatif.oracle import _least_per_cell, solve_job, step_price_floor
 from spotopt.whatif.preemptions import model_preemptions, with_capacity
 from spotopt.whatif.strategies import ScheduleDecider
 from spotopt.whatif.timeline import Timeline, build_timeline
@@ -155,3 +157,24 @@ def test_the_exchange_rate_is_the_least_price_per_step_from_each_tick_on() -> No
     naive = [np.nanmin(np.where(np.isfinite(per_step[:, t:]), per_step[:, t:], np.nan)) for t in range(2, 7)]
     assert floor.tolist() == pytest.approx([*naive, math.inf])
     assert np.all(np.diff(floor) >= 0)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 5), st.sampled_from([0.0, 1.0, 2.5, -1.0]), st.sampled_from([0.0, 1.0, 3.0])
+        ),
+        max_size=40,
+    )
+)
+def test_the_path_pass_keeps_the_first_label_of_a_stable_sort(rows: list[tuple[int, float, float]]) -> None:
+    """Per cell, the candidate of least key, then most progress, then first given: the label the
+    path pass keeps is the one a stable sort by (cell, key, −progress) puts first (ties are the
+    rule here: few distinct values)."""
+    cell = np.array([r[0] for r in rows], dtype=np.int64)
+    key = np.array([r[1] for r in rows])
+    prog = np.array([r[2] for r in rows])
+    order = np.lexsort((-prog, key, cell))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = cell[order][1:] != cell[order][:-1]
+    assert _least_per_cell(cell, key, prog, 6).tolist() == order[first].tolist()

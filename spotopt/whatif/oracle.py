@@ -400,13 +400,26 @@ def _reduce(
         d, c, p, pv, ac = (np.concatenate(column) for column in zip(*parts, strict=True))
         keep = np.isfinite(c)
         d, c, p, pv, ac = d[keep], c[keep], p[keep], pv[keep], ac[keep]
-        order = np.lexsort((-p, c - lam[d % k_grid] * p, d))
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = d[order][1:] != d[order][:-1]
-        pick = order[first]
+        pick = _least_per_cell(d, c - lam[d % k_grid] * p, p, n_states * k_grid)
         out.cost[d[pick]] = c[pick]
         out.prog[d[pick]] = p[pick]
         prev_cell[d[pick]] = pv[pick]
         action[d[pick]] = ac[pick]
     shape = (n_states, k_grid)
     return _Labels(out.cost.reshape(shape), out.prog.reshape(shape)), prev_cell, action
+
+
+def _least_per_cell(cell: Array, key: Array, prog: Array, n_cells: int) -> Array:
+    """Per cell that has candidates, the index of its candidate of least ``key``, ties broken by
+    most ``prog`` and then by the lowest index: the first per cell of a stable sort by (cell,
+    key, −prog). In linear time: a sort of every candidate transition took most of the path
+    pass (``whatif --example``'s oracle spent 2.5 of its 6.5 s in it)."""
+    least = np.full(n_cells, np.inf)
+    np.minimum.at(least, cell, key)
+    tied = key == least[cell]  # exact: ``least`` holds one of these very values
+    most = np.full(n_cells, -np.inf)
+    np.maximum.at(most, cell[tied], prog[tied])
+    tied &= prog == most[cell]
+    first = np.full(n_cells, len(cell), dtype=np.int64)
+    np.minimum.at(first, cell[tied], np.flatnonzero(tied))
+    return first[first < len(cell)]
