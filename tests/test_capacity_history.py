@@ -249,3 +249,33 @@ def test_a_trace_read_and_reported_gives_its_own_counts(
     garbage.write_bytes(b"{" + noise)
     with pytest.raises(InputError, match=r"g\.json: "):
         read_trace(garbage)
+
+
+def test_the_dashboard_page_shows_the_note_of_a_market_no_longer_observed(db: Database) -> None:
+    # The page's window is the 30 days before the last observation: market C, seen 40 days
+    # later than the others, leaves them with no observation inside it. Their rows carry their
+    # last state, and the page says so with the report's note, as the CLI does on stderr.
+    from spotopt.ui import views
+    from spotopt.ui.app import templates
+
+    observe(db, IMPORT, (A, 0, True), (A, 2, False), (B, 4, True), (C, 24 * 40, True))
+    page = views.availability(db, h(24 * 41))
+    assert [(row["zone"], row["observations"]) for row in page["markets"]] == [
+        ("us-east-1a", 0),
+        ("us-east-1b", 0),
+        ("us-east-1c", 1),
+    ]
+    assert page["notes"] == [
+        "no observation in this window for 2 of 3 markets: their rows carry the state of their "
+        "last one before it (the latest at 2024-05-01 04:00 UTC); for the week before it, ask for "
+        "-p until=2024-05-02"
+    ]
+    html = templates().get_template("availability.html").render(page_name="availability", **page)
+    assert html.count('<p class="note">') == 1 and "2 of 3 markets" in html
+    observe(db, IMPORT, (A, 24 * 39, True), (B, 24 * 39, True))
+    html = (
+        templates()
+        .get_template("availability.html")
+        .render(page_name="availability", **views.availability(db, h(24 * 41)))
+    )
+    assert '<p class="note">' not in html

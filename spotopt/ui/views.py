@@ -43,6 +43,7 @@ from spotopt.mover.jobs import job_spec
 from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.mover.progress import progress_points
 from spotopt.reports.availability import heatmap
+from spotopt.reports.base import ReportResult
 from spotopt.reports.frames import dt_us
 from spotopt.reports.registry import REPORTS
 from spotopt.reports.sql import markets_stmt
@@ -215,11 +216,11 @@ def gpu_models(db: Database) -> list[str]:
     return sorted(g for g in found if g is not None)
 
 
-def _report(db: Database, name: str, given: dict[str, str], now: datetime) -> dict[str, pd.DataFrame]:
+def _report(db: Database, name: str, given: dict[str, str], now: datetime) -> ReportResult:
     report = REPORTS.lookup(name)
     args = report.parse(given, now)
     with db.session() as session:
-        return report.run(session, args).sections
+        return report.run(session, args)
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -247,10 +248,10 @@ def markets(db: Database, gpu: str | None, now: datetime) -> dict[str, Any]:
     since, until = window
     at = {"gpu": gpu, "at": until.isoformat()}
     span = {"gpu": gpu, "since": since.isoformat(), "until": until.isoformat()}
-    board = _report(db, "price-board", at, now)["price-board"]
-    discount = _report(db, "spot-discount", span, now)
+    board = _report(db, "price-board", at, now).sections["price-board"]
+    discount = _report(db, "spot-discount", span, now).sections["spot-discount"]
     page["board"] = _records(board)
-    page["discount"] = _records(discount["spot-discount"])
+    page["discount"] = _records(discount)
     with db.session() as session:
         found = session.execute(markets_stmt({"gpu": gpu})).mappings()
         ids = {tuple(row[c] for c in _MARKET_KEY): int(row["market_id"]) for row in found}
@@ -299,18 +300,20 @@ def _price_series(db: Database, market_ids: list[int], since: datetime, until: d
 def availability(db: Database, now: datetime) -> dict[str, Any]:
     """The availability page: the ``availability`` report over the window (share of time each
     spot market had capacity, its outages) and its heatmap over time, over the last 30 days of
-    observations."""
+    observations, with the report's notes (a market not observed in the window shows the state
+    it was last seen in, however old: the page says so, as the report does on stderr)."""
     with db.session() as session:
         window = _window(_capacity_span(session))
     if window is None:
-        return {"window": None, "markets": [], "outages": [], "heatmap": None}
+        return {"window": None, "markets": [], "outages": [], "heatmap": None, "notes": []}
     since, until = window
-    sections = _report(db, "availability", {"since": since.isoformat(), "until": until.isoformat()}, now)
+    result = _report(db, "availability", {"since": since.isoformat(), "until": until.isoformat()}, now)
     return {
         "window": window,
-        "markets": _records(sections["markets"]),
-        "outages": _records(sections["outages"]),
-        "heatmap": _availability_heatmap(sections, since, until),
+        "markets": _records(result.sections["markets"]),
+        "outages": _records(result.sections["outages"]),
+        "heatmap": _availability_heatmap(result.sections, since, until),
+        "notes": result.notes,
     }
 
 
