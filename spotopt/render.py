@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TextIO
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -183,17 +184,51 @@ def _fitted_table(
     too wide is shown as a column of fields and values."""
     table = _table(title, caption, cols, cells)
     if _min_width(console, table) <= console.width:
-        return table
+        return _unfolded(console, table, cols, cells)
     if len(cells[0]) == 1:
         fields = [[_header(c) for c in cols], [column[0] for column in cells]]
-        return _table(title, caption, ["field", "value"], fields)
+        return _unfolded(
+            console, _table(title, caption, ["field", "value"], fields), ["field", "value"], fields
+        )
     same = [i for i, column in enumerate(cells) if len(set(column)) == 1]
     if not same or len(same) == len(cols):
         return table
     common = " · ".join(f"{_header(cols[i])} {cells[i][0]}" for i in same)
     keep = [i for i in range(len(cols)) if i not in same]
     caption = f"{common}; {caption}" if caption else common
-    return _table(title, caption, [cols[i] for i in keep], [cells[i] for i in keep])
+    cols, cells = [cols[i] for i in keep], [cells[i] for i in keep]
+    return _unfolded(console, _table(title, caption, cols, cells), cols, cells)
+
+
+def _unfolded(console: Console, table: Table, cols: list[str], cells: list[list[str]]) -> Table:
+    """``table`` with column widths that fold no word where the screen has room for that.
+
+    Rich shrinks a table wider than the screen by narrowing its widest columns first, below
+    their longest word: at 80 columns ``whatif --example`` folded every strategy
+    ("uniform-p / rogress") while a column of ``–`` kept room to spare. Here each column gets
+    its longest word, then what its cells need to stay on one line (a row of one line reads
+    best), then a share of the room left in proportion to what its header needs; headers, and
+    cells where even that is too wide, wrap between words."""
+    heads = [_header(col) for col in cols]
+    word = [
+        max(cell_len(w) for text in [head, *column] for w in text.split() or [""])
+        for head, column in zip(heads, cells, strict=True)
+    ]
+    room = console.width - (3 * len(cols) + 1)  # a space either side of a cell and a rule between
+    line = [max(map(cell_len, [head, *column])) for head, column in zip(heads, cells, strict=True)]
+    if sum(line) <= room or sum(word) > room:
+        return table  # rich's own widths fold nothing, or nothing can avoid a fold
+    one_line = [max(w, *map(cell_len, column)) for w, column in zip(word, cells, strict=True)]
+    floor, goal = (one_line, line) if sum(one_line) <= room else (word, one_line)
+    want = [g - f for f, g in zip(floor, goal, strict=True)]
+    spare = room - sum(floor)
+    widths = [f + spare * w // max(sum(want), 1) for f, w in zip(floor, want, strict=True)]
+    short = sorted(range(len(cols)), key=lambda i: widths[i] - goal[i])  # what rounding left
+    for i in short[: room - sum(widths)]:
+        widths[i] += 1
+    for column, width in zip(table.columns, widths, strict=True):
+        column.width = width
+    return table
 
 
 def _min_width(console: Console, table: Table) -> int:
