@@ -192,7 +192,7 @@ def _fitted_table(
         )
     same = [i for i, column in enumerate(cells) if len(set(column)) == 1]
     if not same or len(same) == len(cols):
-        return table
+        return _unfolded(console, table, cols, cells)
     common = " · ".join(f"{_header(cols[i])} {cells[i][0]}" for i in same)
     keep = [i for i in range(len(cols)) if i not in same]
     caption = f"{common}; {caption}" if caption else common
@@ -201,14 +201,15 @@ def _fitted_table(
 
 
 def _unfolded(console: Console, table: Table, cols: list[str], cells: list[list[str]]) -> Table:
-    """``table`` with column widths that fold no word where the screen has room for that.
+    """``table`` with column widths that fold as few words as the screen allows.
 
     Rich shrinks a table wider than the screen by narrowing its widest columns first, below
     their longest word: at 80 columns ``whatif --example`` folded every strategy
     ("uniform-p / rogress") while a column of ``–`` kept room to spare. Here each column gets
     its longest word, then what its cells need to stay on one line (a row of one line reads
     best), then a share of the room left in proportion to what its header needs; headers, and
-    cells where even that is too wide, wrap between words."""
+    cells where even that is too wide, wrap between words. Where the longest words do not all
+    fit, the columns of short words keep theirs and only the longest are cut, to one width."""
     heads = [_header(col) for col in cols]
     word = [
         max(cell_len(w) for text in [head, *column] for w in text.split() or [""])
@@ -216,19 +217,33 @@ def _unfolded(console: Console, table: Table, cols: list[str], cells: list[list[
     ]
     room = console.width - (3 * len(cols) + 1)  # a space either side of a cell and a rule between
     line = [max(map(cell_len, [head, *column])) for head, column in zip(heads, cells, strict=True)]
-    if sum(line) <= room or sum(word) > room:
-        return table  # rich's own widths fold nothing, or nothing can avoid a fold
-    one_line = [max(w, *map(cell_len, column)) for w, column in zip(word, cells, strict=True)]
-    floor, goal = (one_line, line) if sum(one_line) <= room else (word, one_line)
-    want = [g - f for f, g in zip(floor, goal, strict=True)]
-    spare = room - sum(floor)
-    widths = [f + spare * w // max(sum(want), 1) for f, w in zip(floor, want, strict=True)]
-    short = sorted(range(len(cols)), key=lambda i: widths[i] - goal[i])  # what rounding left
-    for i in short[: room - sum(widths)]:
-        widths[i] += 1
+    if sum(line) <= room or room < len(cols):
+        return table  # rich's own widths fold nothing, or no widths can help
+    if sum(word) > room:
+        widths = _levelled(word, room)
+    else:
+        one_line = [max(w, *map(cell_len, column)) for w, column in zip(word, cells, strict=True)]
+        floor, goal = (one_line, line) if sum(one_line) <= room else (word, one_line)
+        want = [g - f for f, g in zip(floor, goal, strict=True)]
+        spare = room - sum(floor)
+        widths = [f + spare * w // max(sum(want), 1) for f, w in zip(floor, want, strict=True)]
+        short = sorted(range(len(cols)), key=lambda i: widths[i] - goal[i])  # what rounding left
+        for i in short[: room - sum(widths)]:
+            widths[i] += 1
     for column, width in zip(table.columns, widths, strict=True):
         column.width = width
     return table
+
+
+def _levelled(need: list[int], room: int) -> list[int]:
+    """Widths that sum to ``room`` (less than ``sum(need)``): each ``need`` up to a common cap,
+    the cap as high as the room allows; what is left goes one by one to the capped columns."""
+    cap = max(c for c in range(1, max(need) + 1) if sum(min(n, c) for n in need) <= room)
+    widths = [min(n, cap) for n in need]
+    capped = [i for i, n in enumerate(need) if n > cap]
+    for i in capped[: room - sum(widths)]:
+        widths[i] += 1
+    return widths
 
 
 def _min_width(console: Console, table: Table) -> int:

@@ -161,10 +161,22 @@ def test_a_table_that_can_fit_without_folding_a_word_does(monkeypatch: pytest.Mo
     body = [line for line in lines if line.startswith("│")]
     assert len(body) == len(rows)  # one line per row: nothing folded or wrapped
     assert "│ transformer │ uniform-progress │ 288.33" in body[0]
-    # Where no widths can keep every word whole, rich's folding stands (nothing is cut off).
+    # Where the longest words cannot all fit, only the longest are cut: the zones, regions and
+    # short instance types stay whole (rich cut every column to about the same width).
+    rows = [
+        {"cloud": cloud, "region": region, "zone": zone, "instance_type": itype, "market": market}
+        | {"gpu_count": gpus, "usd_per_gpu_hour": usd}
+        for cloud, region, zone, itype, market, gpus, usd in (
+            ("gcp", "us-central1", None, "n1-standard-16+2xnvidia-tesla-v100", "on-demand", 2, 2.86),
+            ("azure", "southcentralus", None, "Standard_NC6s_v3", "spot", 1, 0.4446),
+            ("aws", "us-west-2", "us-west-2a", "p3.2xlarge", "spot", 1, 0.7919),
+        )
+    ]
     out = io.StringIO()
-    render([{"a_very_long_identifier_" + str(i): "x" * 30 for i in range(4)}] * 2, out=out)
-    assert max(map(len, out.getvalue().splitlines())) <= 80
+    render(rows, out=out)
+    text = out.getvalue()
+    assert max(map(len, text.splitlines())) <= 80
+    assert "│ us-west-2a │" in text and "│ p3.2xlarge " in text and "│ us-central1 " in text
 
 
 def test_wide_shows_the_columns_a_table_leaves_out(history: str) -> None:
