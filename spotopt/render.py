@@ -207,27 +207,29 @@ def _unfolded(console: Console, table: Table, cols: list[str], cells: list[list[
     their longest word: at 80 columns ``whatif --example`` folded every strategy
     ("uniform-p / rogress") while a column of ``–`` kept room to spare. Here each column gets
     its longest word, then what its cells need to stay on one line (a row of one line reads
-    best), then a share of the room left in proportion to what its header needs; headers, and
-    cells where even that is too wide, wrap between words. Where the longest words do not all
-    fit, the columns of short words keep theirs and only the longest are cut, to one width."""
+    best), then a share of the room left in proportion to what its header needs; headers wrap
+    between words. Where not every cell fits on one line, the narrow columns keep theirs and the
+    widest give way, down to their longest word; where not even the longest words all fit, only
+    the longest are cut, to one width."""
     heads = [_header(col) for col in cols]
     word = [
         max(cell_len(w) for text in [head, *column] for w in text.split() or [""])
         for head, column in zip(heads, cells, strict=True)
     ]
     room = console.width - (3 * len(cols) + 1)  # a space either side of a cell and a rule between
-    line = [max(map(cell_len, [head, *column])) for head, column in zip(heads, cells, strict=True)]
+    line = [max(map(_widest_line, [head, *column])) for head, column in zip(heads, cells, strict=True)]
     if sum(line) <= room or room < len(cols):
         return table  # rich's own widths fold nothing, or no widths can help
+    one_line = [max([w, *map(_widest_line, column)]) for w, column in zip(word, cells, strict=True)]
     if sum(word) > room:
-        widths = _levelled(word, room)
+        widths = _levelled(word, [1] * len(cols), room)
+    elif sum(one_line) > room:
+        widths = _levelled(one_line, word, room)
     else:
-        one_line = [max(w, *map(cell_len, column)) for w, column in zip(word, cells, strict=True)]
-        floor, goal = (one_line, line) if sum(one_line) <= room else (word, one_line)
-        want = [g - f for f, g in zip(floor, goal, strict=True)]
-        spare = room - sum(floor)
-        widths = [f + spare * w // max(sum(want), 1) for f, w in zip(floor, want, strict=True)]
-        short = sorted(range(len(cols)), key=lambda i: widths[i] - goal[i])  # what rounding left
+        want = [g - f for f, g in zip(one_line, line, strict=True)]
+        spare = room - sum(one_line)
+        widths = [f + spare * w // max(sum(want), 1) for f, w in zip(one_line, want, strict=True)]
+        short = sorted(range(len(cols)), key=lambda i: widths[i] - line[i])  # what rounding left
         for i in short[: room - sum(widths)]:
             widths[i] += 1
     for column, width in zip(table.columns, widths, strict=True):
@@ -235,12 +237,23 @@ def _unfolded(console: Console, table: Table, cols: list[str], cells: list[list[
     return table
 
 
-def _levelled(need: list[int], room: int) -> list[int]:
-    """Widths that sum to ``room`` (less than ``sum(need)``): each ``need`` up to a common cap,
-    the cap as high as the room allows; what is left goes one by one to the capped columns."""
-    cap = max(c for c in range(1, max(need) + 1) if sum(min(n, c) for n in need) <= room)
-    widths = [min(n, cap) for n in need]
-    capped = [i for i, n in enumerate(need) if n > cap]
+def _widest_line(text: str) -> int:
+    """The width of a cell's widest line (a cell may hold several: ``jobs show``'s moves)."""
+    return max((cell_len(part) for part in text.splitlines()), default=0)
+
+
+def _levelled(need: list[int], floor: list[int], room: int) -> list[int]:
+    """Widths that sum to at most ``room`` (less than ``sum(need)``, at least ``sum(floor)``):
+    each column its ``need`` up to a common cap, never below its ``floor``, the cap as high as
+    the room allows; what is left goes one by one to the capped columns. The narrow columns
+    stay whole and the wide ones give way, as rich narrows them, but never below a floor."""
+
+    def fitted(cap: int) -> list[int]:
+        return [max(f, min(n, cap)) for n, f in zip(need, floor, strict=True)]
+
+    cap = max(c for c in range(max(need) + 1) if sum(fitted(c)) <= room)
+    widths = fitted(cap)
+    capped = [i for i, n in enumerate(need) if n > widths[i]]
     for i in capped[: room - sum(widths)]:
         widths[i] += 1
     return widths
