@@ -110,10 +110,15 @@ def test_bad_strategy_names_the_valid_ones(tmp_path: Path) -> None:
     assert "cheapest" in result.output and "multi-cloud" in result.output
 
 
-def test_plot_is_written(tmp_path: Path) -> None:
+def test_plot_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib
+
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(JOBS)
     png = tmp_path / "whatif.png"
+    # A plot leaves the process's backend as it found it (a notebook's, a server's): it used to
+    # switch it to Agg through pyplot.
+    monkeypatch.setattr(matplotlib, "use", lambda *a, **k: pytest.fail(f"matplotlib.use{a} called"))
     result = CliRunner().invoke(
         app,
         [
