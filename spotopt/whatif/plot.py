@@ -1,9 +1,9 @@
 """The what-if figure: the strategy breakdown (the seeds' Fig. 6.5) and, for one start, where each
 strategy ran over the price history.
 
-Drawn as the reports draw (``spotopt.reports.plots``): a ``Figure`` on its own Agg canvas, not
-pyplot, so a plot never switches the process's backend (a notebook's, a server's) nor leaves a
-figure in pyplot's registry."""
+Drawn as the reports draw (``spotopt.reports.plots``, which this layer may not import): a
+``Figure`` on its own Agg canvas, not pyplot, so a plot never switches the process's backend (a
+notebook's, a server's) nor leaves a figure in pyplot's registry."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.reports.plots import colors
 from spotopt.whatif.jobs import SimJobs
 from spotopt.whatif.run import StrategyRun
 from spotopt.whatif.timeline import Timeline
@@ -35,6 +34,7 @@ def plot_whatif(
     Each strategy keeps one colour in every panel (twenty distinct ones: the default cycle of ten
     gave ``spotopt`` on-demand's blue), the title wraps to the figure, and the timelines span the
     hours some strategy ran, not the whole history."""
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -44,8 +44,8 @@ def plot_whatif(
     FigureCanvasAgg(fig)
     axes = fig.subplots(n_panels, 1, squeeze=False)
     ax = axes[0][0]
-    palette = colors()
-    colour = {strategy: palette[k % len(palette)] for k, strategy in enumerate(strategies)}
+    palette = matplotlib.colormaps["tab20"]
+    colour = {strategy: palette(k % palette.N) for k, strategy in enumerate(strategies)}
     width = 0.8 / max(len(strategies), 1)
     x = np.arange(sim.n_jobs)
     for k, strategy in enumerate(strategies):
