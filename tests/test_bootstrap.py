@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 from spotopt.checkpoints import Location, grant_lease, list_checkpoints, read_finished, read_heartbeat
+from spotopt.clouds.common.artifacts import Artifact, Shipment
 from spotopt.clouds.common.base import LaunchSpec
-from spotopt.clouds.common.bootstrap import render_script
+from spotopt.clouds.common.bootstrap import install_lines, render_script
 from spotopt.clouds.registry import CLOUD_SCRIPTS
 from spotopt.errors import ConfigError
 from spotopt.settings import Settings
@@ -200,3 +201,24 @@ def test_bad_inputs_are_config_errors() -> None:
         render_script("aws", big, MARKETS["aws"], bare)
     lines = render_script("gcp", big, MARKETS["gcp"], bare).splitlines()  # GCP's limit is 256 KB
     assert [shlex.split(line) for line in lines if line.startswith("python -c")] == [list(big.command)]
+
+
+@pytest.mark.parametrize("cloud", sorted(MARKETS))
+def test_only_an_azure_instance_reads_the_store_with_the_azure_identity(cloud: str) -> None:
+    """The downloader's third argument names the managed identity an Azure VM runs as; an AWS
+    or GCP instance has no such identity, and its script must not name one (it carried the
+    Azure setting's value wherever that was set)."""
+    identity = (
+        "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/a"
+    )
+    store = {"aws": "s3://bucket/ckpt", "gcp": "gs://bucket/ckpt", "azure": "az://ckpt/runs"}[cloud]
+    spec = LaunchSpec("j", 1, ("python", "train.py"), store, storage_options={"account_name": "acct"})
+    shipped = Shipment(
+        Artifact("w.whl", "0" * 64, "spotopt_gpu-1-py3-none-any.whl"),
+        Artifact("l.txt", "1" * 64, "l.txt"),
+        "x",
+    )
+    lines = install_lines(shipped, spec, MARKETS[cloud], Settings(azure_identity_id=identity))
+    fetch = next(shlex.split(line) for line in lines if "<<'SPOTOPT_FETCH'" in line)
+    assert fetch[1:4] == ["-", store, MARKETS[cloud].region]
+    assert fetch[4] == (identity if cloud == "azure" else "-")

@@ -40,11 +40,15 @@ BillingRule = Callable[[float, bool], float]
 
 @dataclass(frozen=True, slots=True)
 class CloudScript:
-    """What differs per cloud: how the start-up script is delivered and run, and its size limit."""
+    """What differs per cloud: how the start-up script is delivered and run, its size limit,
+    and ``identity_setting``: the setting that names which of the instance's identities reads
+    the checkpoint store (Azure's user-assigned managed identity); None where an instance has
+    one identity (AWS's instance profile, GCP's service account)."""
 
     delivered_as: str
     runs: str
     limit_bytes: int
+    identity_setting: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,7 @@ CLOUDS.add(
             "a #! script, so cloud-init runs it once, as root, at first boot; "
             "output: /var/log/cloud-init-output.log",
             65535,
+            identity_setting="azure_identity_id",
         ),
     ),
 )

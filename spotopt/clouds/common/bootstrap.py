@@ -76,6 +76,15 @@ def _check_reachable(spec: LaunchSpec, settings: Settings) -> None:
         )
 
 
+def store_identity(cloud: str, settings: Settings) -> str | None:
+    """The identity an instance of ``cloud`` reads the store with, where it has a choice of
+    them (``CloudScript.identity_setting``); None: its only one. An AWS or GCP instance never
+    carries an Azure identity's name."""
+    setting = CLOUD_SCRIPTS[cloud].identity_setting
+    value = getattr(settings, setting) if setting else None
+    return str(value) if value else None
+
+
 def install_lines(shipped: Shipment, spec: LaunchSpec, market: MarketKey, settings: Settings) -> list[str]:
     """The script's lines that download, verify and install ``shipped`` into ``$SPOTOPT_VENV``.
 
@@ -87,7 +96,7 @@ def install_lines(shipped: Shipment, spec: LaunchSpec, market: MarketKey, settin
     pip = ["--quiet", "--no-input", "--require-hashes", "--only-binary", ":all:"]
     if settings.bootstrap_index_url:
         pip += ["--index-url", settings.bootstrap_index_url]
-    where = [spec.checkpoint_uri, market.region, settings.azure_identity_id or "-"]
+    where = [spec.checkpoint_uri, market.region, store_identity(market.cloud, settings) or "-"]
     fetch = [*(q(a) for a in where), q(wheel.key), wheel.sha256, f'"$A/{wheel.file_name}"']
     fetch += [q(lock.key), lock.sha256, '"$A/requirements.txt"']
     requirement = f"{shipped.requirement} @ file://$A/{wheel.file_name} --hash=sha256:{wheel.sha256}"
