@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -116,3 +117,19 @@ def test_a_terminate_records_the_signal_and_a_group_kill_records_nothing(
     pid = json.loads((provider.state_dir / "instances" / iid / "record.json").read_text())["pid"]
     os.killpg(pid, signal.SIGKILL)
     assert _ended(provider, iid) == (InstanceState.EXITED, None)
+
+
+def test_the_zygote_ends_when_stopped_though_another_process_holds_its_channel(tmp_path: Path) -> None:
+    """Under xdist a worker runs other modules' tests, and a process started or forked there can
+    hold a copy of the channel; closing the test's descriptor then was no end for the zygote,
+    which ``stop`` killed after its 10 s wait (CI spent 10-17 s in this module's teardowns)."""
+    made = Zygote.start(("json",), tmp_path / "zygote-output")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=(made.channel.fileno(),)
+    )
+    try:
+        made.stop()
+        assert made.process.returncode == 0  # it ended by itself, not by stop's SIGKILL
+    finally:
+        holder.kill()
+        holder.wait()

@@ -133,8 +133,14 @@ class Zygote:
                     os.killpg(runner, signal.SIGKILL)
 
     def stop(self) -> None:
-        """Close the channel (the zygote exits on its end) and wait for it. Its runners are left
-        to whoever launched them (the local provider's teardown ends every instance)."""
+        """End the channel (the zygote exits on its end) and wait for it. Its runners are left
+        to whoever launched them (the local provider's teardown ends every instance).
+
+        Shut down, not only closed: the socket ends for the zygote only when every descriptor of
+        it is closed, and a process started or forked elsewhere in this test process (an xdist
+        worker runs other modules' tests) may hold a copy; ``shutdown`` ends it for all of them."""
+        with contextlib.suppress(OSError):
+            self.channel.shutdown(socket.SHUT_RDWR)
         self.channel.close()
         try:
             self.process.wait(timeout=10)
