@@ -80,7 +80,8 @@ def store_identity(cloud: str, settings: Settings) -> str | None:
     """The identity an instance of ``cloud`` reads the store with, where it has a choice of
     them (``CloudScript.identity_setting``); None: its only one. An AWS or GCP instance never
     carries an Azure identity's name."""
-    setting = CLOUD_SCRIPTS[cloud].identity_setting
+    how = CLOUD_SCRIPTS.get(cloud)
+    setting = how.identity_setting if how is not None else None
     value = getattr(settings, setting) if setting else None
     return str(value) if value else None
 
