@@ -163,25 +163,35 @@ def _hazards(
 
 
 MAX_TICKS = 384
-MAX_RESTART_UNITS = 8
+MAX_RESTART_TICKS = 8
 MAX_SLACK_UNITS = 384
-"""A table covers at most this many ticks, units of restart and units of slack (45 MB at most,
-about 20 MB for Can't Be Late's setting); a job with more slack than a table holds decides as
+"""A table covers at most this many ticks, ticks of restart and units of slack (45 MB at most,
+about 10 MB for Can't Be Late's setting); a job with more slack than a table holds decides as
 one with that much (more slack only ever favours waiting for spot)."""
+
+
+def restart_units(r: int) -> Array:
+    """The restart units an instance can have left at a tick boundary, ascending, when a
+    (re)start costs ``r``: ``r``, then ``UNITS_PER_TICK`` fewer at each tick it runs, down to 0.
+
+    Only these are ever reached, so the tables keep one state per tick of restart, not one per
+    unit: a restart of many units (half an hour at a 5-minute tick: 24 units, 7 states) fits a
+    table at the planning period instead of forcing a coarser tick on it."""
+    return np.unique(np.maximum(r - UNITS_PER_TICK * np.arange(-(-r // UNITS_PER_TICK) + 1), 0))
 
 
 def table_tick_h(period_h: float, deadline_h: float, restart_h: float) -> float:
     """The tables' tick: the planning period, or a power-of-two multiple of it where the time to
     the deadline is more than ``MAX_TICKS`` periods or the restart more than
-    ``MAX_RESTART_UNITS`` units long (a daemon polling every few seconds decides on a 30-day job
-    with a tick of hours).
+    ``MAX_RESTART_TICKS`` periods long (a daemon polling every few seconds decides on a 30-day
+    job with a tick of hours).
 
     In octaves, not the exact quotient: the tick is part of a table's cache key, and a tick
     that followed the time left changed at every decision as the deadline neared, so every
     decision solved a new table (on 5-minute probe traces a 60 h job solved one per decision
     for its first 28 h: hundreds of seconds a job). In octaves it changes a few times in a
     job's life."""
-    need = max(deadline_h / MAX_TICKS, restart_h * UNITS_PER_TICK / MAX_RESTART_UNITS)
+    need = max(deadline_h / MAX_TICKS, restart_h / MAX_RESTART_TICKS)
     if need <= period_h:
         return period_h
     return period_h * 2.0 ** math.ceil(math.log2(need / period_h) - 1e-9)
@@ -217,8 +227,10 @@ def decide(
     slack = min(slack, MAX_SLACK_UNITS - 1)
     ticks_left = min(ticks_left, MAX_TICKS)
     table = _tables(job, chain.rounded(), ticks_left, slack)
-    rho = min(math.ceil(restart_left_h / unit - 1e-9), r)
-    state = 0 if mode == IDLE else (1 + rho if mode == SPOT else r + 2 + rho)
+    # A restart left between two reachable ones is taken as the longer (it is mid-tick).
+    left = restart_units(r)
+    i = int(np.searchsorted(left, min(math.ceil(restart_left_h / unit - 1e-9), r)))
+    state = 0 if mode == IDLE else (1 + i if mode == SPOT else len(left) + 1 + i)
     return int(table[ticks_left - 1, slack, state, int(spot_up), min(max(age, 0), N_AGES - 1)])
 
 
@@ -252,20 +264,22 @@ def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
     """Backward induction: ``action[τ - 1, S, state, up, age]`` for τ ticks left and ``S``
     units of slack.
 
-    States: 0 idle; ``1 + ρ`` on spot with ``ρ`` restart units left; ``r + 2 + ρ`` on
-    on-demand. With τ ticks left and ``S`` units of slack, ``τ·k − S`` units of work are left;
-    running a tick spends ``min(ρ, k)`` units of slack on the restart, waiting spends ``k``.
+    States: 0 idle; ``1 + i`` on spot with ``ρ = restart_units(r)[i]`` units of restart left;
+    ``n + 1 + i`` on on-demand (``n`` such ``ρ``). With τ ticks left and ``S`` units of slack,
+    ``τ·k − S`` units of work are left; running a tick spends ``min(ρ, k)`` units of slack on
+    the restart and leaves the next ``ρ`` down (``i - 1``), waiting spends ``k``.
     Values are kept per (up, age); a state on spot is only ever reached with the pool up.
     """
     k = UNITS_PER_TICK
     unit = job.tick_h / k
     r = max(math.ceil(job.restart_h / unit - 1e-9), 0)
-    n_states = 2 * r + 3
+    rho = restart_units(r)[:, None]
+    n = len(rho)
+    n_states = 2 * n + 1
     slack = np.arange(n_slack)
-    rho = np.arange(r + 1)[:, None]
     spent = np.minimum(rho, k)
-    rho_after = np.maximum(rho - k, 0)
-    on_spot, on_od = 1 + rho_after, r + 2 + rho_after
+    after = np.maximum(np.arange(n) - 1, 0)[:, None]  # restart_units(r)[i - 1] is ρ − k, or 0
+    on_spot, on_od = 1 + after, n + 1 + after
     lose, back = np.asarray(chain.lose), np.asarray(chain.back)
     switch = np.minimum(chain.p_switch, 1.0 - lose)
     width = np.diff(np.r_[AGE_EDGES, np.inf])
@@ -285,8 +299,8 @@ def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
 
     labels = np.full((n_states, 3), IDLE, dtype=np.int8)
     labels[IDLE] = [IDLE, SPOT, ON_DEMAND]
-    labels[1 : r + 2, :2] = [SPOT, ON_DEMAND]
-    labels[r + 2 :, :2] = [ON_DEMAND, SPOT]
+    labels[1 : n + 1, :2] = [SPOT, ON_DEMAND]
+    labels[n + 1 :, :2] = [ON_DEMAND, SPOT]
     value = np.zeros((n_slack, n_states, 2, N_AGES))  # no tick left and no slack missing: done
     actions = np.zeros((n_ticks, n_slack, n_states, 2, N_AGES), dtype=np.int8)
     for tau in range(1, n_ticks + 1):
@@ -315,9 +329,9 @@ def _solve(job: Job, chain: Chain, n_ticks: int, n_slack: int) -> Array:
         od = run(job.od_usd_per_h, turn(later(s_run, on_od)))
         wait = turn(later(slack - k, IDLE))  # (S, up, age)
         costs = np.full((n_states, 3, n_slack, 2, N_AGES), np.inf)
-        costs[IDLE] = [wait, spot[r], od[r]]
-        costs[1 : r + 2, 0], costs[1 : r + 2, 1] = spot, od[r]
-        costs[r + 2 :, 0], costs[r + 2 :, 1] = od, spot[r]
+        costs[IDLE] = [wait, spot[-1], od[-1]]
+        costs[1 : n + 1, 0], costs[1 : n + 1, 1] = spot, od[-1]
+        costs[n + 1 :, 0], costs[n + 1 :, 1] = od, spot[-1]
         pick = np.argmin(costs, axis=1)
         best = np.take_along_axis(costs, pick[:, None], axis=1)[:, 0]
         value = np.where((work <= 0)[None, :, None, None], 0.0, best).transpose(1, 0, 2, 3)
