@@ -163,11 +163,15 @@ def _hazards(
 
 
 MAX_TICKS = 384
-MAX_RESTART_TICKS = 8
+MAX_RESTART_TICKS = 2
 MAX_SLACK_UNITS = 384
-"""A table covers at most this many ticks, ticks of restart and units of slack (45 MB at most,
-about 10 MB for Can't Be Late's setting); a job with more slack than a table holds decides as
-one with that much (more slack only ever favours waiting for spot)."""
+"""A table covers at most this many ticks, ticks of restart and units of slack (17 MB at most,
+12 MB for Can't Be Late's setting); a job with more slack than a table holds decides as one
+with that much (more slack only ever favours waiting for spot).
+
+A longer restart coarsens the tick (``table_tick_h``). Keeping the planning period for restarts
+of up to 8 periods was tried in session 15: on the 2023 traces at 5-minute probes it helped on
+some settings and zones and cost on others (docs/benchmarks.md), so the bound stayed where it was."""
 
 
 def restart_units(r: int) -> Array:
@@ -175,8 +179,8 @@ def restart_units(r: int) -> Array:
     (re)start costs ``r``: ``r``, then ``UNITS_PER_TICK`` fewer at each tick it runs, down to 0.
 
     Only these are ever reached, so the tables keep one state per tick of restart, not one per
-    unit: a restart of many units (half an hour at a 5-minute tick: 24 units, 7 states) fits a
-    table at the planning period instead of forcing a coarser tick on it."""
+    unit: Can't Be Late's 0.2 h changeover at a 10-minute tick is 5 units and 3 states (it was
+    6), and a table solves in about half the time."""
     return np.unique(np.maximum(r - UNITS_PER_TICK * np.arange(-(-r // UNITS_PER_TICK) + 1), 0))
 
 
