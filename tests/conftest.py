@@ -11,6 +11,8 @@ import itertools
 import os
 import shutil
 import socket
+import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from sqlalchemy import create_engine, text
 from spotopt.db.engine import Database
 from spotopt.history.setup import open_history, upgrade_history
 from tests.pg import PostgresServer, find_bindir
-from tests.zygote import Zygote
+from tests.zygote import SLOW_TEARDOWN_S, Zygote
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -162,4 +164,7 @@ def zygote(
         return
     made = Zygote.start(zygote_preload, tmp_path_factory.mktemp("zygote") / "output")
     yield made
-    made.stop()
+    began = time.monotonic()
+    killed = made.stop()
+    if killed or time.monotonic() - began > SLOW_TEARDOWN_S:
+        warnings.warn(f"zygote stop took {time.monotonic() - began:.1f} s (killed: {killed})", stacklevel=1)
