@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,7 @@ def test_the_start_up_script_runs_the_agent_which_resumes_and_stops_on_the_notic
             "SPOTOPT_HEARTBEAT_EVERY": "0.1s",
         },
     )
-    script = render_script(cloud, spec, MARKETS[cloud], _settings(tmp_path / "instance-work"))
+    script = render_script(spec, MARKETS[cloud], _settings(tmp_path / "instance-work"))
     instance.boot(script)
 
     deadline = time.monotonic() + TIMEOUT_S
@@ -171,7 +172,7 @@ def test_a_finished_job_ends_the_script_with_its_status_and_the_values_arrive_in
     spec = LaunchSpec(
         "j", 2, job, "file:///nowhere", env={"SPOTOPT_WEIRD": hostile}, workdir=str(tmp_path / "w")
     )
-    instance.boot(render_script("gcp", spec, MARKETS["gcp"], _settings(tmp_path / "unused")))
+    instance.boot(render_script(spec, MARKETS["gcp"], _settings(tmp_path / "unused")))
     assert instance.wait() == 3
     console = instance.console()
     assert repr(hostile) in console and str(tmp_path / "w") in console
@@ -180,7 +181,7 @@ def test_a_finished_job_ends_the_script_with_its_status_and_the_values_arrive_in
 
 def test_without_install_the_script_powers_off_and_carries_no_credentials() -> None:
     spec = LaunchSpec("j", 1, ("python", "train.py"), "s3://bucket/ckpt")
-    script = render_script("aws", spec, MARKETS["aws"], Settings(bootstrap_install=False))
+    script = render_script(spec, MARKETS["aws"], Settings(bootstrap_install=False))
     assert script.startswith("#!/bin/bash\n")
     assert '  python3 -m venv "$SPOTOPT_VENV"\n' in script
     assert "pip install" not in script and "cd /opt/spotopt/work\n" in script and "shutdown -h now" in script
@@ -191,15 +192,15 @@ def test_bad_inputs_are_config_errors() -> None:
     spec = LaunchSpec("j", 1, ("python", "train.py"), "s3://bucket/ckpt")
     bare = Settings(bootstrap_install=False)
     with pytest.raises(ConfigError, match="cloud 'ibm' is unknown"):
-        render_script("ibm", spec, MARKETS["aws"], bare)
+        render_script(spec, replace(MARKETS["aws"], cloud="ibm"), bare)
     with pytest.raises(ConfigError, match="no command"):
-        render_script("aws", LaunchSpec("j", 1, (), "s3://b/p"), MARKETS["aws"], bare)
+        render_script(LaunchSpec("j", 1, (), "s3://b/p"), MARKETS["aws"], bare)
     with pytest.raises(ConfigError, match="scheme 'ftp'"):
-        render_script("aws", LaunchSpec("j", 1, ("x",), "ftp://b/p"), MARKETS["aws"], bare)
+        render_script(LaunchSpec("j", 1, ("x",), "ftp://b/p"), MARKETS["aws"], bare)
     big = LaunchSpec("j", 1, ("python", "-c", "x" * 20_000), "s3://bucket/ckpt")
     with pytest.raises(ConfigError, match="over EC2 user data's limit of 16384"):
-        render_script("aws", big, MARKETS["aws"], bare)
-    lines = render_script("gcp", big, MARKETS["gcp"], bare).splitlines()  # GCP's limit is 256 KB
+        render_script(big, MARKETS["aws"], bare)
+    lines = render_script(big, MARKETS["gcp"], bare).splitlines()  # GCP's limit is 256 KB
     assert [shlex.split(line) for line in lines if line.startswith("python -c")] == [list(big.command)]
 
 

@@ -45,6 +45,7 @@ from tests.stores import moto_s3, s3_store
 __all__ = ["metadata", "moto_s3"]  # fixtures, imported for pytest
 
 MARKET = MarketKey("aws", "us-east-1", "us-east-1a", "g5.xlarge", MarketKind.SPOT)
+GCP_MARKET = MarketKey("gcp", "us-central1", "us-central1-a", "g2-standard-4", MarketKind.SPOT)
 TIMEOUT_S = 300.0
 VERSION = importlib.metadata.version(DISTRIBUTION)
 RAN = "job-ran"
@@ -104,7 +105,7 @@ def test_a_tampered_artifact_in_a_file_store_is_refused_before_the_job_runs(
     store = f"file://{tmp_path / 'store'}"
     settings = _settings(tmp_path)
     spec = _job(store)
-    script = render_script("gcp", spec, MARKET, settings)
+    script = render_script(spec, GCP_MARKET, settings)
     shipped = ship(settings, store, {})
     assert f"--hash=sha256:{shipped.wheel.sha256}" in script and shipped.lock.sha256 in script
     assert "--require-hashes" in script and "--only-binary :all:" in script
@@ -125,7 +126,7 @@ def test_a_tampered_wheel_in_s3_is_refused_and_the_download_used_the_instance_ro
     store = s3_store(moto_s3)
     settings = _settings(tmp_path)
     spec = _job(store.url, store.storage_options, SPOTOPT_AWS_METADATA_URL=metadata.url)
-    script = render_script("aws", spec, MARKET, settings)
+    script = render_script(spec, MARKET, settings)
     assert "testing" not in script.split("SPOTOPT_STORAGE_OPTIONS", 1)[0]  # nothing but the job's env
     shipped = ship(settings, store.url, store.storage_options)
     _tamper(store.location(), shipped.wheel.key)
@@ -190,7 +191,7 @@ def test_a_bare_requirement_is_refused_in_one_line(
 ) -> None:
     settings = _settings(tmp_path, **overrides)
     with pytest.raises(ConfigError, match=message) as caught:
-        render_script("aws", _job(f"file://{tmp_path}"), MARKET, settings)
+        render_script(_job(f"file://{tmp_path}"), MARKET, settings)
     assert "\n" not in str(caught.value)
     from spotopt.clouds.common.router import build_cloud
 
@@ -316,7 +317,7 @@ def test_the_instance_runs_exactly_the_daemons_version(
         storage_options=store.storage_options,
         env={"SPOTOPT_AWS_METADATA_URL": metadata.url},
     )
-    script = render_script("aws", spec, MARKET, settings)
+    script = render_script(spec, MARKET, settings)
     shipped = ship(settings, store.url, store.storage_options)
 
     status, console = _run(script, tmp_path)

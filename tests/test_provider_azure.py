@@ -335,7 +335,7 @@ def test_the_default_script_is_the_rendered_bootstrap_and_the_registry_builds_th
 ) -> None:
     made = _provider()
     instance = made.launch(_spec(), SPOT_T4, "key-b")
-    assert fake.custom_data[instance.instance_id] == render_script("azure", _spec(), SPOT_T4, SETTINGS)
+    assert fake.custom_data[instance.instance_id] == render_script(_spec(), SPOT_T4, SETTINGS)
     for name, value in SETTINGS.model_dump(exclude_none=True).items():
         if name.startswith("azure_"):
             monkeypatch.setenv(f"SPOTOPT_{name.upper()}", str(value))

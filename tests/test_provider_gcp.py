@@ -145,7 +145,7 @@ def test_an_on_demand_market_is_standard_and_a_built_in_gpu_type_attaches_nothin
     instance = provider.launch(_spec(), market, "od")
     body = json.loads(fake.calls("POST", r"/instances\?")[0].request.body)
     meta = {i["key"]: i["value"] for i in body["metadata"]["items"]}
-    assert meta["startup-script"] == render_script("gcp", _spec(), market, settings)  # the default
+    assert meta["startup-script"] == render_script(_spec(), market, settings)  # the default
     zone, name = instance.instance_id.split("/")
     assert fake.instances[(zone, name)]["status"] == "RUNNING"
     (interface,) = body["networkInterfaces"]

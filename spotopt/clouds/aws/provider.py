@@ -213,7 +213,7 @@ class AwsProvider:
         if len(idempotency_key) > MAX_TAG_VALUE:
             raise ProviderError(f"job {spec.job}: idempotency key longer than {MAX_TAG_VALUE} characters")
         tags = self._tags(spec, market, idempotency_key)
-        user_data = render_script("aws", spec, market, self.settings)
+        user_data = render_script(spec, market, self.settings)
         self.regions[market.region] = None
         by_key = [{"Name": f"tag:{TAG_KEY}", "Values": [idempotency_key]}]
         found = self._describe(market.region, Filters=by_key)

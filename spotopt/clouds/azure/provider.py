@@ -188,7 +188,7 @@ class AzureProvider:
         self.admin = settings.azure_admin_username
         self.ssh_key = settings.azure_ssh_public_key
         self.clients = clients or AzureClients()
-        self.script = script or partial(render_script, "azure", settings=settings)
+        self.script = script or partial(render_script, settings=settings)
         self.retry = retry or Retry()
         self.poll_s = poll_s
         self.now = now

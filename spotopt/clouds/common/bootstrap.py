@@ -1,6 +1,6 @@
 """The start-up script a cloud instance runs at boot: Python, spotopt, the agent's environment, the job.
 
-``render_script(cloud, spec, market, settings)`` is one bash script for the three clouds; only
+``render_script(spec, market, settings)`` is one bash script for the three clouds; only
 the header (how the cloud runs it, where its output goes) and the size limit differ:
 
 - **AWS user data**: cloud-init runs a user-data payload that starts with ``#!`` once, as root,
@@ -113,8 +113,11 @@ def install_lines(shipped: Shipment, spec: LaunchSpec, market: MarketKey, settin
     ]
 
 
-def render_script(cloud: str, spec: LaunchSpec, market: MarketKey, settings: Settings) -> str:
-    """The bash start-up script that runs ``spec`` on an instance of ``cloud`` (see the module doc)."""
+def render_script(spec: LaunchSpec, market: MarketKey, settings: Settings) -> str:
+    """The bash start-up script that runs ``spec`` on an instance of ``market`` (see the module
+    doc); the market's cloud says how the script is delivered and run, so the two cannot
+    disagree."""
+    cloud = market.cloud
     if cloud not in CLOUD_SCRIPTS:
         known = ", ".join(CLOUD_SCRIPTS)
         raise ConfigError(f"start-up script: cloud {cloud!r} is unknown; use one of {known}")

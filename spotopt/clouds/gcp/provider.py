@@ -110,8 +110,8 @@ class GcpProvider:
     """Launches, watches and deletes Compute Engine instances; see the module docstring.
 
     ``clients``, ``script``, ``retry`` and ``sleep`` are the seams tests replace: ``script``
-    renders the start-up script (default: ``bootstrap.render_script`` for ``gcp`` with these
-    settings), ``sleep`` paces operation polling (``poll_s`` apart).
+    renders the start-up script (default: ``bootstrap.render_script`` with these settings,
+    for the market's cloud), ``sleep`` paces operation polling (``poll_s`` apart).
     """
 
     name = "gcp"
@@ -137,7 +137,7 @@ class GcpProvider:
         self.subnetwork = settings.gcp_subnetwork
         self.external_ip = settings.gcp_external_ip
         self.clients = clients or GcpClients(project=settings.gcp_project)
-        self.script = script or partial(render_script, "gcp", settings=settings)
+        self.script = script or partial(render_script, settings=settings)
         self.retry = retry or Retry()
         self.poll_s = poll_s
         self.operation_timeout_s = operation_timeout_s
