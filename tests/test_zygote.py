@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from spotopt.clouds.common.base import InstanceState, LaunchSpec
 from spotopt.clouds.local.provider import LocalProvider
 from tests.interruptions import MARKET, ForkingProvider
-from tests.zygote import SLOW_TEARDOWN_S, Zygote
+from tests.zygote import Zygote
 
 SCRIPT = """\
 import json, os, signal, sys, time
@@ -52,12 +51,8 @@ def provider(request: pytest.FixtureRequest, tmp_path: Path, zygote: Zygote) -> 
         else ForkingProvider(state, zygote, 10)
     )
     yield made
-    began = time.monotonic()
     for instance in made.list_instances():
         made.terminate(instance.instance_id, grace_s=0)
-    took = time.monotonic() - began
-    if took > SLOW_TEARDOWN_S:
-        warnings.warn(f"{request.param}: provider teardown took {took:.1f} s", stacklevel=1)
 
 
 def _launch(provider: LocalProvider, tmp_path: Path, mode: str) -> tuple[str, Path]:

@@ -51,9 +51,6 @@ from pathlib import Path
 MAX_MESSAGE = 1 << 20
 READY_TIMEOUT_S = 120.0
 """Preloading torch, transformers and Lightning on a loaded 2-core machine: well under this."""
-SLOW_TEARDOWN_S = 2.0
-"""A zygote's or a forking provider's teardown slower than this is reported in the warnings
-summary: CI spends 8-17 s in them where they take 0.02 s here, for a reason not found yet."""
 
 
 @dataclass(frozen=True)
@@ -135,14 +132,13 @@ class Zygote:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(runner, signal.SIGKILL)
 
-    def stop(self) -> bool:
+    def stop(self) -> None:
         """End the channel (the zygote exits on its end) and wait for it. Its runners are left
         to whoever launched them (the local provider's teardown ends every instance).
 
         Shut down, not only closed: the socket ends for the zygote only when every descriptor of
         it is closed, and a process started or forked elsewhere in this test process (an xdist
-        worker runs other modules' tests) may hold a copy; ``shutdown`` ends it for all of them.
-        True when it had to be killed."""
+        worker runs other modules' tests) may hold a copy; ``shutdown`` ends it for all of them."""
         with contextlib.suppress(OSError):
             self.channel.shutdown(socket.SHUT_RDWR)
         self.channel.close()
@@ -151,8 +147,6 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-            return True
-        return False
 
 
 def exit_code(home: Path, timeout_s: float) -> int:
