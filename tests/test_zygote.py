@@ -122,7 +122,8 @@ def test_a_terminate_records_the_signal_and_a_group_kill_records_nothing(
 def test_the_zygote_ends_when_stopped_though_another_process_holds_its_channel(tmp_path: Path) -> None:
     """Under xdist a worker runs other modules' tests, and a process started or forked there can
     hold a copy of the channel; closing the test's descriptor then was no end for the zygote,
-    which ``stop`` killed after its 10 s wait (CI spent 10-17 s in this module's teardowns)."""
+    which ``stop`` killed after its 10 s wait. (Not the cause of this module's slow teardowns in
+    CI: there every fixture, the zygote's included, finishes at once; see ``SLOW_TEARDOWN_S``.)"""
     made = Zygote.start(("json",), tmp_path / "zygote-output")
     holder = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=(made.channel.fileno(),)
