@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import platformdirs
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from spotopt.clouds.aws.settings import AwsSettings
@@ -46,6 +46,12 @@ class Settings(BaseSettings, AwsSettings, GcpSettings, AzureSettings):
     auto_migrate: bool = True
     """On SQLite, apply pending migrations automatically (under a lock) when spotopt opens the
     database; PostgreSQL operators run ``spotopt db upgrade``."""
+
+    price_max_age_days: float = Field(default=7.0, gt=0, le=36500)
+    """Days after which a market's newest price is *stale*: every listing shows a price's age and
+    marks a stale one, and a stale price never wins over a fresh one in ``plan``, the what-if
+    engine or the daemon (a market known only by stale prices is used, with a warning, only when
+    a job has no fresh one)."""
 
     # -- the instances' start-up script (docs/guides/clouds.md) ------------------------------------
     bootstrap_python: str = "python3"
