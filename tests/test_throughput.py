@@ -113,7 +113,7 @@ def test_store_json_and_errors(tmp_path: Path) -> None:
     assert read_file(good)[0]["gpu_model"] == "H100-80GB"
     bad = tmp_path / "t.csv"
     bad.write_text("workload,gpu_model,gpu_count,steps_per_s\nw,V100,1,0\n")
-    with pytest.raises(InputError, match=r"line 2: steps_per_s '0' is not a finite number > 0"):
+    with pytest.raises(InputError, match=r"line 2: steps_per_s '0' is not a number from 1e-06 to 1e\+09"):
         read_file(bad)
     bad.write_text("workload,gpu_model,gpu_count,steps_per_s\nw,Z9,1,1\n")
     with pytest.raises(InputError, match="line 2: gpu_model: unknown GPU"):
@@ -123,10 +123,14 @@ def test_store_json_and_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ('"gpu_count": 1, "steps_per_s": Infinity', r"steps_per_s inf is not a finite number > 0"),
-        ('"gpu_count": 1, "steps_per_s": NaN', r"steps_per_s nan is not a finite number > 0"),
-        ('"gpu_count": 1, "steps_per_s": "fast"', r"steps_per_s 'fast' is not a finite number"),
-        ('"gpu_count": 1, "steps_per_s": true', r"steps_per_s True is not a finite number"),
+        ('"gpu_count": 1, "steps_per_s": Infinity', r"steps_per_s inf is not a number from 1e-06"),
+        ('"gpu_count": 1, "steps_per_s": NaN', r"steps_per_s nan is not a number from 1e-06"),
+        ('"gpu_count": 1, "steps_per_s": "fast"', r"steps_per_s 'fast' is not a number from 1e-06"),
+        ('"gpu_count": 1, "steps_per_s": true', r"steps_per_s True is not a number from 1e-06"),
+        # Finite but beyond the job spec's bounds: 1e308 made a placement free and 1e-300 made its
+        # cost overflow, and either stopped every job's decision (HiGHS: kModelEmpty).
+        ('"gpu_count": 1, "steps_per_s": 1e308', r"steps_per_s 1e\+308 is not a number from 1e-06 to 1e\+09"),
+        ('"gpu_count": 1, "steps_per_s": 1e-300', r"steps_per_s 1e-300 is not a number from 1e-06"),
         ('"gpu_count": 1.5, "steps_per_s": 2', r"gpu_count 1.5 is not a whole number >= 1"),
         ('"gpu_count": 0, "steps_per_s": 2', r"gpu_count 0 is not a whole number >= 1"),
         ('"gpu_count": "two", "steps_per_s": 2', r"gpu_count 'two' is not a whole number >= 1"),

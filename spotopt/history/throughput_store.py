@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from spotopt.db.models import Throughput
 from spotopt.errors import InputError
 from spotopt.files import iter_csv_rows, read_text
-from spotopt.jobspec import gpu_key
+from spotopt.jobspec import MAX_STEPS_PER_S, MIN_STEPS_PER_S, gpu_key
 from spotopt.throughput import StoredFigure
 
 SOURCES = ("measured", "imported", "estimated")
@@ -93,11 +93,14 @@ def _gpu_count(value: Any, where: str) -> int:
 
 
 def _steps_per_s(value: Any, where: str) -> float:
-    """A finite throughput > 0: ``inf`` or ``nan`` would make every placement look free."""
+    """A throughput within the job spec's bounds: ``inf``, ``nan`` or 1e308 would make every
+    placement look free, 1e-300 would make its cost overflow, and either kind of figure stopped
+    every job's decision, not only this workload's."""
     number = _number(value)
-    if number is None or not math.isfinite(number) or number <= 0:
+    if number is None or not math.isfinite(number) or not MIN_STEPS_PER_S <= number <= MAX_STEPS_PER_S:
         raise InputError(
-            f"{where}: steps_per_s {value!r} is not a finite number > 0 (training steps per second)"
+            f"{where}: steps_per_s {value!r} is not a number from {MIN_STEPS_PER_S:g} to "
+            f"{MAX_STEPS_PER_S:g} (training steps per second)"
         )
     return number
 
