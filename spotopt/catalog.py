@@ -1,8 +1,10 @@
 """The bundled GPU catalog (``spotopt/data/*.csv``): a pure lookup, no database.
 
 Files (provenance and dates in ``data/README.md``):
-- ``gpus.csv``: canonical GPU models and the raw names clouds use for them (``aliases``).
-- ``instance_types.csv``: every GPU instance type of AWS, GCP and Azure, retired ones included.
+- ``gpus.csv``: canonical GPU models, the raw names clouds use for them (``aliases``) and their
+  datasheet peaks (16-bit and FP32 TFLOPS, memory bandwidth), the throughput model's prior.
+- ``instance_types.csv``: every GPU instance type of AWS, GCP and Azure, retired ones included,
+  with the link between its GPUs and its network bandwidth to other instances.
 - ``list_prices.csv``: dated on-demand Linux list prices, loaded as price points of source
   ``catalog`` so that a fresh database can already answer "what does an H100 cost on demand".
 
@@ -37,6 +39,25 @@ class GpuModel:
     architecture: str
     released: int
     aliases: tuple[str, ...]
+    fp16_tflops: float
+    """Peak dense 16-bit matrix TFLOPS (Tensor Cores where present; the FP32 figure where 16-bit
+    arithmetic is no faster, as on Kepler, Maxwell, P4 and P40, where training runs in FP32)."""
+    fp32_tflops: float
+    memory_bandwidth_gbs: float
+    source_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class Interconnect:
+    """How the GPUs of one instance type talk to each other and to other instances.
+
+    ``gpu_link_gbs`` is per GPU, both directions together, as vendors quote NVLink (600 GB/s on
+    an A100) and PCIe (32 GB/s for gen3 x16); ``network_gbps`` is the instance's documented
+    network bandwidth in Gbit/s (EFA or InfiniBand included), None where only a class is given."""
+
+    gpu_link: str  # nvlink | nvswitch | infinity-fabric | pcie
+    gpu_link_gbs: float
+    network_gbps: float | None
 
 
 def _rows(filename: str) -> Iterator[dict[str, str]]:
@@ -56,6 +77,10 @@ def gpu_models() -> dict[str, GpuModel]:
             architecture=row["architecture"],
             released=int(row["released"]),
             aliases=aliases,
+            fp16_tflops=float(row["fp16_tflops"]),
+            fp32_tflops=float(row["fp32_tflops"]),
+            memory_bandwidth_gbs=float(row["memory_bandwidth_gbs"]),
+            source_url=row["source_url"],
         )
     return models
 
@@ -143,6 +168,19 @@ def instance_types() -> list[InstanceTypeSpec]:
             )
         )
     return specs
+
+
+@cache
+def interconnects() -> dict[tuple[str, str], Interconnect]:
+    """(cloud, instance type) → its GPU link and network bandwidth."""
+    return {
+        (row["cloud"], row["name"]): Interconnect(
+            gpu_link=row["gpu_link"],
+            gpu_link_gbs=float(row["gpu_link_gbs"]),
+            network_gbps=_opt_float(row["network_gbps"]),
+        )
+        for row in _rows("instance_types.csv")
+    }
 
 
 def list_prices() -> list[PriceObservation]:
