@@ -186,7 +186,10 @@ def targets(problem: PolicyProblem, alloc: Allocation, cur: Array) -> dict[int, 
     """Per fleet job, the position (in the ``Options``) of the option it should run on now.
 
     Among the job's options with a positive share the cheapest per step, unless the policy gives
-    time to the one the job runs on (``cur``) or to an option of the same speed: then that one.
+    time to the one the job runs on (``cur``: its working instance's option, -1 for none) or to
+    an option of the same speed: then that one. A job whose instance is lost or warned has none
+    to stay on, so its target is the policy's own pick: taken as "the leg it is on", its dead
+    instance's market drew every recovery back to it (issue 36, item 2).
     ``min-cost-slo`` may mix a cheap slow option with a fast one; run in this
     order, the job switches once, when the policy gives its current option no more time (the
     policy is solved again as time passes, and the planner moves a job whose option can no
@@ -302,4 +305,5 @@ def _refresh_targets(
             memory.notes.append(note)
         return
     memory.solves += 1
-    memory.target = {names[j]: int(opts.key[e]) for j, e in targets(problem, alloc, cur).items()}
+    working = np.where(state.notice | state.lost, -1, cur)
+    memory.target = {names[j]: int(opts.key[e]) for j, e in targets(problem, alloc, working).items()}
