@@ -1,0 +1,214 @@
+"""How well spotopt estimates a job's steps/s where it was not measured (issue 37).
+
+    python benchmarks/throughput_accuracy.py --data ../shared/data/throughput-dev [--split report]
+
+``--data`` is a folder laid out like ``throughput-dev`` (``sia/traces/<workload>/placements-
+<cluster>.csv``, Sia SOSP '23's measured step times; never bundled here: no licence). Each
+workload is taken at one per-GPU batch (the largest its five clusters all measured on one GPU);
+a step is one GPU's batch, so ``d`` GPUs make ``d / step_time`` steps/s.
+
+Cases, each scored on ``|ln(predicted / measured)|`` (median, 90th percentile) beside the
+baseline of the data's README (the job's known speed times the median ratio between the two
+GPUs over the other workloads; with two kinds known, the geometric mean of both):
+- ``two kinds known``: the job measured on two GPU kinds, every other kind predicted, through
+  ``JobThroughput`` with the other workloads stored as references;
+- ``one kind known``: the same from one kind;
+- ``kind left out``: the target GPU kind dropped from the references too (datasheet prior only);
+- ``interval``: the share of those cases whose measured value lies in the 80 % interval;
+- counts: one node from the 1-GPU figure alone (``scaling.fit`` of one point), from the 1- and
+  2-GPU points at 4 and 8, one count left out of all the job's one-node counts, and across nodes
+  from the job's one-node points (relative error ``|pred/measured - 1|``).
+
+Tuning and reporting are split by workload (``TUNE`` / ``REPORT``): the model's constants were
+chosen on ``--split tune`` only; ``--split report`` is the held-out figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import math
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+
+from spotopt.catalog import interconnects
+from spotopt.jobspec import parse_jobs
+from spotopt.throughput import JobThroughput, StoredFigure
+from spotopt.throughput.scaling import Point, Topology, fit, topology_of
+
+CLUSTERS = {  # Sia's simulator_config.py: the hardware of each cluster
+    "aws": "T4",
+    "azure": "V100-32GB",
+    "dgx": "A100-40GB",
+    "quad": "QUADRO-RTX-6000",
+    "rtx": "RTX-2080-TI",
+}
+WORKLOADS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
+TUNE = ("cifar10", "deepspeech2", "yolov3")
+REPORT = ("bert", "imagenet", "ncf")
+
+
+def topologies() -> dict[str, Topology]:
+    """Each cluster's node: the catalog's instance type where a cloud sells it; the two
+    on-premises clusters have PCIe gen3 GPUs and no documented network (the default 25 Gbit/s)."""
+    links = interconnects()
+    dgx = links[("aws", "p4d.24xlarge")]  # 8 x A100-40GB on NVSwitch, as a DGX-A100
+    return {
+        "aws": topology_of(links[("aws", "g4dn.12xlarge")], 4),
+        "azure": topology_of(links[("azure", "Standard_ND40rs_v2")], 8),
+        "dgx": Topology(8, dgx.gpu_link_gbs, 1600.0),  # DGX-A100: 8 x 200 Gbit/s HDR
+        "quad": Topology(4, 32.0, 25.0),
+        "rtx": Topology(8, 32.0, 25.0),
+    }
+
+
+def load(data: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """workload → cluster → placement → steps/s at the workload's chosen per-GPU batch."""
+    raw: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for workload in WORKLOADS:
+        for cluster in CLUSTERS:
+            path = data / "sia" / "traces" / workload / f"placements-{cluster}.csv"
+            with path.open() as fh:
+                raw[(workload, cluster)] = list(csv.DictReader(fh))
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for workload in WORKLOADS:
+        batch = max(
+            set.intersection(
+                *(
+                    {int(r["local_bsz"]) for r in raw[(workload, c)] if r["placement"] == "1"}
+                    for c in CLUSTERS
+                )
+            )
+        )
+        for cluster in CLUSTERS:
+            for r in raw[(workload, cluster)]:
+                if int(r["local_bsz"]) == batch:
+                    gpus = sum(int(ch) for ch in r["placement"])
+                    out.setdefault(workload, {}).setdefault(cluster, {})[r["placement"]] = gpus / float(
+                        r["step_time"]
+                    )
+    return out
+
+
+def _job(name: str, throughput: dict[str, float]):  # type: ignore[no-untyped-def]
+    return parse_jobs({"jobs": [{"name": name, "work": {"steps": 1}, "throughput": throughput}]}).jobs[0]
+
+
+def _baseline(one: dict[str, dict[str, float]], job: str, known: Iterable[str], target: str) -> float:
+    logs = []
+    for k in known:
+        ratios = [one[w][target] / one[w][k] for w in one if w != job]
+        logs.append(math.log(one[job][k] * statistics.median(ratios)))
+    return math.exp(sum(logs) / len(logs))
+
+
+def across_cases(data: dict[str, dict[str, dict[str, float]]], jobs: Iterable[str]) -> dict[str, list[float]]:
+    one = {w: {CLUSTERS[c]: data[w][c]["1"] for c in CLUSTERS} for w in data}
+    gpus = list(CLUSTERS.values())
+    res: dict[str, list[float]] = {}
+    for job in jobs:
+        for n_known in (1, 2):
+            for known in itertools.combinations(gpus, n_known):
+                for target in gpus:
+                    if target in known:
+                        continue
+                    measured = one[job][target]
+                    for left_out in (False, True):
+                        refs = [
+                            StoredFigure(w, g, 1, v, "imported")
+                            for w in one
+                            if w != job
+                            for g, v in one[w].items()
+                            if not (left_out and g == target)
+                        ]
+                        book = JobThroughput(_job(job, {g: one[job][g] for g in known}), refs)
+                        fig = book.at(target, 1)
+                        assert fig is not None and fig.low is not None and fig.high is not None
+                        case = ("kind left out, " if left_out else "") + (
+                            "two kinds known" if n_known == 2 else "one kind known"
+                        )
+                        res.setdefault(case, []).append(abs(math.log(fig.steps_per_s / measured)))
+                        res.setdefault(f"{case}: in 80 % interval", []).append(
+                            float(fig.low <= measured <= fig.high)
+                        )
+                        if not left_out:
+                            base = _baseline(one, job, known, target)
+                            res.setdefault(f"{case}: baseline", []).append(abs(math.log(base / measured)))
+    return res
+
+
+def count_cases(data: dict[str, dict[str, dict[str, float]]], jobs: Iterable[str]) -> dict[str, list[float]]:
+    topo = topologies()
+    res: dict[str, list[float]] = {}
+
+    def point(cluster: str, placement: str, value: float) -> Point:
+        return Point(
+            CLUSTERS[cluster], sum(int(ch) for ch in placement), len(placement), value, topo[cluster]
+        )
+
+    def predict(points: list[Point], cluster: str, placement: str) -> float:
+        model = fit(points)
+        gpu = CLUSTERS[cluster]
+        gpus, nodes = sum(int(ch) for ch in placement), len(placement)
+        one = 1.0 / model.step_s[gpu]
+        return model.steps_per_s(one, gpu, gpus, nodes, topo[cluster])
+
+    for job in jobs:
+        for cluster, figures in data[job].items():
+            per_node = topo[cluster].gpus_per_node
+            single = {str(n): figures[str(n)] for n in (1, 2, 4, 8) if n <= per_node and str(n) in figures}
+            ones = [point(cluster, "1", figures["1"])]
+            for p, v in single.items():
+                if p != "1":
+                    res.setdefault("one node, from the 1-GPU figure", []).append(
+                        abs(predict(ones, cluster, p) / v - 1)
+                    )
+            if "2" in single:
+                pair = [*ones, point(cluster, "2", single["2"])]
+                for p in ("4", "8"):
+                    if p in single:
+                        res.setdefault(f"{p} GPUs, from 1 and 2", []).append(
+                            abs(predict(pair, cluster, p) / single[p] - 1)
+                        )
+            for p in single:
+                if p == "1":
+                    continue
+                rest = [point(cluster, q, v) for q, v in single.items() if q != p]
+                res.setdefault("one count left out (one node)", []).append(
+                    abs(predict(rest, cluster, p) / single[p] - 1)
+                )
+            node_points = [point(cluster, q, v) for q, v in single.items()]
+            for p, v in figures.items():
+                if len(p) > 1 and len(set(p)) == 1:  # even placements over several nodes
+                    res.setdefault("across nodes, from one node's points", []).append(
+                        abs(predict(node_points, cluster, p) / v - 1)
+                    )
+    return res
+
+
+def _q(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True, help="a folder laid out like throughput-dev")
+    parser.add_argument("--split", choices=("tune", "report", "all"), default="report")
+    args = parser.parse_args()
+    data = load(args.data)
+    jobs = {"tune": TUNE, "report": REPORT, "all": WORKLOADS}[args.split]
+    print(f"split: {args.split} ({', '.join(jobs)})")
+    print("| case | n | median | p90 |")
+    print("|---|---|---|---|")
+    for case, values in {**across_cases(data, jobs), **count_cases(data, jobs)}.items():
+        if case.endswith("interval"):
+            print(f"| {case} | {len(values)} | {statistics.mean(values):.0%} held | |")
+        else:
+            print(f"| {case} | {len(values)} | {statistics.median(values):.3f} | {_q(values, 0.9):.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Steps/s on several GPUs and nodes: an iteration-time model in the spirit of Rubick (seed 001 §4,
+seed 000 appendix A), for data-parallel training.
+
+A step is one GPU's share of work (what one GPU does in a one-GPU step), so ``d`` GPUs that
+each take ``I(d)`` seconds per synchronised iteration make ``d / I(d)`` steps/s. One iteration:
+
+    I = T1 · (PHI + ((1 - PHI)^k + (y / T1)^k)^(1/k)),    y = 2(d-1)/d · G / B
+
+``T1`` is the one-GPU step time, ``PHI`` its forward (and optimizer) part, which cannot overlap
+the gradient all-reduce; the backward part overlaps the all-reduce of ``y`` seconds through
+Rubick's ``(x^k + y^k)^(1/k)`` (``k = 1``: no overlap, large ``k``: perfect). A ring all-reduce
+moves ``2(d-1)/d`` of the gradients' ``G`` bytes through each GPU's slowest link ``B``: the link
+between the GPUs inside a node (NVLink/NVSwitch or PCIe, one direction), and across nodes the
+node's network. ``G`` is the job's own (its model's gradients), so it carries over between GPU
+models; ``T1`` is per GPU model.
+
+Fitting: the log step times of the job's points, least squares (RMSLE, as Rubick fits), with a
+weak prior on ``G``: a job with one point has the hardware-derived default
+``G = T1 · peak FLOP/s / FLOP_PER_GRADIENT_BYTE`` (a faster GPU on the same link is the more
+communication-bound), and ``k`` is fitted only where three or more multi-GPU points pin it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from spotopt.catalog import Interconnect, gpu_models, instance_types, interconnects
+
+PHI = 1 / 3
+"""Forward share of a one-GPU step (backward ≈ twice the forward: Rubick's T_bwd ≈ 2 T_fwd)."""
+OVERLAP_K = 2.0
+"""Default overlap exponent between backward compute and the all-reduce (tuned on the dev split)."""
+FLOP_PER_GRADIENT_BYTE = 5e5
+"""Default arithmetic of one step per byte of gradients, at the GPU's peak 16-bit rate: with it a
+job of ``P`` parameters (``2P`` bytes of FP16 gradients) computing for ``T1`` seconds communicates
+``T1 · peak / 5e5`` bytes (tuned on the dev split; sets the one-point default)."""
+PRIOR_WEIGHT = 0.3
+"""Weight of the default ``ln G`` against one point's log residual (data wins with two points)."""
+SCALING_SIGMA = 0.10
+"""Log-error of a multi-GPU figure scaled from the one-GPU figure (tuned on the dev split)."""
+PCIE3_GBS = 32.0
+"""The link assumed for a GPU that no catalog instance type has (PCIe gen3 x16, both directions)."""
+NETWORK_GBPS = 25.0
+"""The network assumed across nodes where the catalog gives none (a common 25 Gbit/s)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Where the GPUs of one job sit: ``gpus_per_node`` share ``link_gbs`` (per GPU, both
+    directions), nodes share ``network_gbps``."""
+
+    gpus_per_node: int
+    link_gbs: float
+    network_gbps: float
+
+    def bandwidth_bytes_s(self, nodes: int) -> float:
+        """The all-reduce's bottleneck, bytes/s one way: the GPU link, and across nodes the network."""
+        inside = self.link_gbs / 2 * 1e9
+        return inside if nodes <= 1 else min(inside, self.network_gbps / 8 * 1e9)
+
+
+def topology_of(link: Interconnect, gpus_per_node: int) -> Topology:
+    return Topology(gpus_per_node, link.gpu_link_gbs, link.network_gbps or NETWORK_GBPS)
+
+
+@cache
+def default_topology(gpu_model: str) -> Topology:
+    """The GPU model's largest catalog instance type (most GPUs, then the fastest link): the node
+    a multi-GPU job of that model runs on when nothing names the instance type."""
+    links = interconnects()
+    best: tuple[float, float, Topology] | None = None
+    for spec in instance_types():
+        if spec.gpu_model != gpu_model or not spec.gpu_count or spec.gpu_count < 1:
+            continue
+        link = links[(spec.cloud, spec.name)]
+        key = (spec.gpu_count, link.gpu_link_gbs, topology_of(link, int(spec.gpu_count)))
+        if best is None or key[:2] > best[:2]:
+            best = key
+    return best[2] if best is not None else Topology(8, PCIE3_GBS, NETWORK_GBPS)
+
+
+def nodes_for(gpus: int, topology: Topology) -> int:
+    return max(1, math.ceil(gpus / topology.gpus_per_node))
+
+
+def _volume(gpus: int) -> float:
+    return 2.0 * (gpus - 1) / gpus
+
+
+def iteration_ratio(gpus: int, nodes: int, comm_s: float, k: float) -> float:
+    """``I / T1`` for ``gpus`` over ``nodes`` where a full all-reduce of the gradients at the
+    bottleneck link takes ``comm_s`` seconds per second of one-GPU step (``G / (B · T1)``)."""
+    y = _volume(gpus) * comm_s
+    x = 1.0 - PHI
+    return PHI + (x**k + y**k) ** (1.0 / k)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One measured figure: steps/s on ``gpus`` GPUs of ``gpu_model`` over ``nodes`` nodes."""
+
+    gpu_model: str
+    gpus: int
+    nodes: int
+    steps_per_s: float
+    topology: Topology
+
+
+@dataclass(frozen=True)
+class ScalingFit:
+    """The job's fitted iteration-time model: one-GPU step time per GPU model that has points,
+    gradient bytes ``grad_bytes``, overlap ``k``, and how well it fits (``sigma``, log)."""
+
+    step_s: Mapping[str, float]
+    grad_bytes: float | None
+    k: float
+    sigma: float
+    points: int
+
+    def steps_per_s(self, one_gpu: float, gpu_model: str, gpus: int, nodes: int, topology: Topology) -> float:
+        """Steps/s on ``gpus`` GPUs over ``nodes`` from the one-GPU figure ``one_gpu``."""
+        if gpus <= 1:
+            return one_gpu
+        t1 = 1.0 / one_gpu
+        grad = self.grad_bytes if self.grad_bytes is not None else default_grad_bytes(gpu_model, t1)
+        comm = grad / topology.bandwidth_bytes_s(nodes) / t1
+        return gpus / (t1 * iteration_ratio(gpus, nodes, comm, self.k))
+
+
+def default_grad_bytes(gpu_model: str, step_s: float) -> float:
+    """Gradient bytes of a job that takes ``step_s`` on one ``gpu_model`` (hardware default)."""
+    model = gpu_models().get(gpu_model)
+    peak = (model.fp16_tflops if model is not None else 100.0) * 1e12
+    return step_s * peak / FLOP_PER_GRADIENT_BYTE
+
+
+def fit(points: Sequence[Point]) -> ScalingFit:
+    """Fit ``T1`` per GPU model, ``G`` and (with three multi-GPU points or more) ``k`` by least
+    squares on log steps/s, ``G`` pulled weakly towards its hardware default."""
+    if not points:
+        return ScalingFit({}, None, OVERLAP_K, SCALING_SIGMA, 0)
+    gpus_of = sorted({p.gpu_model for p in points})
+    multi = [p for p in points if p.gpus > 1]
+    fit_k = len({(p.gpu_model, p.gpus, p.nodes) for p in multi}) >= 3
+    # starting values: T1 from each model's points as if scaling were perfect
+    t0 = [math.log(np.mean([p.gpus / p.steps_per_s for p in points if p.gpu_model == g])) for g in gpus_of]
+    g_default = [
+        math.log(default_grad_bytes(p.gpu_model, math.exp(t0[gpus_of.index(p.gpu_model)]))) for p in points
+    ]
+    prior_g = float(np.mean(g_default))
+    x0 = np.array([*t0, prior_g, math.log(OVERLAP_K)] if fit_k else [*t0, prior_g])
+
+    def predict(x: np.ndarray, p: Point) -> float:
+        t1 = math.exp(x[gpus_of.index(p.gpu_model)])
+        grad = math.exp(x[len(gpus_of)])
+        k = math.exp(x[len(gpus_of) + 1]) if fit_k else OVERLAP_K
+        comm = grad / p.topology.bandwidth_bytes_s(p.nodes) / t1
+        ratio = iteration_ratio(p.gpus, p.nodes, comm, k) if p.gpus > 1 else 1.0
+        return math.log(p.gpus / (t1 * ratio))
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        res = [predict(x, p) - math.log(p.steps_per_s) for p in points]
+        res.append(PRIOR_WEIGHT * (x[len(gpus_of)] - prior_g))
+        if fit_k:
+            res.append(PRIOR_WEIGHT * (x[len(gpus_of) + 1] - math.log(OVERLAP_K)))
+        return np.asarray(res)
+
+    lower = [-np.inf] * (len(gpus_of) + 1) + ([0.0] if fit_k else [])
+    upper = [np.inf] * (len(gpus_of) + 1) + ([math.log(16.0)] if fit_k else [])
+    sol = least_squares(residuals, x0, bounds=(lower, upper))
+    x = sol.x
+    data = residuals(x)[: len(points)]
+    free = len(points) - len(gpus_of) - (1 if multi else 0) - (1 if fit_k else 0)
+    sigma = math.sqrt(float(np.sum(data**2)) / free) if free >= 2 else SCALING_SIGMA
+    return ScalingFit(
+        step_s={g: math.exp(x[i]) for i, g in enumerate(gpus_of)},
+        grad_bytes=math.exp(x[len(gpus_of)]) if multi else None,
+        k=math.exp(x[len(gpus_of) + 1]) if fit_k else OVERLAP_K,
+        sigma=max(sigma, SCALING_SIGMA),
+        points=len(points),
+    )
