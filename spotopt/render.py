@@ -18,6 +18,7 @@ import logging
 import math
 import sys
 import textwrap
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -37,6 +38,56 @@ class Format(StrEnum):
 
 def iso(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
+
+
+def usd_decimals(value: float) -> int:
+    """The decimals ``usd`` shows ``value`` with: cents from $1 up, three significant digits
+    below (at least cents), so a job that cost $0.00443 does not read as $0.00."""
+    if value == 0 or abs(value) >= 1:
+        return 2
+    return max(2, 2 - math.floor(math.log10(abs(value))))
+
+
+def usd(value: float | None, decimals: int | None = None) -> str:
+    """The one money format of spotopt's tables and messages: ``$1,234.57``, ``$0.443``,
+    ``$0.00443`` (``usd_decimals``, trailing zeros past the cents dropped; or exactly
+    ``decimals``, so a column's amounts line up), ``–`` for none. CSV and JSON keep full precision."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    places = usd_decimals(value) if decimals is None else decimals
+    text = f"{abs(value):,.{places}f}"
+    if decimals is None and places > 2:
+        text = text.rstrip("0").ljust(text.index(".") + 3, "0")
+    return f"{'-' if value < 0 and float(text.replace(',', '')) else ''}${text}"
+
+
+def usd_summed(amounts: Sequence[float]) -> tuple[list[str], str, int]:
+    """``amounts`` as ``usd`` cells to one number of decimals (the most any of them needs), with
+    their total: the cells add up to the total shown, exactly (largest remainder: each cell is
+    rounded up or down, off by less than one unit of its last digit), where rounding each
+    alone made a ledger of rows at $0.00 that summed to $0.02. Also the decimals used."""
+    total = sum(amounts, 0.0)
+    places = max((usd_decimals(a) for a in [*amounts, total] if a), default=2)
+    scale = 10**places
+    exact = [a * scale for a in amounts]
+    units = [math.floor(e) for e in exact]
+    by_remainder = sorted(range(len(exact)), key=lambda i: units[i] - exact[i])
+    for i in by_remainder[: max(round(total * scale) - sum(units), 0)]:
+        units[i] += 1
+    return [usd(u / scale, places) for u in units], usd(sum(units) / scale, places), places
+
+
+_ESCAPED = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cn", "Cs"})
+
+
+def shown(text: str) -> str:
+    """User text as written but safe in one line of a terminal: control, bidirectional and
+    other invisible characters escaped as ``repr`` writes them (``\\n``, ``\\u202e``), so a
+    job name can neither forge an ``error:`` line nor reverse the rest of the message."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in _ESCAPED else ch
+        for ch in text
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -65,25 +116,6 @@ def _number(value: float) -> str:
     if abs(value) < 0.01:
         return f"{value:.3g}"
     return f"{value:.4f}".rstrip("0").rstrip(".")
-
-
-def _column_cells(values: list[Any]) -> list[str]:
-    """Format one table column as a whole, so its cells agree with each other: a column of
-    whole numbers (counts, GPUs, even when pandas made them floats) prints as integers, a column
-    of times as compact UTC (``2024-05-01 12:00``, or just the date when every time is midnight)."""
-    plain = [_scalar(v) for v in values]
-    present = [v for v in plain if v is not None]
-    if present and all(isinstance(v, datetime) for v in present):
-        times = [v.astimezone(UTC) for v in present]
-        if all(t.hour == t.minute == t.second == 0 for t in times):
-            pattern = "%Y-%m-%d"
-        else:
-            pattern = "%Y-%m-%d %H:%M" if all(t.second == 0 for t in times) else "%Y-%m-%d %H:%M:%S"
-        return ["–" if v is None else v.astimezone(UTC).strftime(pattern) for v in plain]
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
-    if present and numbers and all(float(v).is_integer() for v in present):
-        return ["–" if v is None else f"{int(v):,}" for v in plain]
-    return ["–" if v is None else _number(v) if isinstance(v, float) else str(v) for v in plain]
 
 
 def to_json(data: Any) -> str:
@@ -137,6 +169,7 @@ def render(
     empty: str | None = None,
     wide_only: Sequence[str] = (),
     wide: bool = False,
+    clip: Sequence[str] = (),
     out: TextIO | None = None,
 ) -> None:
     """Print ``data`` (rows: a list, any iterable of dicts, or a DataFrame) as ``fmt``.
@@ -145,7 +178,9 @@ def render(
     row as ``data`` yields them, so a generator of millions of rows streams in constant memory.
     An empty table prints ``empty`` (what the emptiness means and how to get rows) or "no rows".
     A table leaves out the ``wide_only`` columns unless ``wide`` (``--wide``), and says so in its
-    caption; CSV and JSON always hold every column.
+    caption; CSV and JSON always hold every column. The ``clip`` columns hold free text (a run
+    command) that a table cuts with an ellipsis to fit the screen rather than wrap over lines;
+    CSV, JSON and the ``wide`` table keep it whole.
     """
     out = out or sys.stdout
     fmt = Format(fmt)
@@ -168,40 +203,95 @@ def render(
             more = f"--wide adds {', '.join(hidden)}"
             caption = f"{caption}; {more}" if caption else more
         console = _console(out)
-        cells = [_column_cells([row.get(c) for row in listed]) for c in cols]
+        columns_ = [_Column(c, [row.get(c) for row in listed], clip=c in clip and not wide) for c in cols]
         if listed:
-            console.print(_fitted_table(console, title, caption, cols, cells))
+            console.print(_fitted_table(console, title, caption, columns_))
         else:
             console.print(Text(f"{title + ': ' if title else ''}{empty or 'no rows'}", style="dim"))
 
 
-def _fitted_table(
-    console: Console, title: str | None, caption: str | None, cols: list[str], cells: list[list[str]]
-) -> Table:
-    """The rows as a table that fits the console where it can: a table wider than the screen
-    wraps into garbage. Too wide, the columns with one value in every row (the cloud, the
-    region, the market of a one-market report) move into the caption, once each; a single row
-    too wide is shown as a column of fields and values."""
-    table = _table(title, caption, cols, cells)
-    if _min_width(console, table) <= console.width:
-        return _unfolded(console, table, cols, cells)
-    if len(cells[0]) == 1:
-        fields = [[_header(c) for c in cols], [column[0] for column in cells]]
-        return _unfolded(
-            console, _table(title, caption, ["field", "value"], fields), ["field", "value"], fields
-        )
-    same = [i for i, column in enumerate(cells) if len(set(column)) == 1]
-    if not same or len(same) == len(cols):
-        return _unfolded(console, table, cols, cells)
-    common = " · ".join(f"{_header(cols[i])} {cells[i][0]}" for i in same)
-    keep = [i for i in range(len(cols)) if i not in same]
-    caption = f"{common}; {caption}" if caption else common
-    cols, cells = [cols[i] for i in keep], [cells[i] for i in keep]
-    return _unfolded(console, _table(title, caption, cols, cells), cols, cells)
+CLIP_MIN = 12
+"""The fewest cells a clipped column keeps (its text's start and the ellipsis)."""
 
 
-def _unfolded(console: Console, table: Table, cols: list[str], cells: list[list[str]]) -> Table:
-    """``table`` with column widths that fold as few words as the screen allows.
+class _Column:
+    """One table column: its name as a header, its cells formatted as a whole (``_column_cells``)
+    and how they may break. A cell of times (``2024-05-01 12:00``) is one word: a date is never
+    split. A clipped column's cells never wrap: cut to the width left, with an ellipsis."""
+
+    def __init__(self, name: str, values: list[Any], *, clip: bool = False) -> None:
+        self.name, self.header, self.clip = name, _header(name), clip
+        self.cells, self.whole = _column_cells(values)
+        texts = [self.header, *self.cells]
+        self.line = max(map(_widest_line, texts))
+        """The width every cell needs to stay on one line."""
+        words = [w for text in texts for w in text.split()]
+        if self.whole:
+            words += [line for cell in self.cells for line in cell.splitlines()]
+        self.word = max(map(cell_len, words or [""]))
+        """The width below which a word would be cut."""
+        if clip:
+            self.word = max(map(cell_len, self.header.split() or [""]))
+            self.word = max(self.word, min(CLIP_MIN, self.line))
+
+
+def _column_cells(values: list[Any]) -> tuple[list[str], bool]:
+    """Format one table column as a whole, so its cells agree with each other: a column of
+    whole numbers (counts, GPUs, even when pandas made them floats) prints as integers, a column
+    of times as compact UTC (``2024-05-01 12:00``, or just the date when every time is midnight).
+    Also whether it is a column of times (never broken inside a cell)."""
+    plain = [_scalar(v) for v in values]
+    present = [v for v in plain if v is not None]
+    if present and all(isinstance(v, datetime) for v in present):
+        times = [v.astimezone(UTC) for v in present]
+        if all(t.hour == t.minute == t.second == 0 for t in times):
+            pattern = "%Y-%m-%d"
+        else:
+            pattern = "%Y-%m-%d %H:%M" if all(t.second == 0 for t in times) else "%Y-%m-%d %H:%M:%S"
+        return ["–" if v is None else v.astimezone(UTC).strftime(pattern) for v in plain], True
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
+    if present and numbers and all(float(v).is_integer() for v in present):
+        return ["–" if v is None else f"{int(v):,}" for v in plain], False
+    return ["–" if v is None else _number(v) if isinstance(v, float) else str(v) for v in plain], False
+
+
+def _fitted_table(console: Console, title: str | None, caption: str | None, columns: list[_Column]) -> Table:
+    """The rows as a table that fits the console without cutting a word (a name, a date):
+    a table wider than the screen wraps into garbage, and a name folded mid-word
+    (``transfor / mer``) reads as two. Too wide, the columns with one value in every row (the
+    cloud, the region, the market of a one-market report) move into the caption, once each;
+    still too wide, each row is shown as a block of fields and values, rows apart."""
+    if _fits(console, columns):
+        return _unfolded(console, title, caption, columns)
+    rows = len(columns[0].cells)
+    same = [c for c in columns if len(set(c.cells)) == 1] if rows > 1 else []
+    if same and len(same) < len(columns):
+        common = " · ".join(f"{c.header} {c.cells[0]}" for c in same)
+        caption = f"{common}; {caption}" if caption else common
+        columns = [c for c in columns if c not in same]
+        if _fits(console, columns):
+            return _unfolded(console, title, caption, columns)
+    table = Table(title=_text(title), caption=_text(caption), show_header=rows == 1)
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for i in range(rows):
+        for n, column in enumerate(columns):
+            table.add_row(Text(column.header), Text(column.cells[i]), end_section=n == len(columns) - 1)
+    return table
+
+
+def _room(console: Console, columns: list[_Column]) -> int:
+    """The cells' share of the screen: a space either side of a cell and a rule between."""
+    return console.width - (3 * len(columns) + 1)
+
+
+def _fits(console: Console, columns: list[_Column]) -> bool:
+    return sum(c.word for c in columns) <= _room(console, columns)
+
+
+def _unfolded(console: Console, title: str | None, caption: str | None, columns: list[_Column]) -> Table:
+    """The table, with column widths that fold as few words as the screen allows (its longest
+    words fit: ``_fits``).
 
     Rich shrinks a table wider than the screen by narrowing its widest columns first, below
     their longest word: at 80 columns ``whatif --example`` folded every strategy
@@ -209,27 +299,21 @@ def _unfolded(console: Console, table: Table, cols: list[str], cells: list[list[
     its longest word, then what its cells need to stay on one line (a row of one line reads
     best), then a share of the room left in proportion to what its header needs; headers wrap
     between words. Where not every cell fits on one line, the narrow columns keep theirs and the
-    widest give way, down to their longest word; where not even the longest words all fit, only
-    the longest are cut, to one width."""
-    heads = [_header(col) for col in cols]
-    word = [
-        max(cell_len(w) for text in [head, *column] for w in text.split() or [""])
-        for head, column in zip(heads, cells, strict=True)
-    ]
-    room = console.width - (3 * len(cols) + 1)  # a space either side of a cell and a rule between
-    line = [max(map(_widest_line, [head, *column])) for head, column in zip(heads, cells, strict=True)]
-    if sum(line) <= room or room < len(cols):
-        return table  # rich's own widths fold nothing, or no widths can help
-    one_line = [max([w, *map(_widest_line, column)]) for w, column in zip(word, cells, strict=True)]
-    if sum(word) > room:
-        widths = _levelled(word, [1] * len(cols), room)
-    elif sum(one_line) > room:
+    widest give way, down to their longest word (a clipped column: down to ``CLIP_MIN``)."""
+    table = _table(title, caption, columns)
+    room = _room(console, columns)
+    line = [c.line for c in columns]
+    if sum(line) <= room:
+        return table  # rich's own widths fold nothing
+    word = [c.word for c in columns]
+    one_line = [max([c.word, *map(_widest_line, c.cells)]) for c in columns]
+    if sum(one_line) > room:
         widths = _levelled(one_line, word, room)
     else:
         want = [g - f for f, g in zip(one_line, line, strict=True)]
         spare = room - sum(one_line)
         widths = [f + spare * w // max(sum(want), 1) for f, w in zip(one_line, want, strict=True)]
-        short = sorted(range(len(cols)), key=lambda i: widths[i] - line[i])  # what rounding left
+        short = sorted(range(len(columns)), key=lambda i: widths[i] - line[i])  # what rounding left
         for i in short[: room - sum(widths)]:
             widths[i] += 1
     for column, width in zip(table.columns, widths, strict=True):
@@ -259,23 +343,22 @@ def _levelled(need: list[int], floor: list[int], room: int) -> list[int]:
     return widths
 
 
-def _min_width(console: Console, table: Table) -> int:
-    """The width ``table`` needs without folding a word (rich's measure clamps to the console)."""
-    return console.measure(table, options=console.options.update_width(1 << 16)).minimum
-
-
 def _header(col: str) -> str:
     """A column's name as people read it: ``usd_per_gpu_hour`` is ``usd per gpu hour``."""
     return col.replace("_", " ")
 
 
-def _table(title: str | None, caption: str | None, cols: list[str], cells: list[list[str]]) -> Table:
+def _table(title: str | None, caption: str | None, columns: list[_Column]) -> Table:
     table = Table(title=_text(title), caption=_text(caption))
-    for col in cols:
+    for column in columns:
         # Headers wrap between words (usd per gpu hour), never inside one.
-        header = _header(col)
-        table.add_column(header, overflow="fold", min_width=max(map(len, header.split())))
-    for line in zip(*cells, strict=True):
+        table.add_column(
+            column.header,
+            overflow="ellipsis" if column.clip else "fold",
+            no_wrap=column.clip or column.whole,
+            min_width=max(map(len, column.header.split())),
+        )
+    for line in zip(*(c.cells for c in columns), strict=True):
         table.add_row(*map(Text, line))
     return table
 
@@ -302,12 +385,14 @@ def _text(value: str | None) -> Text | None:
 
 def say(message: str, *, label: str = "", style: str = "", err: bool = False) -> None:
     """Print one line of plain ``message`` (never parsed as markup) after an optional styled
-    ``label`` such as ``error:`` or ``warning:``; on stderr with ``err``."""
+    ``label`` such as ``error:`` or ``warning:``; on stderr with ``err``. Invisible characters
+    are escaped (``shown``); the message's own line breaks stay, so the user text in it must
+    come through ``shown`` where it is put in (a name with a line break in it)."""
     line = Text()
     if label:
         line.append(label, style=style or None)
         line.append(" " if message else "")
-    line.append(message)
+    line.append("\n".join(map(shown, message.split("\n"))))
     Console(stderr=err).print(line, highlight=False, soft_wrap=True)
 
 
