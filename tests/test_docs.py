@@ -5,15 +5,17 @@ The docs are README.md and the pages under docs/ (built into a site by ``mkdocs 
 in CI). A name counts as documented only as a whole name in code style (`spot`, not the `spot`
 inside `spot-discount` or `spotopt`) on the page that documents its kind, so deleting that page
 fails the test even when the word still occurs elsewhere (`spotopt` is also the program).
-Settings are documented by their docstrings in the ``Settings`` model: the settings reference is
-generated from them at build time (docs/hooks/generated.py), so their check reads the generated
-text, as does the check of the generated command reference.
+Settings are documented by their docstrings in the ``Settings`` model: ``docs/generate.py``
+writes the settings and command references (and the home page, from the README) into the
+committed pages, and a test here fails while a committed page differs from what it writes.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -40,7 +42,7 @@ DOCS = {
 
 
 def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_generated", ROOT / "docs" / "hooks" / "generated.py")
+    spec = importlib.util.spec_from_file_location("docs_generated", ROOT / "docs" / "generate.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -72,12 +74,6 @@ def _registered() -> list[tuple[str, str]]:
     ]
 
 
-def built(docs: dict[str, str], page: str) -> str:
-    """The page as the site shows it: the settings reference with its generated table."""
-    text = docs.get(page, "")
-    return text.replace(GENERATED.SETTINGS_MARKER, GENERATED.settings_reference())
-
-
 def documented(name: str, text: str) -> bool:
     """``name`` appears as a whole name inside inline code or a fenced block of ``text``."""
     fenced = re.findall(r"^```[^\n]*\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
@@ -89,14 +85,14 @@ def documented(name: str, text: str) -> bool:
 def undocumented(docs: dict[str, str]) -> list[str]:
     """Registered names the docs do not document on their kind's page."""
     return [
-        f"{kind} {name}" for kind, name in _registered() if not documented(name, built(docs, PAGES[kind]))
+        f"{kind} {name}" for kind, name in _registered() if not documented(name, docs.get(PAGES[kind], ""))
     ]
 
 
 @pytest.mark.parametrize(("kind", "name"), _registered())
 def test_registered_name_is_documented_on_its_page(kind: str, name: str) -> None:
     where = PAGES[kind]
-    assert documented(name, built(DOCS, where)), f"{kind} {name} is registered but {where} never shows it"
+    assert documented(name, DOCS[where]), f"{kind} {name} is registered but {where} never shows it"
 
 
 def test_docs_without_the_what_if_page_fail() -> None:
@@ -151,7 +147,7 @@ def test_the_command_reference_is_generated_for_every_command_and_option() -> No
     assert "| `JOBS.yaml <path>` | Job spec" in plan
     assert "| `--policy <str>` | min-cost, min-cost-slo," in plan
     assert "--help" not in reference  # typer's own options are the shell's business
-    assert GENERATED.CLI_MARKER in DOCS["docs/reference/cli.md"]
+    assert reference in DOCS["docs/reference/cli.md"]
 
 
 def test_the_settings_reference_carries_every_field_docstring() -> None:
@@ -162,7 +158,7 @@ def test_the_settings_reference_carries_every_field_docstring() -> None:
         assert f"`SPOTOPT_{name.upper()}`" in row
         assert " ".join(docstrings[name].split()).split(";")[0] in row
         assert ("unset" in row) is (field.default is None)
-    assert GENERATED.SETTINGS_MARKER in DOCS[SETTINGS_PAGE]
+    assert table in DOCS[SETTINGS_PAGE]
 
 
 class _Undocumented(BaseSettings):
@@ -179,10 +175,38 @@ def test_a_setting_without_a_docstring_fails_the_reference() -> None:
 
 
 def test_the_site_home_is_the_readme_with_links_into_the_site() -> None:
-    home = GENERATED.readme_for_site(README)
+    home = DOCS["docs/index.md"]
+    assert home == f"{GENERATED.INDEX_HEADER}\n\n{GENERATED.readme_for_site(README)}"
     links = re.findall(r"\]\(([^)#]+\.md)", home)
     assert links and "docs/" not in " ".join(links)
     assert all((ROOT / "docs" / link).is_file() for link in links), links
+
+
+def test_the_committed_generated_pages_are_what_the_code_generates() -> None:
+    """The references, the imports drawing and the home page read as plain Markdown: they are
+    committed, so they must never lag the code (or the README) they are generated from."""
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "generate.py"), "--check"], capture_output=True, text=True
+    )
+    assert check.returncode == 0, f"run `python docs/generate.py` and commit what it writes:\n{check.stdout}"
+    regions = {
+        name: text
+        for text in DOCS.values()
+        for name in re.findall(r"^<!-- generated: (\w+) -->$", text, re.M)
+    }
+    assert sorted(regions) == ["cli", "imports", "settings"]
+
+
+def test_a_region_is_refilled_and_a_broken_one_refused() -> None:
+    old = "intro\n<!-- generated: settings -->\nan old table\n<!-- end generated: settings -->\noutro\n"
+    filled = GENERATED.fill(old)
+    assert "an old table" not in filled and GENERATED.settings_reference() in filled
+    assert filled.startswith("intro\n") and filled.endswith("<!-- end generated: settings -->\noutro\n")
+    assert GENERATED.fill(filled) == filled
+    with pytest.raises(ValueError, match="without its"):
+        GENERATED.fill("<!-- generated: settings -->\nno end\n")
+    with pytest.raises(ValueError, match="unknown generated region 'cl'"):
+        GENERATED.fill("<!-- generated: cl -->\n<!-- end generated: cl -->")
 
 
 def test_quick_start_is_two_commands() -> None:

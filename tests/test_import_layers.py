@@ -80,7 +80,7 @@ def test_an_upward_import_breaks_its_contract(copy: Path, module: str, upward: s
 
 
 def _hook() -> Any:
-    spec = importlib.util.spec_from_file_location("generated_docs", ROOT / "docs" / "hooks" / "generated.py")
+    spec = importlib.util.spec_from_file_location("generated_docs", ROOT / "docs" / "generate.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

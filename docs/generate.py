@@ -1,19 +1,26 @@
-"""MkDocs hook: the pages (or parts of pages) that are generated from the code, so they cannot drift.
+#!/usr/bin/env python3
+"""The parts of the docs that are generated from the code, written into the committed Markdown.
 
-- ``docs/index.md`` is the README: one text for GitHub, PyPI and the site, its links into
-  ``docs/`` made relative to the site.
-- ``<!-- generated: cli -->`` becomes every command of the typer app, read from the click
-  command tree typer builds (``typer.main.get_command``): usage, help and every option, as
-  ``spotopt COMMAND --help`` prints them.
-- ``<!-- generated: settings -->`` becomes every field of ``spotopt.settings.Settings``, a table
-  per section (its own fields, then each cloud's, ``spotopt/clouds/<cloud>/settings.py``): its
-  environment variable, default and docstring (a field without a docstring fails the build).
-- ``<!-- generated: imports -->`` becomes a drawing (Mermaid) of the imports between the layers
-  of ``.importlinter``'s first contract, read from the code by grimp (import-linter's engine):
-  every arrow points down a layer, which ``tests/test_import_layers.py`` checks.
+Every page then reads the same as plain Markdown (on GitHub, in an editor) as in the site, and
+building the site needs nothing but MkDocs (``pip install ".[docs]"``). Run
+``python docs/generate.py`` after changing a command, an option, a setting, an import between
+layers or the README, and commit what it rewrites; ``tests/test_docs.py`` fails while a
+committed page differs from what this writes (``--check`` says which, without writing).
 
-Nothing here imports MkDocs: ``tests/test_docs.py`` loads this file by path and checks the
-generated text itself.
+- ``docs/index.md`` (the site's home page) is the README, its links into ``docs/`` made relative
+  to ``docs/``: one text for GitHub, PyPI and the site.
+- Between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->`` on any page:
+  - ``cli``: every command of the typer app, read from the click command tree typer builds
+    (``typer.main.get_command``): usage, help and every option, as ``spotopt COMMAND --help``
+    prints them.
+  - ``settings``: every field of ``spotopt.settings.Settings``, a table per section (its own
+    fields, then each cloud's, ``spotopt/clouds/<cloud>/settings.py``): its environment variable,
+    default and docstring (a field without a docstring is an error).
+  - ``imports``: a drawing (Mermaid) of the imports between the layers of ``.importlinter``'s
+    first contract, read from the code by grimp (import-linter's engine, a test dependency):
+    every arrow points down a layer, which ``tests/test_import_layers.py`` checks.
+
+Nothing here imports MkDocs: the tests load this file by path.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ import configparser
 import inspect
 import itertools
 import re
+import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,28 +40,76 @@ import typer
 import typer.main
 from pydantic_settings import BaseSettings
 
-ROOT = Path(__file__).resolve().parents[2]
-CLI_MARKER = "<!-- generated: cli -->"
-SETTINGS_MARKER = "<!-- generated: settings -->"
-IMPORTS_MARKER = "<!-- generated: imports -->"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+INDEX = DOCS / "index.md"
+INDEX_HEADER = (
+    "<!-- README.md, its links made relative to docs/: edit README.md, then run python docs/generate.py -->"
+)
+REGION = re.compile(
+    r"^<!-- generated: (?P<name>[a-z]+) -->\n.*?^<!-- end generated: (?P=name) -->$", re.MULTILINE | re.DOTALL
+)
 
 
-def on_page_markdown(markdown: str, *, page: Any, config: Any, files: Any) -> str:
-    """MkDocs event: fill in the README and the generated references."""
-    if page.file.src_uri == "index.md":
-        markdown = readme_for_site((ROOT / "README.md").read_text(encoding="utf-8"))
-    if CLI_MARKER in markdown:
-        markdown = markdown.replace(CLI_MARKER, cli_reference())
-    if SETTINGS_MARKER in markdown:
-        markdown = markdown.replace(SETTINGS_MARKER, settings_reference())
-    if IMPORTS_MARKER in markdown:
-        markdown = markdown.replace(IMPORTS_MARKER, imports_drawing())
-    return markdown
+def generators() -> dict[str, Callable[[], str]]:
+    """What each region name is filled with."""
+    return {"cli": cli_reference, "settings": settings_reference, "imports": imports_drawing}
+
+
+def fill(markdown: str) -> str:
+    """``markdown`` with every generated region's body replaced by what the code generates now."""
+    known = generators()
+
+    def body(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in known:
+            raise ValueError(f"unknown generated region {name!r}: one of {', '.join(known)}")
+        return f"<!-- generated: {name} -->\n\n{known[name]()}\n\n<!-- end generated: {name} -->"
+
+    filled = REGION.sub(body, markdown)
+    if filled.count("<!-- generated: ") != filled.count("<!-- end generated: "):
+        raise ValueError("a '<!-- generated: NAME -->' line without its '<!-- end generated: NAME -->'")
+    return filled
+
+
+def pages() -> dict[Path, str]:
+    """Every page that holds generated text, as this writes it: the home page and each page of
+    ``docs/`` with a generated region."""
+    wanted = {INDEX: f"{INDEX_HEADER}\n\n{readme_for_site((ROOT / 'README.md').read_text(encoding='utf-8'))}"}
+    for path in sorted(DOCS.rglob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        if path != INDEX and "<!-- generated: " in text:
+            wanted[path] = fill(text)
+    return wanted
+
+
+def stale(wanted: dict[Path, str]) -> list[Path]:
+    """The pages of ``wanted`` (``pages()``) whose committed text differs."""
+    return [
+        path
+        for path, text in wanted.items()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text
+    ]
 
 
 def readme_for_site(readme: str) -> str:
-    """The README with its links into ``docs/`` relative to the site's root page."""
+    """The README with its links into ``docs/`` relative to ``docs/`` (the site's root page)."""
     return readme.replace("](docs/", "](")
+
+
+def main(argv: list[str]) -> int:
+    """Write the generated pages (``--check``: list the stale ones and exit 1, writing nothing)."""
+    check = argv == ["--check"]
+    if argv and not check:
+        print("usage: python docs/generate.py [--check]", file=sys.stderr)
+        return 2
+    wanted = pages()
+    changed = stale(wanted)
+    for path in changed:
+        print(f"{'stale' if check else 'wrote'}: {path.relative_to(ROOT)}")
+        if not check:
+            path.write_text(wanted[path], encoding="utf-8")
+    return 1 if check and changed else 0
 
 
 # -- the command line ------------------------------------------------------------------------------
@@ -234,3 +291,7 @@ def imports_drawing() -> str:
         lines.append(f"  {a.replace('.', '_')} --> {b.replace('.', '_')}")
     lines.append("```")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
