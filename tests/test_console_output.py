@@ -71,6 +71,7 @@ COMMANDS: dict[str, tuple[list[str], set[int]]] = {
     "report list": ([], {0}),
     "report run": (["cheapest"], {0}),
     "throughput list": ([], {0}),
+    "throughput estimate": (["{work}/small.yaml", "--gpus", "V100,A100", "--counts", "1,8"], {0}),
     "plan": ([str(EXAMPLES / "jobs.yaml")], {0}),
     "whatif": (["--example"], {0}),
     "jobs list": ([], {0}),
