@@ -34,7 +34,7 @@ from spotopt.catalog import Interconnect, gpu_models, instance_types, interconne
 
 PHI = 1 / 3
 """Forward share of a one-GPU step (backward ≈ twice the forward: Rubick's T_bwd ≈ 2 T_fwd)."""
-OVERLAP_K = 2.0
+OVERLAP_K = 1.0
 """Default overlap exponent between backward compute and the all-reduce (tuned on the dev split)."""
 FLOP_PER_GRADIENT_BYTE = 5e5
 """Default arithmetic of one step per byte of gradients, at the GPU's peak 16-bit rate: with it a
