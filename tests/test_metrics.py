@@ -93,7 +93,8 @@ def test_every_metric_equals_the_history(db: Database, tmp_path: Path) -> None:
             for reason, m, n in preempted
         }
     assert _of(samples, "spotopt_jobs") == {(("state", s),): float(states[s]) for s in JOB_STATES}
-    spent, rates, moves = {}, {}, Counter[tuple[tuple[str, str], ...]]()
+    spent, rates = {}, {}
+    moves, open_moves = Counter[tuple[tuple[str, str], ...]](), Counter[tuple[tuple[str, str], ...]]()
     for name, _, _ in jobs:
         _, intervals = job_status.ledger(db, name, NOW)
         spent[(("job", name),)] = ledger.total_usd(intervals)  # `jobs cost`'s total
@@ -102,15 +103,19 @@ def test_every_metric_equals_the_history(db: Database, tmp_path: Path) -> None:
             key = (("job", name), ("market", status["placement"]["market"]))
             rates[key] = status["placement"]["usd_per_hour"]
         for m in status["moves"]:
-            moves[
-                (("kind", m["kind"]), ("market", m["to_market"] or ""), ("outcome", m["outcome"] or "open"))
-            ] += 1
+            where = (("kind", m["kind"]), ("market", m["to_market"] or ""))
+            if m["outcome"] is None:
+                open_moves[where] += 1
+            else:
+                moves[(*where, ("outcome", m["outcome"]))] += 1
     assert _of(samples, "spotopt_job_spent_usd") == pytest.approx(spent)
     assert _of(samples, "spotopt_job_budget_usd") == {(("job", n),): b for n, _, b in jobs}
     assert _of(samples, "spotopt_job_spend_usd_per_hour") == pytest.approx(rates)
     assert len(rates) == 2
     assert samples[("spotopt_spend_usd_per_hour", ())] == pytest.approx(sum(rates.values()))
     assert _of(samples, "spotopt_moves_total") == {k: float(n) for k, n in moves.items()}
+    assert _of(samples, "spotopt_moves_open") == {k: float(n) for k, n in open_moves.items()}
+    assert moves and open_moves
     assert _of(samples, "spotopt_preemptions_total") == preemptions and len(preemptions) == 2
     assert samples[("spotopt_ticks_total", ())] == 1
     assert samples[("spotopt_ticks_unfinished_total", ())] == 1
@@ -129,6 +134,7 @@ def test_every_metric_equals_the_history(db: Database, tmp_path: Path) -> None:
         "spotopt_job_spend_usd_per_hour",
         "spotopt_spend_usd_per_hour",
         "spotopt_moves_total",
+        "spotopt_moves_open",
         "spotopt_preemptions_total",
         "spotopt_ticks_total",
         "spotopt_ticks_unfinished_total",
@@ -281,3 +287,25 @@ def _lost(written: Any, again: Any, path: str = "") -> list[str]:
             for lost in _lost(w, a, f"{path}[{i}]")
         ]
     return [] if written == again else [path]
+
+
+def test_moves_total_only_grows_as_a_move_finishes(sqlite_db: Database, tmp_path: Path) -> None:
+    """A counter only grows: while a move is under way it is a gauge (``spotopt_moves_open``);
+    once it finishes, the counter of its outcome takes it, and no series of the counter drops
+    back or disappears (``outcome="open"`` did both)."""
+    from spotopt.db.models import JobMove
+
+    fill(sqlite_db, tmp_path)
+    found, _ = registry(sqlite_db, lambda: NOW)
+    before = _samples(generate_latest(found).decode())
+    assert sum(_of(before, "spotopt_moves_open").values()) > 0
+    with sqlite_db.session() as session:
+        for row in session.scalars(select(JobMove).where(JobMove.outcome.is_(None))):
+            row.outcome, row.step, row.finished_at = "done", "finished", NOW
+    after = _samples(generate_latest(found).decode())
+    total_before, total_after = _of(before, "spotopt_moves_total"), _of(after, "spotopt_moves_total")
+    assert all(total_after.get(labels, 0.0) >= n for labels, n in total_before.items())
+    assert sum(total_after.values()) == sum(total_before.values()) + sum(
+        _of(before, "spotopt_moves_open").values()
+    )
+    assert sum(_of(after, "spotopt_moves_open").values()) == 0

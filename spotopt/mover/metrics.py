@@ -8,7 +8,12 @@ failed poll leaves no row: the scheduler logs each failed round as ``event=<roun
 (``spotopt.mover.scheduler``), and ``RoundFailures`` counts those lines.
 
 Metric names follow Prometheus' conventions (base units, ``_total`` for counters, ``spotopt_``
-prefix). ``docs/grafana/spotopt.json`` graphs them; a test checks it queries only these.
+prefix). A counter only grows: ``spotopt_moves_total`` counts finished moves (a finished move
+stays finished), the moves under way are the gauge ``spotopt_moves_open``.
+``docs/grafana/spotopt.json`` graphs them; a test checks it queries only these.
+
+On loopback the endpoint answers only requests addressed to this machine (``spotopt.webguard``:
+no page renamed to 127.0.0.1 reads the fleet's jobs and spend).
 """
 
 from __future__ import annotations
@@ -16,12 +21,15 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -33,6 +41,7 @@ from spotopt.mover.eventlog import parse
 from spotopt.mover.leader import read_leader
 from spotopt.mover.ledger import market_key, slot_usd_per_hour, spent_by_job
 from spotopt.mover.observed import PREEMPTION_ENDS
+from spotopt.webguard import PLAIN_CSP, guard_wsgi, loopback_hosts
 
 LIVE_PLACEMENTS = ("launching", "running")
 """Placement states that bill (or are about to): the spend rate counts these."""
@@ -92,8 +101,13 @@ class HistoryCollector(Collector):
 
             moves = CounterMetricFamily(
                 "spotopt_moves",
-                "Moves decided, by kind, outcome (open: under way) and target market.",
+                "Moves finished, by kind, outcome and target market.",
                 labels=["kind", "outcome", "market"],
+            )
+            open_moves = GaugeMetricFamily(
+                "spotopt_moves_open",
+                "Moves under way now, by kind and target market.",
+                labels=["kind", "market"],
             )
             target = func.coalesce(JobMove.market_id, Placement.market_id)
             counted = session.execute(
@@ -103,8 +117,12 @@ class HistoryCollector(Collector):
             ).all()
             for kind, outcome, market_id, n in counted:
                 where = "" if market_id is None else market_label(market_key(session, market_id))
-                moves.add_metric([kind, outcome or "open", where], n)
+                if outcome is None:
+                    open_moves.add_metric([kind, where], n)
+                else:
+                    moves.add_metric([kind, outcome, where], n)
             yield moves
+            yield open_moves
 
             preemptions = CounterMetricFamily(
                 "spotopt_preemptions",
@@ -209,12 +227,27 @@ def registry(
     return found, failures
 
 
+class _Quiet(WSGIRequestHandler):
+    """No access log line per scrape on stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 def serve(
     db: Database, port: int, host: str = "127.0.0.1", clock: Callable[[], datetime] | None = None
 ) -> WSGIServer:
     """Serve ``/metrics`` on ``host:port`` from a background thread for the life of the process
-    (the server is returned so a caller may ``shutdown()`` it)."""
+    (the server is returned so a caller may ``shutdown()`` it); on loopback, only to requests
+    addressed to this machine."""
     found, failures = registry(db, clock)
     logging.getLogger("spotopt.mover").addHandler(failures)
-    server, _thread = start_http_server(port, addr=host, registry=found)
+    family, *_ = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family  # IPv4 or IPv6, as the host is
+
+    app = guard_wsgi(make_wsgi_app(found), loopback_hosts(host), PLAIN_CSP)
+    server = make_server(host, port, app, Server, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
