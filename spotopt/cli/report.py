@@ -7,10 +7,7 @@ parameter exits non-zero having touched nothing (not even creating a default SQL
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
 import sys
-import tempfile
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -23,15 +20,15 @@ from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.orm import Session
 
 from spotopt.cli.common import FormatOption, WideOption, state
-from spotopt.cli.ui import is_loopback
 from spotopt.db.engine import sqlite_path
 from spotopt.db.queries import history_span
 from spotopt.errors import ConfigError, InputError
 from spotopt.render import Format, render, say, to_json
 from spotopt.reports.base import Report, ReportResult, parse_pairs
-from spotopt.reports.browse import canned_queries, metadata
+from spotopt.reports.browse import canned_queries, serve
 from spotopt.reports.registry import REPORTS
 from spotopt.settings import Settings
+from spotopt.webguard import is_loopback
 
 app = typer.Typer(no_args_is_help=True, help="Reports on the price history: tables, CSV/JSON, plots, SQL.")
 
@@ -231,17 +228,5 @@ def browse(
     state(ctx).db()  # the schema current (and the file created) before Datasette reads it
     for name, needs in canned.skipped.items():
         say(f"{name} is not listed: it needs -p {needs}=…", label="note:", style="dim", err=True)
-    with tempfile.TemporaryDirectory(prefix="spotopt-browse-") as tmp:
-        meta = Path(tmp) / "metadata.json"
-        meta.write_text(json.dumps(metadata(Path(path).stem, canned)))
-        say(f"Datasette at http://{host}:{port}/ (Ctrl-C stops it)", label="browse:", err=True)
-        command = [sys.executable, "-m", "datasette", "serve", str(path), "--metadata", str(meta)]
-        command += ["--host", host, "--port", str(port), "--setting", "sql_time_limit_ms", "10000"]
-        server = subprocess.Popen(command)
-        try:
-            code = server.wait()
-        finally:  # SIGTERM or Ctrl-C here: Datasette stops too, not left serving on its own
-            if server.poll() is None:
-                server.terminate()
-                server.wait()
-        raise typer.Exit(code)
+    say(f"Datasette at http://{host}:{port}/ (Ctrl-C stops it)", label="browse:", err=True)
+    serve(path, canned, host, port)
