@@ -32,7 +32,7 @@ from spotopt.catalog import gpu_models
 
 Z80 = 1.2815515655446004
 """Standard normal quantile of 0.9: an 80 % two-sided interval is ``exp(±Z80·sigma)``."""
-PRIOR_WEIGHT = 1.0
+PRIOR_WEIGHT = 0.1
 """Weight of a GPU's hardware prior against one observed log figure (ridge on ``b``)."""
 BETA = 0.7
 """Slope of speed on the hardware prior where too few GPU models have references to fit it
