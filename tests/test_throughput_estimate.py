@@ -92,22 +92,23 @@ def test_several_nodes_are_slower_than_one_over_a_slower_network() -> None:
     assert inside is not None and across is not None and across.steps_per_s < inside.steps_per_s < 4.0
 
 
-def test_iteration_model_fit_recovers_the_gradient_volume() -> None:
-    """Points made by the model itself (G = 400 MB, no overlap) are fitted back exactly: the 8-GPU
-    figure follows from the 1-, 2- and 4-GPU ones, and carries over to another GPU model."""
+def test_iteration_model_fit_follows_the_points_from_its_hardware_default() -> None:
+    """Points made by the model itself (G = 4 GB over PCIe, no overlap: communication-bound) move
+    the gradient volume from the hardware default (50 MB for this step time on an A10) to near
+    the truth, and the 8-GPU figure follows from the 1-, 2- and 4-GPU ones within the prior's pull."""
     topo = Topology(8, 64.0, 100.0)
-    grad, t1 = 4e8, 0.2
+    grad, t1 = 4e9, 0.2
 
     def truth(gpus: int, nodes: int, step: float) -> float:
         comm = grad / topo.bandwidth_bytes_s(nodes) / step
         return gpus / (step * iteration_ratio(gpus, nodes, comm, 1.0))
 
     points = [Point("A10", n, 1, truth(n, 1, t1), topo) for n in (1, 2, 4)]
+    assert fit(points[:1]).grad_bytes is None  # one GPU only: the default, per GPU model
     model = fit(points)
-    assert model.grad_bytes == pytest.approx(grad, rel=0.05)
-    assert model.steps_per_s(1 / t1, "A10", 8, 1, topo) == pytest.approx(truth(8, 1, t1), rel=0.01)
-    assert model.steps_per_s(1 / t1, "A10", 8, 2, topo) == pytest.approx(truth(8, 2, t1), rel=0.02)
-    assert model.steps_per_s(2 / t1, "L4", 4, 1, topo) == pytest.approx(truth(4, 1, t1 / 2), rel=0.02)
+    assert model.grad_bytes is not None and grad / 1.5 < model.grad_bytes < grad * 1.5
+    assert model.steps_per_s(1 / t1, "A10", 8, 1, topo) == pytest.approx(truth(8, 1, t1), rel=0.15)
+    assert model.steps_per_s(1 / t1, "A10", 8, 2, topo) < model.steps_per_s(1 / t1, "A10", 8, 1, topo)
 
 
 def test_estimate_command_prints_json_per_job_gpu_count_and_nodes(tmp_path: Path) -> None:

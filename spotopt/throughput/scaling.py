@@ -40,8 +40,9 @@ FLOP_PER_GRADIENT_BYTE = 5e5
 """Default arithmetic of one step per byte of gradients, at the GPU's peak 16-bit rate: with it a
 job of ``P`` parameters (``2P`` bytes of FP16 gradients) computing for ``T1`` seconds communicates
 ``T1 · peak / 5e5`` bytes (tuned on the dev split; sets the one-point default)."""
-PRIOR_WEIGHT = 0.01
-"""Weight of the default ``ln G`` against the log residuals: it decides only what the points leave open."""
+PRIOR_WEIGHT = 0.1
+"""Weight of the default ``ln G`` against the log residuals (tuned on the dev split: one-node points
+show overheads beside communication, and a free ``G`` then overstates the cost across nodes)."""
 SCALING_SIGMA = 0.10
 """Log-error of a multi-GPU figure scaled from the one-GPU figure (tuned on the dev split)."""
 PCIE3_GBS = 32.0
