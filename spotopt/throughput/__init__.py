@@ -207,7 +207,8 @@ class JobThroughput:
         where = nodes or fewest
         if self.job.scaling is not None:
             eff = comm_ratio_efficiency(gpus, self.job.scaling.comm_ratio)
-            note = f"data-parallel x{gpus} at {eff:.0%} efficiency (spec comm_ratio {self.job.scaling.comm_ratio:.3g})"
+            ratio = self.job.scaling.comm_ratio
+            note = f"data-parallel x{gpus} at {eff:.0%} efficiency (spec comm_ratio {ratio:.3g})"
             low, high = one.interval
             return Figure(
                 one.steps_per_s * gpus * eff,

@@ -128,12 +128,12 @@ def _fit(rows: Table, job: tuple[tuple[str, float], ...], target: str) -> float 
         row[n_w + n_g + 1] = root
         design.append(row)
         rhs.append(root * BETA)
-    A, y = np.asarray(design), np.asarray(rhs)
+    A, values = np.asarray(design), np.asarray(rhs)
     n_obs = len(rhs) - len(with_prior) - (1 if fit_beta else 0)
     weight = np.ones(len(rhs))
     for _ in range(20):  # Huber by reweighting: one odd figure must not move a GPU model's speed
-        x, *_ = np.linalg.lstsq(A * weight[:, None], y * weight, rcond=None)
-        r = np.abs(A[:n_obs] @ x - y[:n_obs])
+        x, *_ = np.linalg.lstsq(A * weight[:, None], values * weight, rcond=None)
+        r = np.abs(A[:n_obs] @ x - values[:n_obs])
         weight[:n_obs] = np.sqrt(np.minimum(1.0, HUBER / np.maximum(r, 1e-12)))
     a, b = x[:n_w], x[n_w : n_w + n_g]
     if target not in observed_gpus and prior[target] is None:
