@@ -390,12 +390,17 @@ def open_text(path: Path, on_bytes: ProgressCallback | None = None) -> Iterator[
 
 
 def iter_csv_rows(
-    path: Path, columns: tuple[str, ...], on_bytes: ProgressCallback | None = None
-) -> Iterator[tuple[int, dict[str, str | None]]]:
+    path: Path,
+    columns: tuple[str, ...],
+    on_bytes: ProgressCallback | None = None,
+    optional: tuple[str, ...] = (),
+) -> Iterator[tuple[int, dict[str, str]]]:
     """Yield ``(first line of the record, row)`` of a CSV file whose header has ``columns``.
 
-    Extra columns are ignored; the columns a short row lacks are None; blank lines are skipped.
-    A header lacking a column, or a damaged file, raises ``InputError`` naming the file and line.
+    Extra columns are ignored; blank lines are skipped. A row must have a cell (maybe empty) for
+    each of ``columns`` and of the ``optional`` columns its header has: a row cut short, whose
+    last values would otherwise read as "unknown", is an error naming the columns it lacks. A
+    header lacking a column, or a damaged file, raises ``InputError`` naming the file and line.
     """
     name = path.name
     with open_text(path, on_bytes) as stream:
@@ -408,14 +413,16 @@ def iter_csv_rows(
                     f"{name}: line 1: the header lacks {', '.join(missing)}; "
                     f"expected the columns {','.join(columns)}"
                 )
-            width = len(header)
+            read = [c for c in (*columns, *optional) if c in header]
+            needed = max(header.index(c) for c in read) + 1
             last = reader.line_num
             for cells in reader:
                 first, last = last + 1, reader.line_num
                 if not cells:
                     continue
-                if len(cells) < width:
-                    cells = cells + [None] * (width - len(cells))  # type: ignore[list-item]
+                if len(cells) < needed:
+                    lacking = ", ".join(c for c in read if header.index(c) >= len(cells))
+                    raise InputError(f"{name}: line {first}: too few fields (no {lacking})")
                 yield first, dict(zip(header, cells, strict=False))
         except csv.Error as exc:
             raise InputError(f"{name}: line {reader.line_num}: not valid CSV ({exc})") from None
@@ -423,11 +430,10 @@ def iter_csv_rows(
             raise InputError(f"{name}: cannot read it: {exc} (a damaged file, or not UTF-8 text?)") from None
 
 
-def complete_row(row: dict[str, str | None], columns: tuple[str, ...], where: str) -> dict[str, str]:
-    """``row`` (from ``iter_csv_rows``) once it has every one of ``columns``; a short row is an
-    ``InputError`` naming the columns it lacks."""
-    if None in row.values():  # a short row (rare: the test is what every row pays)
-        missing = [c for c in columns if row.get(c) is None]
-        if missing:
-            raise InputError(f"{where}: too few fields (no {', '.join(missing)})")
-    return row  # type: ignore[return-value]  # no None left in ``columns``
+def check_text(value: str, field: str) -> str:
+    """``value``, a text a user gave (an instance id, a command, a workload name), once it holds
+    no NUL character: PostgreSQL cannot store one in a text column (SQLite can, so the two
+    backends would differ), and no name or command needs one. ``field`` names where it was."""
+    if "\x00" in value:
+        raise InputError(f"{field}: {value!r} contains a NUL character (\\x00); remove it")
+    return value

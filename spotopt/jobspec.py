@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from spotopt.catalog import gpu_matches, gpu_models
 from spotopt.errors import InputError
-from spotopt.files import read_text
+from spotopt.files import check_text, read_text
 from spotopt.times import check_time, parse_duration
 
 CHECKPOINT_GB_PER_S = 0.25
@@ -253,6 +253,17 @@ class Job(_Strict):
     def _throughput_keys(cls, value: Throughputs) -> Throughputs:
         return {gpu_key(k): v for k, v in value.items()}
 
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: Any) -> Any:
+        """A bare number would be read as seconds since 1970 (12345: a deadline in 1970): refuse it."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(
+                f"{value!r} is a bare number; write a duration with its unit (72h, 3d, 90m) or an "
+                "ISO 8601 time (2025-06-01T12:00Z)"
+            )
+        return value
+
     @field_validator("deadline")
     @classmethod
     def _deadline(cls, value: str | datetime | None) -> str | datetime | None:
@@ -384,6 +395,7 @@ def parse_jobs(data: Any, source: str = "jobs") -> JobSpec:
     """
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping with a 'jobs' list at the top level")
+    _refuse_nul(data, source)
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
@@ -398,6 +410,24 @@ def parse_jobs(data: Any, source: str = "jobs") -> JobSpec:
             if line not in lines:
                 lines.append(line)
         raise InputError(f"{source}: invalid job spec:\n  " + "\n  ".join(lines)) from None
+
+
+def _refuse_nul(node: Any, source: str, path: str = "") -> None:
+    """Every text of the spec (keys, names, the ``run`` command, URIs) without NUL: YAML's
+    ``"\\0"`` escape makes one, which PostgreSQL cannot store (``spotopt.files.check_text``).
+    ``path`` is where ``node`` is, as validation errors name it (``jobs[0] (resnet).run``)."""
+    if isinstance(node, str):
+        check_text(node, f"{source}: {path}" if path else source)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            name = item.get("name") if isinstance(item, dict) and path == "jobs" else None
+            label = f" ({name})" if isinstance(name, str) and "\x00" not in name else ""
+            _refuse_nul(item, source, f"{path}[{i}]{label}")
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            inner = f"{path}.{key}" if path else str(key)
+            _refuse_nul(key, source, inner)
+            _refuse_nul(value, source, inner)
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -416,11 +446,38 @@ def load_jobs(path: str | Path) -> JobSpec:
     return parse_jobs(read_yaml(read_text(path, "the job spec"), str(path)), str(path))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: YAML requires keys to be
+    unique, and PyYAML would keep the last value silently (a second ``budget_usd`` overriding
+    the first). Keys merged in with ``<<`` may still be overridden, as YAML defines."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                earlier = first.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: the base class says so
+                continue
+            if earlier is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"{key!r} appears twice in one mapping (first on line {earlier.start_mark.line + 1}); "
+                    "keep one",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(text: str, source: str) -> Any:
-    """``text`` parsed as YAML; an ``InputError`` naming ``source`` when it is not YAML or nests
-    deeper than the parser's recursion allows (a thousand ``[``: no job spec nests like that)."""
+    """``text`` parsed as YAML; an ``InputError`` naming ``source`` when it is not YAML (a key
+    given twice included) or nests deeper than the parser's recursion allows (a thousand
+    ``[``: no job spec nests like that)."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         raise InputError(f"{source}: not valid YAML: {yaml_problem(exc)}") from None
     except RecursionError:

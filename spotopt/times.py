@@ -33,13 +33,14 @@ def parse_duration(text: str, field: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def check_time(value: datetime, field: str, text: object = None) -> datetime:
-    """``value`` if it lies between ``EARLIEST`` and ``LATEST``, else an error naming ``field``."""
+def check_time(
+    value: datetime, field: str, text: object = None, fix: str = "give a time in that range"
+) -> datetime:
+    """``value`` if it lies between ``EARLIEST`` and ``LATEST``, else an error naming ``field``
+    and ``fix`` (for a time computed from others, what to correct instead)."""
     if not EARLIEST <= value < LATEST:
         shown = value.isoformat() if text is None else repr(text)
-        raise InputError(
-            f"{field}: {shown} is outside {EARLIEST:%Y-%m-%d}..{LATEST:%Y-%m-%d}; give a time in that range"
-        )
+        raise InputError(f"{field}: {shown} is outside {EARLIEST:%Y-%m-%d}..{LATEST:%Y-%m-%d}; {fix}")
     return value
 
 

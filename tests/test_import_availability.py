@@ -243,7 +243,7 @@ START_ARGS = ("--start", "2022-10-26T22:05:04Z")
         (
             {"metadata": {"gap_seconds": 600}, "data": [1]},
             (*START_ARGS, *TRACE_MARKET, "--requested", "0"),
-            "--requested 0: a probe asks for at least 1 instance",
+            "--requested 0: a probe asks for 1 to 100,000 instances",
         ),
         (
             {"metadata": {"gap_seconds": 600}, "data": [1]},

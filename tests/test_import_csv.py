@@ -145,7 +145,7 @@ def test_zones_of_the_row_region_are_accepted(tmp_path: Path) -> None:
     )
     assert [r.market.zone for r in read_price_csv(path) if isinstance(r, PriceObservation)] == [
         "us-west-2-lax-1a",
-        "europe-west4-b",
+        None,  # checked, then stored as the region's price: GCP prices are per region
         "2",
     ]
 

@@ -25,7 +25,13 @@ from spotopt.history.importers.availability_files import read_availability_csv, 
 from spotopt.history.importers.cloud_dumps import read_retail_pages, read_spot_history
 from spotopt.history.importers.csv_prices import read_price_csv
 from spotopt.history.importers.lifetime_files import read_lifetimes_csv, read_preemption_trace
-from spotopt.history.importers.spot_traces import TraceOptions, check_start, is_json, option_market
+from spotopt.history.importers.spot_traces import (
+    MAX_INSTANCES,
+    TraceOptions,
+    check_start,
+    is_json,
+    option_market,
+)
 from spotopt.history.ingest import RunSummary, run_ingest
 from spotopt.render import Format, render, say, to_json
 from spotopt.types import MarketRecord, Record
@@ -105,8 +111,11 @@ def availability(
     instance counts) needs --start, --cloud, --region, --zone, --instance-type and, for
     multi-node traces, --requested.
     """
-    if requested is not None and requested < 1:
-        raise InputError(f"--requested {requested}: a probe asks for at least 1 instance")
+    if requested is not None and not 1 <= requested <= MAX_INSTANCES:
+        raise InputError(
+            f"--requested {requested}: a probe asks for 1 to {MAX_INSTANCES:,} instances "
+            "(the bound of a CSV file's requested column)"
+        )
     given = (start, cloud, region, zone, instance_type, requested)
     _import_csv_or_trace(
         ctx, AVAILABILITY_SOURCE, files, fmt, given, read_availability_csv, read_availability_trace
@@ -244,10 +253,13 @@ def _import(
         summary = run_ingest(db, source, scope, records())
     with db.session() as session:
         unknown = sorted(unknown_gpu_types(session) & seen)
-    _report(summary, [str(path) for path in files], unknown, fmt)
+    # Named by the command the user typed: the source (``import-availability``) is the history's.
+    _report(ctx.info_name or source, summary, [str(path) for path in files], unknown, fmt)
 
 
-def _report(summary: RunSummary, files: list[str], unknown: list[tuple[str, str]], fmt: Format) -> None:
+def _report(
+    command: str, summary: RunSummary, files: list[str], unknown: list[tuple[str, str]], fmt: Format
+) -> None:
     """One summary: counts, rejection reasons with examples, and instance types of unknown GPU."""
     stats = summary.stats
     unknown_names = [f"{cloud}:{name}" for cloud, name in unknown]
@@ -281,7 +293,7 @@ def _report(summary: RunSummary, files: list[str], unknown: list[tuple[str, str]
         for reason, count in stats.rejections.most_common()
     ]
     rows += [{"outcome": "unknown GPU", "detail": name, "count": None} for name in unknown_names]
-    title = f"Import {summary.source} (run {summary.run_id}): {len(files)} file(s)"
+    title = f"Import {command} (run {summary.run_id}): {len(files)} file(s)"
     render(rows, fmt, title=title, columns=["outcome", "detail", "count"])
     if fmt is Format.TABLE:
         if stats.examples:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from spotopt.collectors import fields
 from spotopt.errors import InputError
-from spotopt.files import complete_row, iter_csv_rows
+from spotopt.files import iter_csv_rows
 from spotopt.history.importers.csv_prices import Markets
 from spotopt.history.importers.spot_traces import MAX_INSTANCES, TraceOptions, read_trace
 from spotopt.types import AvailabilityObservation
@@ -43,20 +43,19 @@ def read_availability_csv(
 ) -> Iterator[AvailabilityObservation]:
     """Stream the observations of an availability CSV (plain or ``.gz``); errors name line and column."""
     markets = Markets()
-    for line, row in iter_csv_rows(path, COLUMNS, on_bytes):
+    for line, row in iter_csv_rows(path, COLUMNS, on_bytes, OPTIONAL_COLUMNS):
         where = f"{path.name}: line {line}"
-        values = complete_row(row, COLUMNS, where)
-        kind = (values.get("market") or "spot").strip()
+        kind = (row.get("market") or "spot").strip()
         if kind != "spot":
             raise InputError(
                 f"{fields.at(where, 'market')}: {kind!r}: availability is recorded for spot markets "
                 "only; drop the row (or the column)"
             )
-        market = markets.of_row(values, where, "spot")
-        observed_at = fields.timestamp(values["timestamp"], where, "timestamp")
-        available = _flag(values["available"], where)
-        launched = _optional_count(values.get("launched"), where, "launched")
-        requested = _optional_count(values.get("requested"), where, "requested")
+        market = markets.of_row(row, where, "spot")
+        observed_at = fields.timestamp(row["timestamp"], where, "timestamp")
+        available = _flag(row["available"], where)
+        launched = _optional_count(row.get("launched"), where, "launched")
+        requested = _optional_count(row.get("requested"), where, "requested")
         check_counts(available, launched, requested, where)
         yield AvailabilityObservation(market, observed_at, available, launched, requested)
 

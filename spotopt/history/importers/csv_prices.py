@@ -7,25 +7,29 @@ Columns (a header row is required; extra columns are ignored)::
 
 ``timestamp`` is ISO 8601 (no offset means UTC), ``cloud`` is aws|gcp|azure, ``zone`` may be empty
 (a region-wide price) and otherwise lies in ``region`` (``us-east-1a``, ``us-central1-a``; Azure
-zones are ``1``, ``2`` or ``3``), ``market`` is spot|on-demand, ``usd_per_hour`` a non-negative number (Linux,
-per instance). Every row is a price; a malformed row is an error, a zero price a rejection.
+zones are ``1``, ``2`` or ``3``; a GCP price is stored as its region's, see ``read_price_csv``),
+``market`` is spot|on-demand, ``usd_per_hour`` a non-negative number (Linux, per instance).
+Every row is a price; a malformed row is an error, a zero price a rejection.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from spotopt.clouds.aws.spot_history import region_of_zone
 from spotopt.clouds.registry import MARKET_CLOUDS
 from spotopt.collectors import fields
 from spotopt.errors import InputError
-from spotopt.files import complete_row, iter_csv_rows
+from spotopt.files import iter_csv_rows
 from spotopt.types import MarketKey, MarketKind, PriceObservation, Rejection
 
 COLUMNS = ("timestamp", "cloud", "region", "zone", "instance_type", "market", "usd_per_hour")
 _KINDS = {kind.value: kind for kind in MarketKind}
 _AZURE_ZONES = frozenset({"1", "2", "3"})
+log = logging.getLogger("spotopt")
 
 
 class Markets:
@@ -99,16 +103,33 @@ def _gcp_region_of_zone(zone: str) -> str | None:
 def read_price_csv(
     path: Path, on_bytes: Callable[[int], None] | None = None
 ) -> Iterator[PriceObservation | Rejection]:
-    """Stream the prices of a CSV file (plain or ``.gz``); errors name the file, line and column."""
+    """Stream the prices of a CSV file (plain or ``.gz``); errors name the file, line and column.
+
+    GCP prices a VM per region, the same in each of its zones, and its markets are region-wide
+    (the collector's, the ones ``plan`` ranks and the provider launches in any zone): a GCP row
+    that names a zone (as per-zone listings repeat the region's price) is stored as its region's
+    price, with a warning, rather than as a zonal market no other price or decision shares.
+    """
     markets = Markets()
     name = path.name
+    zoned, first_zoned = 0, 0  # GCP rows stored without their zone, and the first one's line
     for line, row in iter_csv_rows(path, COLUMNS, on_bytes):
         where = f"{name}: line {line}"
-        values = complete_row(row, COLUMNS, where)
-        market = markets.of_row(values, where, values["market"])
-        observed_at = fields.timestamp(values["timestamp"], where, "timestamp")
-        usd_per_hour = fields.price(values["usd_per_hour"].strip(), where, "usd_per_hour")
+        market = markets.of_row(row, where, row["market"])
+        if market.cloud == "gcp" and market.zone is not None:
+            market = replace(market, zone=None)
+            zoned, first_zoned = zoned + 1, first_zoned or line
+        observed_at = fields.timestamp(row["timestamp"], where, "timestamp")
+        usd_per_hour = fields.price(row["usd_per_hour"].strip(), where, "usd_per_hour")
         if usd_per_hour == 0:
             yield Rejection(where, "price is zero")
         else:
             yield PriceObservation(market=market, observed_at=observed_at, usd_per_hour=usd_per_hour)
+    if zoned:
+        log.warning(
+            "%s: %d GCP row(s) name a zone (first: line %d); GCP prices are per region, so they were "
+            "stored as their region's prices (leave zone empty for GCP to silence this)",
+            name,
+            zoned,
+            first_zoned,
+        )

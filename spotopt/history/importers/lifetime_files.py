@@ -26,7 +26,7 @@ from pathlib import Path
 
 from spotopt.collectors import fields
 from spotopt.errors import InputError
-from spotopt.files import complete_row, iter_csv_rows
+from spotopt.files import check_text, iter_csv_rows
 from spotopt.history.importers.csv_prices import Markets
 from spotopt.history.importers.spot_traces import TraceOptions, read_trace
 from spotopt.types import LIFETIME_ENDS, LifetimeObservation
@@ -51,16 +51,15 @@ def read_lifetimes_csv(
     markets = Markets()
     for line, row in iter_csv_rows(path, COLUMNS, on_bytes):
         where = f"{path.name}: line {line}"
-        values = complete_row(row, COLUMNS, where)
-        market = markets.of_row(values, where, "spot")
-        instance_id = values["instance_id"].strip()
+        market = markets.of_row(row, where, "spot")
+        instance_id = check_text(row["instance_id"].strip(), fields.at(where, "instance_id"))
         if not instance_id or len(instance_id) > INSTANCE_ID_CHARS:
             raise InputError(
                 f"{fields.at(where, 'instance_id')}: {instance_id!r} is not an instance id "
                 f"(1 to {INSTANCE_ID_CHARS} characters)"
             )
-        launched_at = fields.timestamp(values["launched_at"], where, "launched_at")
-        ended_text, reason = values["ended_at"].strip(), values["end_reason"].strip() or None
+        launched_at = fields.timestamp(row["launched_at"], where, "launched_at")
+        ended_text, reason = row["ended_at"].strip(), row["end_reason"].strip() or None
         ended_at = fields.timestamp(ended_text, where, "ended_at") if ended_text else None
         _check_end(launched_at, ended_at, reason, where)
         yield LifetimeObservation(market, instance_id, launched_at, ended_at, reason)

@@ -25,6 +25,7 @@ from spotopt.collectors import fields
 from spotopt.errors import InputError
 from spotopt.files import open_binary
 from spotopt.history.importers.csv_prices import Markets
+from spotopt.times import LONGEST, check_time
 from spotopt.types import MarketKey
 
 MAX_INSTANCES = 100_000
@@ -44,13 +45,18 @@ class TraceOptions:
 
 @dataclass(frozen=True, slots=True)
 class Trace:
+    name: str
     gap: timedelta
     values: list[int]
 
     def times(self, start: datetime) -> Iterator[tuple[int, datetime, int]]:
-        """``(index, time, value)`` of every probe, the first at ``start``."""
+        """``(index, time, value)`` of every probe, the first at ``start``; a probe past the
+        times spotopt stores (``spotopt.times``) is an error naming it. Checked one by one, the
+        first such probe is met before ``i * gap`` could overflow (the gap is at most ``LONGEST``)."""
         for i, value in enumerate(self.values):
-            yield i, start + i * self.gap, value
+            where = f"{self.name}: data[{i}]"
+            at = check_time(start + i * self.gap, where, fix="check --start and metadata.gap_seconds")
+            yield i, at, value
 
 
 def is_json(path: Path) -> bool:
@@ -80,11 +86,16 @@ def read_trace(path: Path, on_bytes: Callable[[int], None] | None = None) -> Tra
             f"{name}: metadata.gap_seconds: {gap!r} is not a positive number of seconds "
             f"(a spot-traces file is {_SHAPE})"
         )
+    if gap > LONGEST.total_seconds():  # 1e15 s is past what a timedelta holds
+        raise InputError(
+            f"{name}: metadata.gap_seconds: {gap!r} is more than 100 years between probes; "
+            "give the time between two probes in seconds"
+        )
     data = document["data"]
     if not isinstance(data, list):
         raise InputError(f"{name}: data: expected an array of instance counts, found {type(data).__name__}")
     values = [_count(value, f"{name}: data[{i}]") for i, value in enumerate(data)]
-    return Trace(timedelta(seconds=gap), values)
+    return Trace(name, timedelta(seconds=gap), values)
 
 
 def _count(value: Any, where: str) -> int:
