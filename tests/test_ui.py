@@ -24,15 +24,20 @@ import pytest
 
 from spotopt.db.models import JOB_STATES
 from spotopt.history.setup import open_history
+from spotopt.mover.status import newest_placement
 from tests.browser import chromium
-from tests.helpers import cli, strict_json
+from tests.helpers import cli, ingest, price, strict_json
 from tests.servers import free_port, spotopt_server
 from tests.ui_fleet import MARKUP, fill, job_names
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 SAVED = "demo <i>replay</i>"
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-0123456789"
+LOG = "epoch 2 resumed at step 16,500\n<script>document.title='pwned'</script> & more\n"
+"""The end of the running job's log (markup, to be shown as text)."""
+STALE = ("aws", "us-west-2", "us-west-2a", "p3.2xlarge")
+"""A V100 spot market priced once, in 2024, far below every fresh price: stale, so listed last."""
 SCREENSHOTS = os.environ.get("SPOTOPT_SCREENSHOTS")
 """Where to also write each page's screenshot (the docs' are made with docs/screenshots)."""
 SHOT_MAX_HEIGHT = 2400
@@ -52,6 +57,13 @@ def fleet(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[
     url = module_db_url
     db = open_history(url)
     fill(db, where, start=datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=8))
+    cloud, region, zone, instance_type = STALE
+    ingest(db, [price(instance_type, "2024-01-01 00:00", 0.10, cloud=cloud, region=region, zone=zone)])
+    placement = newest_placement(db, "job-running")
+    assert placement is not None and placement.instance_id is not None
+    log = where / "state" / "instances" / placement.instance_id / "log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"step {k:,}\n" for k in range(0, 20_000, 10)) + LOG)
     db.dispose()
     code, out, err = cli(
         "--db", url, "whatif", "--example", "--strategies", "spot,spotopt", "--save", SAVED, "-f", "json"
@@ -64,7 +76,7 @@ def fleet(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[
 def server(fleet: dict[str, Any]) -> Iterator[str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    args = ["--db", fleet["url"], "ui", "--port", str(port)]
+    args = ["--db", fleet["url"], "ui", "--port", str(port), "--state-dir", str(fleet["dir"] / "state")]
     with spotopt_server(args, base + "/", fleet["dir"] / "ui.log"):
         yield base
 
@@ -221,7 +233,7 @@ def test_markets_page_shows_the_price_board(fleet: dict[str, Any], server: str, 
 
     _open(browser, server + "/markets", "markets")
     gpu = browser.find_element(By.ID, "markets-gpu").text
-    until = browser.find_element(By.ID, "window").get_attribute("data-until")
+    at = browser.find_element(By.ID, "markets-board").get_attribute("data-at")
     board = _json(
         "--db",
         fleet["url"],
@@ -231,7 +243,7 @@ def test_markets_page_shows_the_price_board(fleet: dict[str, Any], server: str, 
         "-p",
         f"gpu={gpu}",
         "-p",
-        f"at={until}",
+        f"at={at}",
         "-f",
         "json",
     )
@@ -241,6 +253,10 @@ def test_markets_page_shows_the_price_board(fleet: dict[str, Any], server: str, 
         assert _usd(row.find_element(By.CSS_SELECTOR, ".usd-per-hour").text) == pytest.approx(
             want["usd_per_hour"], abs=0.005
         )
+        assert row.get_attribute("data-stale") == str(want["stale"]).lower()
+        assert float(
+            row.find_element(By.CSS_SELECTOR, ".age").get_attribute("data-age-days")
+        ) == pytest.approx(want["age_days"])
     assert browser.find_elements(By.CSS_SELECTOR, "div.chart canvas")
     _open(browser, server + "/markets?gpu=NOPE")
     assert "NOPE" in browser.find_element(By.ID, "error").text
@@ -342,3 +358,159 @@ def test_static_files_are_the_vendored_ones(server: str) -> None:
         with urllib.request.urlopen(f"{server}/static/{name}", timeout=10) as served:
             digest = hashlib.sha256(served.read()).hexdigest()
         assert f"`{name}`" in table and digest in table
+
+
+PAGES = (
+    "/",
+    "/jobs/job-running",
+    "/jobs/job-failed",
+    "/markets",
+    "/availability",
+    "/whatif",
+    f"/whatif/{SAVED}",
+)
+OVERFLOWING = """
+// Every element of <main> that reaches past the window's sides with no box between that scrolls
+// or clips it (a table in its .wide box may be wider than the window: it scrolls there).
+const width = document.documentElement.clientWidth;
+const found = [];
+for (const el of document.querySelectorAll("main *")) {
+  const box = el.getBoundingClientRect();
+  if (box.width === 0 || (box.left >= -1 && box.right <= width + 1)) continue;
+  let up = el.parentElement, held = false;
+  while (up && up !== document.body && !held) {
+    const style = getComputedStyle(up), outer = up.getBoundingClientRect();
+    held = style.overflowX !== "visible" && outer.left >= -1 && outer.right <= width + 1;
+    up = up.parentElement;
+  }
+  const name = el.tagName + (el.id ? "#" + el.id : "") + "." + el.className;
+  if (!held) found.push(name + " " + Math.round(box.left) + ".." + Math.round(box.right));
+}
+return [document.documentElement.scrollWidth, width, found.slice(0, 10)];
+"""
+
+
+@pytest.mark.parametrize("width", [1280, 420])
+def test_pages_fit_the_window_at_desktop_and_phone_widths(server: str, browser: Any, width: int) -> None:
+    """No page scrolls sideways and nothing sticks out of it: wide tables scroll inside their
+    own box, charts are as wide as theirs (issue 36 item 12)."""
+    from selenium.webdriver.common.by import By
+
+    browser.set_window_size(width, 1000)
+    try:
+        for page in PAGES:
+            _open(browser, server + quote(page), None)
+            page_width, window, outside = browser.execute_script(OVERFLOWING)
+            assert window <= width and page_width <= window, (page, page_width, window)
+            assert outside == [], (page, outside)
+            for chart in browser.find_elements(By.CSS_SELECTOR, "div.chart"):
+                canvas = chart.find_elements(By.TAG_NAME, "canvas")
+                if canvas:
+                    assert canvas[0].size["width"] <= chart.size["width"], page
+    finally:
+        browser.set_window_size(1280, 1000)
+
+
+def test_the_content_security_policy_blocks_nothing_the_pages_use(server: str, browser: Any) -> None:
+    """Every page carries the policy and no-framing headers, and runs under them: no violation,
+    the charts drawn, the heatmap coloured by script (no inline style or handler is allowed)."""
+    from selenium.webdriver.common.by import By
+
+    with urllib.request.urlopen(server + "/markets", timeout=10) as answer:
+        assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
+        assert "script-src 'self';" in answer.headers["Content-Security-Policy"]
+        assert answer.headers["X-Frame-Options"] == "DENY"
+    watch = browser.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument",
+        {
+            "source": "window.__violations = []; document.addEventListener('securitypolicyviolation', "
+            "e => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));"
+        },
+    )
+    try:
+        for page in PAGES:
+            _open(browser, server + quote(page))
+            assert browser.execute_script("return window.__violations") == [], page
+        _open(browser, server + "/availability")
+        cells = browser.find_elements(By.CSS_SELECTOR, "#availability-heatmap .cell[data-share]")
+        coloured = [c for c in cells if c.get_attribute("data-share")]
+        assert coloured and all(
+            "hsl" in (c.get_attribute("style") or "") or "rgb" in c.get_attribute("style") for c in coloured
+        )
+        _open(browser, server + "/markets")
+        assert browser.find_elements(By.CSS_SELECTOR, "#markets-price-chart ~ *, div.chart canvas")
+        assert browser.execute_script("return window.__violations") == []
+    finally:
+        browser.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": watch["identifier"]}
+        )
+
+
+def test_markets_chart_spans_the_window_it_names(fleet: dict[str, Any], server: str, browser: Any) -> None:
+    """The price chart's time axis is the 30-day window of its caption, whatever the points
+    (issue 36 item 7: it spanned 2024-2027), and each line holds its price to the window's end."""
+    from selenium.webdriver.common.by import By
+
+    _open(browser, server + "/markets")
+    window = browser.find_element(By.ID, "window")
+    since, until = (datetime.fromisoformat(window.get_attribute(f"data-{end}")) for end in ("since", "until"))
+    assert until - since <= timedelta(days=30, seconds=1)
+    data = _chart(browser, "markets-price-chart")
+    assert data["range"] == [since.timestamp(), until.timestamp()]
+    assert data["x"][0] == since.timestamp() and data["x"][-1] == until.timestamp()
+    assert all(s["y"][-1] is not None for s in data["series"])
+    drawn = browser.execute_script("const x = charts[0].plot.scales.x; return [x.min, x.max];")
+    assert drawn == [since.timestamp(), until.timestamp()]
+
+
+def test_cheapest_now_ranks_a_stale_price_last_and_shows_ages(
+    fleet: dict[str, Any], server: str, browser: Any
+) -> None:
+    """A 2024 price far below every fresh one is listed after them, marked stale with its age,
+    the limit (price_max_age_days, 7 days by default) said under the table (issue 36 item 6)."""
+    from selenium.webdriver.common.by import By
+
+    _open(browser, server + "/markets")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#markets-board tbody tr")
+    flags = [row.get_attribute("data-stale") == "true" for row in rows]
+    assert False in flags and flags == sorted(flags)  # every fresh price before every stale one
+    _, _, zone, instance_type = STALE
+    stale = [r for r in rows if zone in r.text and instance_type in r.text and "spot" in r.text]
+    assert len(stale) == 1 and stale[0].get_attribute("data-stale") == "true"
+    age = stale[0].find_element(By.CSS_SELECTOR, ".age").text
+    assert age.endswith(" d stale") and int(age.split()[0].replace(",", "")) > 365
+    fresh_age = rows[0].find_element(By.CSS_SELECTOR, ".age").text
+    assert fresh_age.endswith(" h") or fresh_age.endswith(" d")
+    caption = browser.find_element(By.ID, "markets-board-caption").text
+    assert "more than 7 days" in caption and "price_max_age_days" in caption
+
+
+def test_failed_job_shows_its_reason_first_and_every_job_its_log(
+    fleet: dict[str, Any], server: str, browser: Any
+) -> None:
+    """A failed job's page opens with why it failed (issue 36 item 13: it was only at the
+    bottom of its timeline); a job's page ends with the tail of its log, markup shown as text."""
+    from selenium.webdriver.common.by import By
+
+    for name in ("job-failed", "job-over-budget"):
+        show = _json("--db", fleet["url"], "jobs", "show", name, "-f", "json")
+        reason = next(e["reason"] for e in reversed(show["events"]) if e["to_state"] == show["state"])
+        _open(browser, f"{server}/jobs/{name}")
+        failure = browser.find_element(By.ID, "job-failure")
+        assert reason in failure.text and show["state"] in failure.text
+        above = browser.execute_script(
+            "return document.getElementById('job-failure').getBoundingClientRect().top < "
+            "document.querySelector('section.cards').getBoundingClientRect().top"
+        )
+        assert above, name
+    _open(browser, f"{server}/jobs/job-running", "job-log")
+    assert not browser.find_elements(By.ID, "job-failure")
+    log = browser.find_element(By.ID, "job-log")
+    assert log.text.endswith(LOG.strip()) and "step 19,990" in log.text
+    assert browser.title == "spotopt · job-running"  # the log's <script> did not run
+    assert not log.find_elements(By.TAG_NAME, "script")
+    note = browser.find_element(By.ID, "job-log-note").text
+    assert "jobs logs job-running" in note and "KiB" not in note  # the whole log fits
+    _open(browser, f"{server}/jobs/job-pending")
+    assert "not launched yet" in browser.find_element(By.ID, "job-log-note").text
+    assert not browser.find_elements(By.ID, "job-log")

@@ -1,4 +1,8 @@
-"""``spotopt prices``: the price history as stored, and the cheapest markets at a time."""
+"""``spotopt prices``: the price history as stored, and the cheapest markets at a time.
+
+``prices cheapest`` shows each price's age at the time asked for; a price older than the
+setting ``price_max_age_days`` is stale and ranked after every fresh one, as ``report run
+price-board`` ranks it: a market last priced in 2024 is not the cheapest now."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from spotopt.cli.common import MAX_ROWS, FormatOption, WideOption, check_cloud, 
 from spotopt.db.queries import MarketFilter, cheapest, history_span, iter_price_history
 from spotopt.errors import InputError
 from spotopt.render import Format, render, say
+from spotopt.settings import Settings
 from spotopt.types import MarketKind
 
 app = typer.Typer(no_args_is_help=True, help="Prices in the history: as stored, or ranked at a time.")
@@ -121,13 +126,21 @@ def cheapest_cmd(
         kinds=_market_kind(market),
         gpu=check_gpu_query(gpu),
     )
+    max_age_days = Settings().price_max_age_days
     with state(ctx).db().session() as session:
-        quotes = cheapest(session, when, flt, limit)
+        quotes = cheapest(session, when, flt)
+    rows = []
+    for q in quotes:
+        age_days = (when - q.observed_at).total_seconds() / 86_400
+        rows.append(q.as_dict() | {"age_days": age_days, "stale": age_days > max_age_days})
+    rows.sort(key=lambda row: row["stale"])  # stable: fresh first, each part cheapest first
     render(
-        [q.as_dict() for q in quotes],
+        rows[:limit],
         fmt,
         title=f"Cheapest {gpu} per GPU-hour at {when:%Y-%m-%d %H:%M} UTC",
-        columns=[c for c in COLUMNS if c != "source"] + ["source"],
+        columns=[c for c in COLUMNS if c != "source"] + ["age_days", "stale", "source"],
+        caption=f"stale: last priced more than {max_age_days:g} days before (setting price_max_age_days), "
+        "ranked after the fresh",
         wide_only=("observed_at", "gpu", "usd_per_hour", "source"),
         wide=wide,
     )

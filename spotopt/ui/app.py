@@ -4,10 +4,14 @@ Read-only: every route is a GET that renders one page of ``spotopt.ui.views``. J
 every value (autoescape on for all templates), so a job name or reason holding markup is shown
 as text. Charts get their data as JSON inside a ``<script type="application/json">`` block
 (``tojson`` escapes ``<``, ``>`` and ``&``), drawn by the vendored uPlot; htmx re-fetches the
-fleet table every 30 s. Nothing is loaded from outside the package (``static/VENDORED.md``).
+fleet table every 30 s. Nothing is loaded from outside the package (``static/VENDORED.md``), and
+nothing runs or is styled inline: the content security policy (``spotopt.webguard``) allows the
+package's own scripts and stylesheets only, and no page may be framed.
 
-With a token (``SPOTOPT_UI_TOKEN``), every request must carry it: ``Authorization: Bearer
-TOKEN``, or the cookie set after opening any page once with ``?token=TOKEN``.
+Without a token the dashboard serves loopback only and answers only requests addressed to this
+machine's names (``spotopt.webguard``: a page renamed to 127.0.0.1 is refused). With a token
+(``SPOTOPT_UI_TOKEN``), every request must carry it: ``Authorization: Bearer TOKEN``, or the
+cookie set after opening any page once with ``?token=TOKEN``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from starlette.staticfiles import StaticFiles
 from spotopt.db.engine import Database
 from spotopt.errors import InputError
 from spotopt.ui import views
+from spotopt.webguard import DASHBOARD_CSP, GuardASGI, loopback_hosts
 
 COOKIE = "spotopt_ui_token"
 STATIC = Path(__file__).parent / "static"
@@ -54,6 +59,13 @@ def number(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def age(days: float | None) -> str:
+    """A price's age: hours under two days (``5 h``), whole days beyond (``941 d``)."""
+    if days is None or (isinstance(days, float) and math.isnan(days)):
+        return "–"
+    return f"{days * 24:.0f} h" if days < 2 else f"{days:,.0f} d"
+
+
 def share(value: float | None) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.0%}"
 
@@ -70,7 +82,7 @@ def templates() -> Environment:
         loader=PackageLoader("spotopt.ui", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
-    env.filters.update(usd=usd, when=when, number=number, share=share, cell=cell)
+    env.filters.update(usd=usd, when=when, number=number, share=share, cell=cell, age=age)
     return env
 
 
@@ -105,10 +117,15 @@ class TokenCheck(BaseHTTPMiddleware):
 
 
 def create_app(
-    db: Database, token: str | None = None, clock: Callable[[], datetime] | None = None
+    db: Database,
+    token: str | None = None,
+    clock: Callable[[], datetime] | None = None,
+    host: str = "127.0.0.1",
+    state_dir: Path | None = None,
 ) -> Starlette:
-    """The dashboard over ``db``; ``token`` None serves without one (loopback only, see
-    ``spotopt.cli.ui``); ``clock`` gives "now" (UTC) for spend and ETAs."""
+    """The dashboard over ``db`` served on ``host``; ``token`` None serves without one (loopback
+    only, see ``spotopt.cli.ui``), answering only to this machine's names; ``clock`` gives "now"
+    (UTC) for spend and ETAs; ``state_dir`` is the local provider's, where a job's log is read."""
     env = templates()
     now = clock or (lambda: datetime.now(UTC))
 
@@ -126,7 +143,8 @@ def create_app(
 
     def job(request: Request) -> HTMLResponse:
         try:
-            return page("job.html", page_name="fleet", **views.job(db, request.path_params["name"], now()))
+            data = views.job(db, request.path_params["name"], now(), state_dir)
+            return page("job.html", page_name="fleet", **data)
         except InputError as exc:
             return not_found(exc)
 
@@ -159,5 +177,9 @@ def create_app(
         Route("/whatif/{name:path}", whatif),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    middleware = [Middleware(TokenCheck, token=token)] if token else []
+    # The guard outermost: a refused host or a 401 carries the security headers too.
+    hosts = None if token else loopback_hosts(host)
+    middleware = [Middleware(GuardASGI, hosts=hosts, csp=DASHBOARD_CSP)]
+    if token:
+        middleware.append(Middleware(TokenCheck, token=token))
     return Starlette(routes=routes, middleware=middleware)

@@ -3,8 +3,9 @@
 Every number comes from the function that already owns it, so the dashboard and the terminal
 agree: a job's spend, placement, progress and moves from ``spotopt.mover.status`` (``jobs show``),
 its ledger from ``spotopt.mover.ledger`` (``jobs cost``), prices and availability from the
-registered reports (``report run price-board`` / ``spot-discount`` / ``availability``). Nothing
-here writes; pages are plain dicts for the templates (``spotopt.ui.app``).
+registered reports (``report run price-board`` / ``spot-discount`` / ``availability``), a job's
+log from where the local provider keeps it (``jobs logs``). Nothing here writes; pages are plain
+dicts for the templates (``spotopt.ui.app``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -22,11 +24,13 @@ from sqlalchemy.orm import Session
 
 from spotopt.catalog import CATALOG_SOURCE
 from spotopt.clouds.common.base import market_label
+from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.models import (
     JOB_STATES,
     CapacityObservation,
     InstanceType,
+    JobEvent,
     ManagedJob,
     Market,
     Placement,
@@ -47,6 +51,7 @@ from spotopt.reports.base import ReportResult
 from spotopt.reports.frames import dt_us
 from spotopt.reports.registry import REPORTS
 from spotopt.reports.sql import markets_stmt
+from spotopt.settings import Settings
 
 WINDOW = timedelta(days=30)
 """The markets page shows the last 30 days of prices, the availability page of observations."""
@@ -54,6 +59,10 @@ CHART_MARKETS = 12
 """At most this many series in a chart (the cheapest or least available first): legible lines."""
 HEATMAP_COLUMNS = 96
 """Time columns of the availability heatmap: a quarter-hour each over a day, 7.5 h over 30 days."""
+LOG_TAIL_BYTES = 64 * 1024
+"""A job's page shows at most this much of the end of its log (``jobs logs`` prints it all)."""
+FAILED_STATES = ("failed", "over-budget")
+"""States whose reason the job's page shows first: why the job stopped."""
 
 
 def _deadline(job: ManagedJob) -> datetime | None:
@@ -110,9 +119,10 @@ def fleet(db: Database, now: datetime) -> dict[str, Any]:
     }
 
 
-def job(db: Database, name: str, now: datetime) -> dict[str, Any]:
-    """The job page: ``jobs show`` and ``jobs cost`` for one job, its timeline, its progress and
-    its cost over time. Raises ``InputError`` (``find_job``'s) for an unknown name."""
+def job(db: Database, name: str, now: datetime, state_dir: Path | None = None) -> dict[str, Any]:
+    """The job page: ``jobs show`` and ``jobs cost`` for one job, why it failed (first), its
+    timeline, its progress and its cost over time, and the tail of its log (the local provider's
+    in ``state_dir``). Raises ``InputError`` (``find_job``'s) for an unknown name."""
     job_row, status, events = job_status.show(db, name, now)
     _, intervals = job_status.ledger(db, name, now)
     with db.session() as session:
@@ -149,6 +159,8 @@ def job(db: Database, name: str, now: datetime) -> dict[str, Any]:
     return {
         "now": now,
         "job": job_row,
+        "failure": _failure(job_row, events),
+        "log": _log_tail(db, name, state_dir),
         "status": status,
         "deadline": _deadline(job_row),
         "eta": _eta(status, now),
@@ -158,6 +170,55 @@ def job(db: Database, name: str, now: datetime) -> dict[str, Any]:
         "timeline": timeline,
         "cost_chart": _cost_series(intervals, now),
         "progress_chart": _progress_series(progress, status["progress"]["work_steps"]),
+    }
+
+
+def _failure(job_row: ManagedJob, events: list[JobEvent]) -> JobEvent | None:
+    """The transition into the job's failed state (its reason), None unless it failed."""
+    if job_row.state not in FAILED_STATES:
+        return None
+    return next((e for e in reversed(events) if e.to_state == job_row.state), None)
+
+
+def _log_tail(db: Database, name: str, state_dir: Path | None) -> dict[str, Any]:
+    """The end of the newest placement's log (``jobs logs``), at most ``LOG_TAIL_BYTES``:
+    ``text`` (None when there is none to read here) and ``note``, what the reader should know."""
+    placement = job_status.newest_placement(db, name)
+    if placement is None or placement.instance_id is None:
+        return {"text": None, "note": "not launched yet: no log"}
+    if placement.provider != "local":
+        return {
+            "text": None,
+            "note": f"runs on {placement.provider} ({placement.instance_id}): its output is in that "
+            "instance's serial console, not on this machine",
+        }
+    # The provider makes its directory when missing: only one that exists is read (nothing written).
+    if state_dir is None or not (state_dir / "instances").is_dir():
+        return {
+            "text": None,
+            "note": f"no local provider directory {state_dir}: give `spotopt ui --state-dir` the one the "
+            "daemon runs with",
+        }
+    path = LocalProvider(state_dir).log_path(placement.instance_id)
+    if not path.is_file():
+        return {
+            "text": None,
+            "note": f"no log of {placement.instance_id} in {state_dir}: give `spotopt ui --state-dir` "
+            "the directory the daemon runs with",
+        }
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        f.seek(max(size - LOG_TAIL_BYTES, 0))
+        text = f.read().decode(errors="replace")
+    cut = size > LOG_TAIL_BYTES
+    if cut:
+        text = text.partition("\n")[2]  # from the first whole line
+    shown = f"the last {LOG_TAIL_BYTES // 1024} KiB of " if cut else ""
+    return {
+        "text": text,
+        "note": f"{shown}{path} ({size:,} bytes); `spotopt jobs logs {name}` prints it all"
+        if text
+        else f"{path} is empty: the job has written nothing yet",
     }
 
 
@@ -234,19 +295,28 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def markets(db: Database, gpu: str | None, now: datetime) -> dict[str, Any]:
-    """The markets page for one GPU model: every market's price now (cheapest first), the spot
-    discount over the window, and each market's $/GPU-hour over the window as a chart."""
+    """The markets page for one GPU model: every market's price now with its age (cheapest first,
+    the stale after the fresh), the spot discount over the window, and each market's $/GPU-hour
+    over the window as a chart whose time axis is the window."""
     models = gpu_models(db)
     with db.session() as session:
         window = _window(history_span(session))
     if gpu is not None and gpu not in models:
         raise InputError(f"gpu {gpu!r}: no collected price; pick one of {', '.join(models) or 'none'}")
     gpu = gpu or (models[0] if models else None)
-    page: dict[str, Any] = {"gpu": gpu, "gpus": models, "window": window, "board": [], "discount": []}
+    page: dict[str, Any] = {
+        "gpu": gpu,
+        "gpus": models,
+        "window": window,
+        "board": [],
+        "discount": [],
+        "now": now,
+        "max_age_days": Settings().price_max_age_days,
+    }
     if gpu is None or window is None:
         return page | {"chart": None}
     since, until = window
-    at = {"gpu": gpu, "at": until.isoformat()}
+    at = {"gpu": gpu, "at": now.isoformat()}  # "cheapest now": each price's age is its age now
     span = {"gpu": gpu, "since": since.isoformat(), "until": until.isoformat()}
     board = _report(db, "price-board", at, now).sections["price-board"]
     discount = _report(db, "spot-discount", span, now).sections["spot-discount"]
@@ -266,8 +336,11 @@ _MARKET_KEY = ("cloud", "region", "zone", "instance_type", "market")
 
 
 def _price_series(db: Database, market_ids: list[int], since: datetime, until: datetime) -> dict[str, Any]:
-    """Each market's $/GPU-hour as a step series on one time axis (the price in effect holds until
-    the next point): one column per distinct time, None before a market's first point."""
+    """Each market with a collected price in the window: its $/GPU-hour as a step series on one
+    time axis from ``since`` to ``until`` (a price holds until the next point: the one in effect
+    at ``since`` starts the line, the last one holds to ``until``), None before a market's first
+    price; ``range`` is the window, the axis drawn whatever the points (one point alone would
+    make the chart's own scale span years)."""
     with db.session() as session:
         rows = session.execute(
             select(
@@ -283,18 +356,42 @@ def _price_series(db: Database, market_ids: list[int], since: datetime, until: d
             )
             .order_by(PricePoint.observed_at, PricePoint.source)
         ).all()
-        labels = {m: market_label(ledger.market_key(session, m)) for m in market_ids}
-    times = sorted({at.timestamp() for _, at, _, _ in rows})
+        drawn = list(dict.fromkeys(m for m in market_ids if any(r[0] == m for r in rows)))
+        before = {m: _price_before(session, m, since) for m in drawn}
+        labels = {m: market_label(ledger.market_key(session, m)) for m in drawn}
+    times = sorted({since.timestamp(), until.timestamp()} | {at.timestamp() for _, at, _, _ in rows})
     index = {t: i for i, t in enumerate(times)}
-    series: dict[int, list[float | None]] = {m: [None] * len(times) for m in market_ids}
+    series: dict[int, list[float | None]] = {m: [None] * len(times) for m in drawn}
+    for m in drawn:
+        series[m][0] = before[m]
     for market_id, at, usd, gpus in rows:
         series[market_id][index[at.timestamp()]] = usd / (gpus or 1)
     for values in series.values():  # carry each price forward: a point holds until the next
         for i in range(1, len(values)):
             if values[i] is None:
                 values[i] = values[i - 1]
-    drawn = [m for m in market_ids if any(v is not None for v in series[m])]  # catalog-only: no line
-    return {"x": times, "series": [{"label": labels[m], "y": series[m]} for m in drawn]}
+    return {
+        "x": times,
+        "range": [since.timestamp(), until.timestamp()],
+        "series": [{"label": labels[m], "y": series[m]} for m in drawn],
+    }
+
+
+def _price_before(session: Session, market_id: int, since: datetime) -> float | None:
+    """The market's collected $/GPU-hour in effect just before ``since`` (None: none yet)."""
+    found = session.execute(
+        select(PricePoint.usd_per_hour, InstanceType.gpu_count)
+        .join(Market, Market.id == PricePoint.market_id)
+        .join(InstanceType, InstanceType.id == Market.instance_type_id)
+        .where(
+            PricePoint.market_id == market_id,
+            PricePoint.observed_at < since,
+            PricePoint.source != CATALOG_SOURCE,
+        )
+        .order_by(PricePoint.observed_at.desc(), PricePoint.source)
+        .limit(1)
+    ).first()
+    return None if found is None else found[0] / (found[1] or 1)
 
 
 def availability(db: Database, now: datetime) -> dict[str, Any]:
