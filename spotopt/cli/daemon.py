@@ -47,6 +47,8 @@ StateDirOption = Annotated[
 ]
 
 
+DEFAULT_POLL_S = 5.0
+"""``daemon run``'s poll without ``--poll`` (the period instead, when that is shorter)."""
 DEFAULT_STATE_DIR = Path(platformdirs.user_data_dir("spotopt")) / "local"
 """Where the local provider keeps its records and the jobs' logs unless --state-dir says."""
 
@@ -120,7 +122,12 @@ def run(
         ),
     ] = "local",
     period: Annotated[str, typer.Option("--period", help="Planning period, e.g. 1h, 15m, 5s.")] = "1h",
-    poll: Annotated[str, typer.Option("--poll", help="Heartbeat and notice polling interval.")] = "5s",
+    poll: Annotated[
+        str | None,
+        typer.Option(
+            "--poll", help="Heartbeat and notice polling interval [default: 5s, or --period if shorter]."
+        ),
+    ] = None,
     collect_cron: Annotated[
         str | None,
         typer.Option("--collect-cron", help="Run the collectors on this crontab schedule, e.g. '0 * * * *'."),
@@ -234,7 +241,12 @@ def run(
     the same database waits and takes over when the leader dies. --replay runs it instead on a
     simulated clock over the recorded market (docs/guides/daemon.md, "Fidelity")."""
     period_h = parse_duration(period, "--period").total_seconds() / 3600.0
-    poll_s = parse_duration(poll, "--poll").total_seconds()
+    # The default poll follows a short period: a poll longer than the period is refused.
+    poll_s = (
+        min(DEFAULT_POLL_S, period_h * 3600.0)
+        if poll is None
+        else parse_duration(poll, "--poll").total_seconds()
+    )
     if period_h <= 0 or poll_s <= 0:
         raise InputError("--period/--poll: give a duration above zero, e.g. 1h or 5s")
     if poll_s > period_h * 3600.0:
@@ -254,7 +266,7 @@ def run(
     if replay:
         given = {"--once": once, "--dry-run": dry_run, "--collect-cron": collect_cron is not None}
         given |= {"--provider": provider != "local", "--max-usd-per-hour": max_usd_per_hour is not None}
-        given |= {"--poll": poll != "5s"}
+        given |= {"--poll": poll is not None}
         if clash := [name for name, on in given.items() if on]:
             raise InputError(
                 f"--replay with {', '.join(clash)}: a replay runs every placement as a local process on "

@@ -418,13 +418,15 @@ class Executor:
         detail: str,
         after: str | None = None,
         *,
+        tried: bool = False,
         exit_code: int | None = None,
         log_path: str | None = None,
     ) -> None:
         """Close the move and put the job in the state its outcome leaves it in (``after``, when
-        the caller knows better: a start the budget refuses leaves the job over budget; with an
-        ``exit_code``, the new placement's training process failed and the job's retry policy
-        decides, ``jobs.after_failure``)."""
+        the caller knows better: a start the budget refuses leaves the job over budget; when
+        ``tried``, the new placement was a failed try of the job, its training process's
+        ``exit_code`` (None: none) and ``log_path`` known, and the job's retry policy decides,
+        ``jobs.after_failure``)."""
         now = self.clock()
         with self.db.session() as session:
             move = session.get(JobMove, move_id)
@@ -433,7 +435,7 @@ class Executor:
             assert job is not None
             move.outcome, move.finished_at, move.updated_at = outcome, now, now
             move.detail = detail or move.detail
-            if exit_code is not None:
+            if tried:
                 after = jobstore.after_failure(session, job, detail, exit_code, now, log_path)
                 detail = f"{detail} → job {after}"
             after = after or _state_after(move, job, outcome)
@@ -682,31 +684,48 @@ class Executor:
         ):
             self._record_beat(job.id, beat, new.id)
             return self._next(move_id)
-        return self._wait_or_abort(move, new, "the new placement made no progress", factor=2.0)
+        why = (
+            "the new placement made no progress"
+            if beat is not None
+            else "the new placement's agent never reported (does `run` start a script using spotopt.agent?)"
+        )
+        return self._wait_or_abort(move, new, why, factor=2.0)
 
     def _wait_or_abort(self, move: JobMove, new: Placement, why: str, factor: float = 1.0) -> bool:
-        """Wait while the new placement is alive and within its time; else end the move."""
+        """Wait while the new placement is alive and within its time; else end the move.
+
+        Once the lease is the new placement's (a start, a recovery, a move past its grant), a
+        placement that made no progress is a failed try of the job, which its retry policy
+        counts (``jobs.after_failure``) as it counts a training process that fails while
+        running: alive past its time (terminated here, so it stops billing) or exited by itself
+        before its agent reported progress (whatever its status: ``/bin/true`` exits 0). Left
+        to the next round instead, such a job was relaunched for ever, each try billed. A
+        placement preempted or gone before it could progress is no fault of the job's: the next
+        round places it again, as after a launch refused for capacity."""
         status = self.provider.status(new.instance_id) if new.instance_id is not None else None
         alive = status is not None and status.state.is_live
         waited = (self.clock() - (new.started_at or move.created_at)).total_seconds()
-        if alive and waited < factor * self.timeouts.launch_s:
+        limit_s = factor * self.timeouts.launch_s
+        if alive and waited < limit_s:
             return False
-        detail = why if alive else f"{why}: the instance is gone"
         self._terminate(move, new.id, "terminate-new")
         moved_lease = move.kind != "move" or STEPS["move"].index(move.step) > STEPS["move"].index("grant")
-        if moved_lease and status is not None and status.state is InstanceState.EXITED and status.exit_code:
-            # The training process itself failed (a missing command, a crash at start-up): its
-            # retry policy decides, as for a running job (``spotopt.mover.jobs.after_failure``).
-            assert new.instance_id is not None
-            self._finish(
-                move.id,
-                "failed",
-                self.exit_reason(status.exit_code),
-                exit_code=status.exit_code,
-                log_path=self.log_path(new.instance_id),
-            )
+        exited = status is not None and status.state is InstanceState.EXITED
+        if not moved_lease or not (alive or exited):
+            detail = why if alive else f"{why}: the instance is gone"
+            self._finish(move.id, "failed" if moved_lease else "aborted", detail)
             return False
-        self._finish(move.id, "failed" if moved_lease else "aborted", detail)
+        assert status is not None and new.instance_id is not None
+        code = status.exit_code if exited else None
+        if code:
+            detail = self.exit_reason(code)
+        elif exited:
+            status_text = "with status 0" if code == 0 else "without an exit status"
+            detail = f"{why}: the training process exited {status_text}"
+        else:
+            detail = f"{why} within {limit_s:g} s ({factor:g} × the launch timeout); terminated"
+        log = self.log_path(new.instance_id)
+        self._finish(move.id, "failed", detail, tried=True, exit_code=code, log_path=log)
         return False
 
     def exit_reason(self, exit_code: int) -> str:

@@ -419,10 +419,16 @@ def retries_in_a_row(session: Session, job: ManagedJob) -> int:
 
 
 def after_failure(
-    session: Session, job: ManagedJob, why: str, exit_code: int, at: datetime, log_path: str | None = None
+    session: Session,
+    job: ManagedJob,
+    why: str,
+    exit_code: int | None,
+    at: datetime,
+    log_path: str | None = None,
 ) -> str:
-    """Apply ``job``'s retry policy to a failed training process (``why``: its exit status in
-    one line; ``log_path``: where its output is, when known), inside the caller's transaction;
+    """Apply ``job``'s retry policy to a failed training process (``why``: what happened in one
+    line; ``exit_code``: its status, None when it has none, as for a placement that never made
+    progress; ``log_path``: where its output is, when known), inside the caller's transaction;
     the state it leaves the job in.
 
     A retry is a recorded transition whose reason begins ``retry N of M:``: back to
