@@ -134,7 +134,7 @@ def test_cli_budget(db_url: str, db: Database, tmp_path: Path) -> None:
     for args, message in [
         (("resnet", "2"), "USD: $2.00 is not above the $3.60 job 'resnet' has already spent"),
         (("resnet", "inf"), "USD: inf is not a budget"),
-        (("resnet", "lots"), "Invalid value for 'usd'"),
+        (("resnet", "lots"), "error: USD: Input should be a valid number"),
         (("nope", "20"), "no managed job named 'nope'"),
         (("resnet", "20", "--max-usd-per-hour", "0"), "--max-usd-per-hour: 0.0 is not a budget"),
     ]:

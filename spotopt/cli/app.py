@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import math
 import signal
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
+from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors click
 from typer.core import TyperGroup
 
 from spotopt import DISTRIBUTION
@@ -34,22 +37,60 @@ from spotopt.render import say, show_library_log
 class SpotoptGroup(TyperGroup):
     """Maps every ``SpotoptError`` to one red line on stderr and its exit code (no traceback).
 
-    Option values typer refuses keep typer's usage box, minus the "Value error, " that its
-    pydantic validation puts before our own words.
+    Arguments and option values typer refuses are one such line too, ``error: --period: ...``
+    naming the option, exit 2 (typer drew a five-line box around them).
     """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """The root's own options (``--db``); each command's are parsed in ``invoke``."""
+        try:
+            return super().parse_args(ctx, args)
+        except NoArgsIsHelpError:
+            raise  # the help itself
+        except UsageError as exc:
+            say(_usage_line(exc), label="error:", style="bold red", err=True)
+            raise typer.Exit(exc.exit_code) from exc
 
     def invoke(self, ctx: Any) -> Any:  # click.Context, vendored by typer
         try:
             return super().invoke(ctx)
-        except typer.BadParameter as exc:
-            exc.message = exc.message.removeprefix("Value error, ")
-            raise
+        except NoArgsIsHelpError:
+            raise  # the help itself
+        except UsageError as exc:
+            say(_usage_line(exc), label="error:", style="bold red", err=True)
+            raise typer.Exit(exc.exit_code) from exc
         except SpotoptError as exc:
             say(str(exc), label="error:", style="bold red", err=True)
             raise typer.Exit(exc.exit_code) from exc
         finally:
             if isinstance(ctx.obj, State):
                 ctx.obj.close()
+
+
+def _usage_line(exc: UsageError) -> str:
+    """A refused argument or option as one line: the option, what is wrong (without the
+    "Value error, " that typer's pydantic validation puts before our own words) and where help
+    is. A NaN is "not a number": the range check failed on it, and the bound it named (``less
+    than or equal to 100``) had nothing to do with it."""
+    param = getattr(exc, "param", None)
+    message = exc.message.removeprefix("Value error, ") or "missing"
+    cause = exc.__cause__
+    if isinstance(cause, ValidationError) and _is_nan(cause.errors()[0].get("input")):
+        message = f"{cause.errors()[0]['input']!r} is not a number; give a number"
+    name = None
+    if param is not None and param.param_type_name == "option" and param.opts:
+        name = param.opts[0]
+    elif param is not None:
+        name = (param.metavar or param.name).upper()
+    command = f"; see `{exc.ctx.command_path} --help`" if exc.ctx is not None else ""
+    return f"{name + ': ' if name else ''}{message.rstrip('.')}{command}"
+
+
+def _is_nan(value: object) -> bool:
+    try:
+        return math.isnan(float(value))  # type: ignore[arg-type]  # anything typer was given
+    except (TypeError, ValueError):
+        return False
 
 
 app = typer.Typer(

@@ -17,10 +17,11 @@ from spotopt.clouds.local.provider import LocalProvider
 from spotopt.db.engine import Database
 from spotopt.db.models import JobEvent, ManagedJob, Placement
 from spotopt.errors import InputError
+from spotopt.jobspec import load_jobs
 from spotopt.mover import jobs, ledger
 from spotopt.mover import status as job_status
 from spotopt.mover.ledger import Interval
-from spotopt.render import Format, iso, render, say, to_json
+from spotopt.render import Format, iso, render, say, to_json, usd, usd_summed
 
 app = typer.Typer(no_args_is_help=True, help="Jobs the mover runs, moves and stops within budget.")
 
@@ -40,6 +41,18 @@ _EVENT_COLUMNS = ("at", "from_state", "to_state", "reason")
 
 def _row(job: ManagedJob) -> dict[str, Any]:
     return {column: getattr(job, column) for column in LIST_COLUMNS}
+
+
+def _list_cells(row: dict[str, Any]) -> dict[str, Any]:
+    """A job for the ``jobs list`` table: money as money, times to the minute (the run command
+    is cut to the screen's width; CSV, JSON and ``jobs show`` keep it whole)."""
+    cap = row["max_usd_per_hour"]
+    return row | {
+        "budget_usd": usd(row["budget_usd"]),
+        "max_usd_per_hour": None if cap is None else f"{usd(cap)}/h",
+        "created_at": _minute(row["created_at"]),
+        "updated_at": _minute(row["updated_at"]),
+    }
 
 
 def _event(event: JobEvent) -> dict[str, Any]:
@@ -83,10 +96,6 @@ def _cell(value: Any) -> Any:
     return iso(value) if isinstance(value, datetime) else value
 
 
-def _usd(value: float | None) -> str:
-    return "–" if value is None else f"${value:,.2f}"
-
-
 def _summary(d: dict[str, Any]) -> list[dict[str, Any]]:
     """The key/value rows of the ``jobs show`` table: a sentence per concern, not raw JSON."""
     place, prog, ckpt = d["placement"], d["progress"], d["checkpoint_verified"]
@@ -97,7 +106,7 @@ def _summary(d: dict[str, Any]) -> list[dict[str, Any]]:
         started = f"{place['started_at']:%Y-%m-%d %H:%M}" if place["started_at"] else "not started"
         instance = (
             f"{place['provider']} {place['instance_id'] or '(no id yet)'}, epoch {place['epoch']}, "
-            f"{place['state']} since {started}, {_usd(place['usd_per_hour'])}/h"
+            f"{place['state']} since {started}, {usd(place['usd_per_hour'])}/h"
         )
     work = prog["work_steps"]
     done = f"{prog['steps']:,} of {work:,.0f} steps" if work else f"{prog['steps']:,} steps (work unknown)"
@@ -109,7 +118,7 @@ def _summary(d: dict[str, Any]) -> list[dict[str, Any]]:
         f"{'–' if measured is None else f'{measured:.3g}'} measured, "
         f"{'–' if expected is None else f'{expected:.3g}'} expected" + (f" ({source})" if source else "")
     )
-    cap = f", at most ${d['max_usd_per_hour']:,.2f}/h" if d["max_usd_per_hour"] is not None else ""
+    cap = f", at most {usd(d['max_usd_per_hour'])}/h" if d["max_usd_per_hour"] is not None else ""
     outcomes = Counter(m["outcome"] or "open" for m in d["moves"])
     rows = {
         "state": d["state"],
@@ -118,8 +127,8 @@ def _summary(d: dict[str, Any]) -> list[dict[str, Any]]:
         "progress": done,
         "steps/s": rate,
         "last verified checkpoint": "none yet" if ckpt is None else f"{ckpt['name']} (step {ckpt['step']:,})",
-        "spent": f"{_usd(d['spent_usd'])} of {_usd(d['budget_usd'])} budget{cap}",
-        "expected cost to finish": _usd(d["expected_cost_to_finish_usd"]),
+        "spent": f"{usd(d['spent_usd'])} of {usd(d['budget_usd'])} budget{cap}",
+        "expected cost to finish": usd(d["expected_cost_to_finish_usd"]),
         "moves": f"{len(d['moves'])}"
         + (f" ({', '.join(f'{n} {o}' for o, n in sorted(outcomes.items()))})" if outcomes else ""),
         "preemptions": str(d["preemptions"]),
@@ -157,7 +166,7 @@ def _move_row(move: dict[str, Any]) -> dict[str, str]:
     when = f"{move['created_at']:%Y-%m-%d %H:%M}"
     outcome = move["outcome"] or f"open, at {move['step']}"
     target = f"{_where(move['from_market']) or '–'} → {_where(move['to_market']) or '–'}"
-    money = f"expected cost {_usd(move['cost_usd'])}, saving {_usd(move['saving_usd'])}"
+    money = f"expected cost {usd(move['cost_usd'])}, saving {usd(move['saving_usd'])}"
     return {
         "move": f"{when}\n{move['kind']}: {outcome}",
         "where, cost and why": f"{target}\n{money}\n{move['reason']}",
@@ -174,6 +183,7 @@ def submit(
 ) -> None:
     """Submit one job to the mover (pending until the daemon launches it). Re-submitting an
     identical spec is a no-op; another spec under the same name is refused."""
+    load_jobs(file)  # a missing or invalid file is refused before a database is opened (or made)
     job = jobs.submit(state(ctx).db(), file, dry_run=dry_run)
     if job.state in ("failed", "cancelled"):
         say(f"{job.name}: {job.state} (already submitted); `spotopt jobs retry {job.name}` resumes it")
@@ -182,7 +192,7 @@ def submit(
     else:
         say(
             f"{job.name}: {job.state} (submitted {iso(job.created_at)}, spec sha256 {job.spec_sha256[:12]}, "
-            f"budget {_usd(job.budget_usd)})"
+            f"budget {usd(job.budget_usd)})"
         )
 
 
@@ -193,15 +203,20 @@ def list_(
         list[str] | None, typer.Option("--state", help="Only jobs in this state (repeatable).")
     ] = None,
     fmt: FormatOption = Format.TABLE,
+    wide: WideOption = False,
 ) -> None:
     """Managed jobs, oldest first."""
     found = jobs.list_jobs(state(ctx).db(), tuple(states or ()))
+    table = fmt is Format.TABLE
     render(
-        [_row(j) for j in found],
+        [_list_cells(_row(j)) if table else _row(j) for j in found],
         fmt,
         title="Managed jobs",
         columns=LIST_COLUMNS,
         empty="none submitted; `spotopt jobs submit JOB.yaml` adds one",
+        wide_only=("max_usd_per_hour", "checkpoint_uri", "created_at"),
+        wide=wide,
+        clip=("run_command",),
     )
 
 
@@ -268,19 +283,28 @@ def _interval_row(row: Interval) -> dict[str, Any]:
     return fields | {"end_reason": row.end_reason or ("running" if row.ended_at is None else None)}
 
 
-def _interval_cells(row: dict[str, Any]) -> dict[str, Any]:
-    """A ledger row for the table: short headers, short market, times to the minute (fits 80
-    columns; CSV and JSON keep every field at full precision)."""
-    return row | {
-        "#": row["placement_id"],
-        "market": _where(row["market"]),
-        "started": _minute(row["started_at"]),
-        "ended": _minute(row["ended_at"]),
-        "end": row["end_reason"],
-        "$/h": row["usd_per_hour"],
-        "$": row["cost_usd"],
-        "egress $": row["egress_usd"],
-    }
+def _interval_cells(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, str]:
+    """The ledger rows for the table (short headers, short market, times to the minute: fits 80
+    columns; CSV and JSON keep every field at full precision), with the total and the egress
+    total as shown: the money cells, instance time and egress, add up to the total exactly
+    (``usd_summed``)."""
+    money, places = usd_summed([r["cost_usd"] for r in rows] + [r["egress_usd"] for r in rows])
+    costs, egress = money[: len(rows)], money[len(rows) :]
+    cells = [
+        row
+        | {
+            "#": row["placement_id"],
+            "market": _where(row["market"]),
+            "started": _minute(row["started_at"]),
+            "ended": _minute(row["ended_at"]),
+            "end": row["end_reason"],
+            "$/h": usd(row["usd_per_hour"]),
+            "$": usd(cost, places),
+            "egress $": usd(moved, places),
+        }
+        for row, cost, moved in zip(rows, costs, egress, strict=True)
+    ]
+    return cells, usd(sum(money), places), usd(sum(egress), places)
 
 
 @app.command("cost")
@@ -311,12 +335,13 @@ def cost(
         sys.stdout.write(to_json(doc) + "\n")
         return
     table = fmt is Format.TABLE
+    cells, shown_total, shown_egress = _interval_cells(listed)
     render(
-        [_interval_cells(r) for r in listed] if table else listed,
+        cells if table else listed,
         fmt,
-        title=f"Job {job.name}: {_usd(total)} over {len(rows)} instance interval(s) (egress {_usd(egress)})",
+        title=f"Job {job.name}: {shown_total} over {len(rows)} instance interval(s) (egress {shown_egress})",
         columns=_COST_TABLE if table else COST_COLUMNS,
-        caption=f"budget {_usd(job.budget_usd)}; running instances billed up to {now:%Y-%m-%d %H:%M:%S} UTC",
+        caption=f"budget {usd(job.budget_usd)}; running instances billed up to {now:%Y-%m-%d %H:%M:%S} UTC",
         empty="no instance has run yet (nothing billed)",
         wide_only=("epoch", "provider", "instance_id", "egress_gb"),
         wide=wide,
@@ -327,7 +352,10 @@ def cost(
 def budget(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The job's name.")],
-    usd: Annotated[float, typer.Argument(help="The job's new total budget in USD (above its spend so far).")],
+    new_usd: Annotated[
+        float,
+        typer.Argument(metavar="usd", help="The job's new total budget in USD (above its spend so far)."),
+    ],
     max_usd_per_hour: Annotated[
         float | None, typer.Option("--max-usd-per-hour", help="Also set the spend-rate cap ($/h).")
     ] = None,
@@ -336,11 +364,11 @@ def budget(
 
     The daemon may then run it again. A budget at or below what the job has spent is refused
     (exit 2)."""
-    change = jobs.set_budget(state(ctx).db(), name, usd, max_usd_per_hour)
+    change = jobs.set_budget(state(ctx).db(), name, new_usd, max_usd_per_hour)
     job = change.job
-    cap = f", at most {_usd(job.max_usd_per_hour)}/h" if job.max_usd_per_hour is not None else ""
+    cap = f", at most {usd(job.max_usd_per_hour)}/h" if job.max_usd_per_hour is not None else ""
     moved = f"; {change.from_state} -> {job.state}" if change.from_state != job.state else ""
-    say(f"{job.name}: budget {_usd(job.budget_usd)}{cap} ({_usd(change.spent_usd)} spent){moved}")
+    say(f"{job.name}: budget {usd(job.budget_usd)}{cap} ({usd(change.spent_usd)} spent){moved}")
 
 
 @app.command("cancel")
@@ -376,9 +404,10 @@ def retry(
 
 
 def _resumes_from(job: ManagedJob) -> str:
-    if job.checkpoint_name:
-        return f"checkpoint {job.checkpoint_name}, step {job.checkpoint_step:,}"
-    return "the start: no verified checkpoint yet"
+    checkpoint = job_status.resume_checkpoint(job)
+    if checkpoint is None:
+        return "the start: no verified checkpoint yet"
+    return f"checkpoint {checkpoint.name}, step {checkpoint.step:,}"
 
 
 @app.command("logs")
@@ -413,6 +442,9 @@ def logs(
             "--state-dir the daemon runs with"
         )
     offset = _print_from(path, 0)
+    if offset == 0:
+        more = "; following it until its placement ends" if follow else ""
+        say(f"{name}: the log of {placement.instance_id} is empty so far{more}", label="note:", err=True)
     while follow and _running(db, placement.id):
         time.sleep(FOLLOW_S)
         offset = _print_from(path, offset)

@@ -14,13 +14,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from spotopt.checkpoints import Manifest, read_lease, trusted_checkpoints
 from spotopt.clouds.common.base import market_label
 from spotopt.db.engine import Database
-from spotopt.db.models import InstanceType, JobEvent, JobMove, ManagedJob, Market, Placement
+from spotopt.db.models import InstanceType, JobEvent, JobMove, JobProgress, ManagedJob, Market, Placement
 from spotopt.decide.options import work_steps
 from spotopt.errors import InputError
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import Job
+from spotopt.mover.executor import job_location
 from spotopt.mover.jobs import find_job, job_events, job_spec
 from spotopt.mover.ledger import Interval, intervals, market_key, slot_usd_per_hour, spent_usd
 from spotopt.mover.observed import PREEMPTION_ENDS
@@ -41,6 +43,20 @@ def show(db: Database, name: str, now: datetime) -> tuple[ManagedJob, dict[str, 
         job = find_job(session, name)
         status = job_status(session, job, job_spec(job), now)
         return job, status, job_events(session, job)
+
+
+def resume_checkpoint(job: ManagedJob) -> Manifest | None:
+    """The checkpoint the job's next placement resumes from: the newest its store's lease
+    trusts, as the agent chooses it (``spotopt.checkpoints.restore_latest``, which falls back
+    to an older one only if this one's files no longer verify). None: it starts from step 0.
+
+    Read from the store, not the job row: the row keeps the newest checkpoint a heartbeat
+    reported, and a stop's own checkpoint (``jobs cancel``, a move) is written after the last
+    heartbeat the daemon recorded.
+    """
+    loc = job_location(job)
+    newest = trusted_checkpoints(loc, job.name, read_lease(loc, job.name))
+    return newest[0] if newest else None
 
 
 def newest_placement(db: Database, name: str) -> Placement | None:
@@ -78,6 +94,7 @@ def job_status(session: Session, job: ManagedJob, spec: Job, now: datetime) -> d
     expected = _expected_figure(session, book, current) if current is not None else None
     slot_usd = slot_usd_per_hour(session, current, now, now) if current is not None else None
     remaining = None if work is None else max(work - job.steps, 0.0)
+    moved = moves(session, job.id)
     to_finish = None
     if remaining is not None and expected is not None and slot_usd is not None:
         to_finish = remaining / (expected.steps_per_s * 3600.0) * slot_usd
@@ -87,21 +104,48 @@ def job_status(session: Session, job: ManagedJob, spec: Job, now: datetime) -> d
             "steps": job.steps,
             "work_steps": work,
             "done_fraction": None if not work else min(job.steps / work, 1.0),
-            "steps_per_s_measured": job.steps_per_s,
+            "steps_per_s_measured": measured_steps_per_s(session, job, current is not None),
             "steps_per_s_expected": None if expected is None else expected.steps_per_s,
             "expected_source": None if expected is None else expected.source,
             "heartbeat_at": job.heartbeat_at,
         },
-        "checkpoint_verified": (
-            None
-            if job.checkpoint_name is None
-            else {"name": job.checkpoint_name, "step": job.checkpoint_step}
-        ),
-        "moves": moves(session, job.id),
+        "checkpoint_verified": _newest_checkpoint(job, moved),
+        "moves": moved,
         "preemptions": preemptions(session, job.id),
         "spent_usd": spent_usd(session, job.id, now),
         "expected_cost_to_finish_usd": to_finish,
     }
+
+
+def measured_steps_per_s(session: Session, job: ManagedJob, running: bool) -> float | None:
+    """What the job measured: while it runs, its newest heartbeat's steps/s; once it has
+    stopped (done, cancelled, waiting), the average over its last placement's recorded
+    progress. A finished or stopped agent's last heartbeat comes after its last step, so its
+    own rate is 0 (``jobs show`` said ``0 measured`` for a job that ran 2,000 steps)."""
+    if running or job.heartbeat_at is None:
+        return job.steps_per_s
+    epoch = select(func.max(JobProgress.epoch)).where(JobProgress.job_id == job.id).scalar_subquery()
+    first = session.execute(
+        select(JobProgress.at, JobProgress.steps)
+        .where(JobProgress.job_id == job.id, JobProgress.epoch == epoch)
+        .order_by(JobProgress.at, JobProgress.id)
+        .limit(1)
+    ).first()
+    if first is None or job.heartbeat_at <= first.at or job.steps <= first.steps:
+        return job.steps_per_s
+    return (job.steps - first.steps) / (job.heartbeat_at - first.at).total_seconds()
+
+
+def _newest_checkpoint(job: ManagedJob, moved: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest verified checkpoint the daemon knows of: the newest heartbeat's, or a move's
+    (a stop's or a move's own checkpoint, verified after the agent's last heartbeat was read)."""
+    known = [(m["checkpoint_step"], m["checkpoint_name"]) for m in moved if m["checkpoint_name"]]
+    if job.checkpoint_name is not None:
+        known.append((job.checkpoint_step, job.checkpoint_name))
+    if not known:
+        return None
+    step, name = max(known)
+    return {"name": name, "step": step}
 
 
 def _expected_figure(session: Session, book: JobThroughput, p: Placement) -> Figure | None:
@@ -157,6 +201,7 @@ def moves(session: Session, job_id: int) -> list[dict[str, Any]]:
             "gpus": m.gpus,
             "saving_usd": m.saving_usd,
             "cost_usd": m.cost_usd,
+            "checkpoint_name": m.checkpoint_name,
             "checkpoint_step": m.checkpoint_step,
             "created_at": m.created_at,
             "finished_at": m.finished_at,
