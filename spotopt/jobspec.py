@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from spotopt.catalog import gpu_matches, gpu_models
 from spotopt.errors import InputError
 from spotopt.files import check_text, read_text
+from spotopt.render import shown
 from spotopt.times import check_time, parse_duration
 
 CHECKPOINT_GB_PER_S = 0.25
@@ -345,7 +346,7 @@ def _path(loc: tuple[int | str, ...], data: Any) -> list[str]:
             node = node[item]
             label = f"[{item}]"
             if isinstance(node, dict) and isinstance(node.get("name"), str) and parts == ["jobs"]:
-                label += f" ({node['name']})"
+                label += f" ({shown(node['name'])})"  # a name cannot break or reverse the line
             parts[-1] += label
         elif isinstance(node, dict) and item in node:
             node = node[item]

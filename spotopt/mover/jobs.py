@@ -36,6 +36,7 @@ from spotopt.errors import ConfigError, InputError, one_line
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, read_yaml
 from spotopt.mover.ledger import spent_usd
+from spotopt.render import shown
 from spotopt.throughput import JobThroughput
 
 __all__ = [
@@ -142,7 +143,7 @@ def _load(spec: str | Path, check_store: bool = True) -> tuple[Job, str | None, 
             "write one file per job"
         )
     job = parsed.jobs[0]
-    where = f"jobs[0] ({job.name})"
+    where = f"jobs[0] ({shown(job.name)})"
     missing = [field for field in ("run", "checkpoint", "budget_usd") if getattr(job, field) is None]
     if missing:
         lines = "\n  ".join(f"{where}.{field}: is required for a managed job" for field in missing)
@@ -274,7 +275,7 @@ def submit(
         updated_at=at,
     )
     with db.session() as session:
-        _check_placeable(session, job, f"{source}: jobs[0] ({job.name})", at)
+        _check_placeable(session, job, f"{source}: jobs[0] ({shown(job.name)})", at)
     try:
         return _store(db, created, source, dry_run)
     except IntegrityError:
