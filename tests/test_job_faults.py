@@ -5,7 +5,8 @@ provider), a real store, S3 served by moto; SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import shutil
+import contextlib
+import itertools
 from datetime import timedelta
 from pathlib import Path
 
@@ -122,8 +123,7 @@ def _break_a_store_for_good(world: World, tmp_path: Path, skew: list[timedelta])
     world.until("both to progress", lambda: world.job("fragile").steps >= 20 and world.job().steps >= 20)
     (placement,) = world.placements("fragile")
     # The store goes: its directory replaced by a file (a bucket deleted, a mount gone).
-    shutil.rmtree(tmp_path / "fragile-store")
-    (tmp_path / "fragile-store").write_text("not a store", encoding="utf-8")
+    _replace_by_a_file(tmp_path / "fragile-store")
     # An outage is waited out: as many failed rounds as it takes, within Timeouts.store_s...
     for _ in range(FAULTS_TO_FAIL + 1):
         world.daemon.poll()
@@ -140,6 +140,24 @@ def _break_a_store_for_good(world: World, tmp_path: Path, skew: list[timedelta])
     # The other job is still watched: it finishes and is marked done.
     world.release("mlp")
     world.until("the other job to finish", lambda: world.job().state == "done")
+
+
+def _replace_by_a_file(store: Path) -> None:
+    """Put a file where the directory ``store`` is, while a live trainer writes into it.
+
+    Deleting the tree raced the trainer's writes (``rmtree`` failed with "Directory not empty:
+    'heartbeats'" when a heartbeat landed between its listing and its ``rmdir``). A rename
+    moves the whole tree away at once, and the file is created only where nothing is
+    (``O_EXCL``); should the trainer make the directory again in between, it is moved away too."""
+    for moved in itertools.count():
+        with contextlib.suppress(FileNotFoundError):
+            store.rename(store.with_name(f"{store.name}-gone-{moved}"))
+        try:
+            with store.open("x", encoding="utf-8") as file:
+                file.write("not a store")
+            return
+        except FileExistsError:  # the trainer made it again in between: move that away too
+            continue
 
 
 @pytest.mark.parametrize(
