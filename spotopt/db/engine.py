@@ -102,9 +102,8 @@ def damaged(engine: Engine, exc: BaseException | None) -> ConfigError | None:
         return None
     path = sqlite_path(engine.url.render_as_string(hide_password=False))
     return ConfigError(
-        f"the database {path} is damaged ({exc}); nothing was written: restore it from a "
-        f"backup, or recover what is readable with `sqlite3 {path} .recover | sqlite3 NEW.sqlite` "
-        "and use --db sqlite:///NEW.sqlite"
+        f"the database {path} is damaged ({exc}); restore it from a backup, or recover what is "
+        f"readable with `sqlite3 {path} .recover | sqlite3 NEW.sqlite` and use --db sqlite:///NEW.sqlite"
     )
 
 
