@@ -246,7 +246,14 @@ REPORT = Report(
     name="availability",
     summary="per spot market: share of time with capacity (time-weighted), outages (count, mean, "
     "median, longest hours) and each outage, from imported probes and the daemon's launches",
-    params=(params.gpu(), params.cloud(), params.region(), params.since(), params.until()),
+    params=(
+        params.gpu(),
+        params.cloud(),
+        params.region(),
+        params.zone("one zone, e.g. us-east-1a (spot capacity is observed per zone); default all"),
+        params.since(),
+        params.until(),
+    ),
     statements=statements,
     compute=compute,
     plot=plot,

@@ -56,6 +56,7 @@ def _positive(kind: type[int] | type[float], most: float) -> Callable[[str, str,
 
 
 def _region(_name: str, text: str, _now: datetime) -> str:
+    """A region or zone name as given (an unknown one matches no market: an empty report)."""
     return text
 
 
@@ -73,6 +74,10 @@ def cloud() -> Param:
 
 def region() -> Param:
     return Param("region", "one region, e.g. us-east-1; default all", _region)
+
+
+def zone(help_text: str = "one zone, e.g. us-east-1a; default all") -> Param:
+    return Param("zone", help_text, _region)
 
 
 def _market(name: str, text: str, now: datetime) -> str | None:

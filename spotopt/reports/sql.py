@@ -32,7 +32,7 @@ def raw(column: ColumnElement[Any] | QueryableAttribute[Any]) -> ColumnElement[A
 
 
 def filter_markets(stmt: AnySelect, args: Mapping[str, Any], *, unknown_gpu: bool = False) -> AnySelect:
-    """Apply the shared market parameters (gpu, cloud, region, market) to a statement that joins
+    """Apply the shared market parameters (gpu, cloud, region, zone, market) to a statement that joins
     ``markets`` and ``instance_types``. Markets of unknown GPU appear in price reports only with
     ``unknown_gpu`` (they have no $/GPU-hour), and never when a ``gpu`` is asked for."""
     gpu = args.get("gpu")
@@ -44,6 +44,8 @@ def filter_markets(stmt: AnySelect, args: Mapping[str, Any], *, unknown_gpu: boo
         stmt = stmt.where(InstanceType.cloud == args["cloud"])
     if args.get("region"):
         stmt = stmt.where(Market.region == args["region"])
+    if args.get("zone"):
+        stmt = stmt.where(Market.zone == args["zone"])
     if args.get("market"):
         stmt = stmt.where(Market.kind == args["market"])
     return stmt
