@@ -26,13 +26,20 @@ from spotopt.db.models import Meta
 DATABASE_ID_KEY = "database_id"
 
 
+def stored_database_id(session: Session) -> str | None:
+    """This database's id, or None while it has none: then nothing was ever launched from it
+    (a launch creates it, ``database_id``), so no instance carries it. Reads only: what must
+    change nothing (``spotopt daemon sweep --dry-run``) uses this."""
+    return session.scalar(select(Meta.value).where(Meta.key == DATABASE_ID_KEY))
+
+
 def database_id(session: Session) -> str:
     """This database's id, created in ``session``'s transaction on first use.
 
     Two processes creating it at once agree: the insert does nothing when the key exists
     (``ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL), and the value read back is the one
     that was committed first."""
-    stored = session.scalar(select(Meta.value).where(Meta.key == DATABASE_ID_KEY))
+    stored = stored_database_id(session)
     if stored is not None:
         return stored
     insert = sqlite_insert if session.get_bind().dialect.name == "sqlite" else pg_insert

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from spotopt.clouds.common.base import DATABASE_TAG, Billing, Instance, Provider
 from spotopt.db.engine import Database
-from spotopt.db.identity import database_id
+from spotopt.db.identity import stored_database_id
 from spotopt.db.models import Placement
 from spotopt.db.queries import MarketFilter, prices_at
 
@@ -68,14 +68,14 @@ def find_leftovers(db: Database, provider: Provider, now: datetime) -> list[Left
     """Every leftover of this database on ``provider`` (one ``list_instances``, then one
     ``status`` per instance of ours that no live placement owns)."""
     with db.session() as session:
-        mine = database_id(session)
+        mine = stored_database_id(session)  # None: no instance carries this database's id
         placements = {p.key: p for p in session.scalars(select(Placement))}
         session.expunge_all()
     found = []
     for instance in provider.list_instances():
         placement = placements.get(instance.idempotency_key)
         tagged = instance.tags.get(DATABASE_TAG)
-        if tagged != mine and not (tagged is None and placement is not None):
+        if not (tagged == mine if tagged is not None else placement is not None):
             continue  # another database's, or launched outside the daemon
         why = _unowned(instance, placement)
         if not why:
