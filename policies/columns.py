@@ -49,7 +49,7 @@ import scipy.sparse as sp
 
 from spotopt.errors import PolicyError
 from spotopt.policies.options import Array, Columns, OptionSource, Prices, price
-from spotopt.stdio import native_stdout_to_stderr
+from spotopt.stdio import native_stdout_discarded, native_stdout_to_stderr
 
 ADD_PER_JOB = 4
 """Most negative options per job added per pricing round."""
@@ -205,8 +205,9 @@ def run_highs(data: dict[str, Any], options: dict[str, Any], basis: Any = None) 
     model.a_matrix_.start_ = a.indptr
     model.a_matrix_.index_ = a.indices
     model.a_matrix_.value_ = a.data
-    with native_stdout_to_stderr():  # HiGHS prints its banner on descriptor 1 even with logging off
-        h = highspy.Highs()
+    with native_stdout_to_stderr():  # whatever HiGHS still prints stays off stdout
+        with native_stdout_discarded():  # its banner, printed by the constructor before any option
+            h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("log_to_console", False)
         h.setOptionValue("random_seed", 0)
