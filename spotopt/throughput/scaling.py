@@ -1,23 +1,36 @@
-"""Steps/s on several GPUs and nodes: an iteration-time model in the spirit of Rubick (seed 001 §4,
-seed 000 appendix A), for data-parallel training.
+"""Steps/s on several GPUs and nodes: Rubick's iteration time (seed 001 §4, seed 000 appendix A)
+for data-parallel training, with a term for the GPUs of one node contending for its host.
 
 A step is one GPU's share of work (what one GPU does in a one-GPU step), so ``d`` GPUs that
-each take ``I(d)`` seconds per synchronised iteration make ``d / I(d)`` steps/s. One iteration:
+each take ``I(d)`` seconds per synchronised iteration make ``d / I(d)`` steps/s. One iteration
+of ``d`` GPUs over ``n`` nodes, ``g = ceil(d/n)`` GPUs on each:
 
-    I = T1 · (PHI + ((1 - PHI)^k + (y / T1)^k)^(1/k)),    y = 2(d-1)/d · G / B
+    I = T1 · (PHI + ((1 - PHI)^k + (y / T1)^k)^(1/k)) + T1 · c · (g - 1),
+    y = 2(d-1)/d · G / B(n)
 
-``T1`` is the one-GPU step time, ``PHI`` its forward (and optimizer) part, which cannot overlap
-the gradient all-reduce; the backward part overlaps the all-reduce of ``y`` seconds through
+``T1`` is the one-GPU step time (Rubick's forward, backward, optimizer and per-step constant
+``k_const`` together: with the per-GPU batch fixed, as in data-parallel scaling, none of them
+changes with ``d``), ``PHI`` its part that cannot overlap the gradient all-reduce (forward,
+optimizer, constant); the backward part overlaps the all-reduce of ``y`` seconds through
 Rubick's ``(x^k + y^k)^(1/k)`` (``k = 1``: no overlap, large ``k``: perfect). A ring all-reduce
 moves ``2(d-1)/d`` of the gradients' ``G`` bytes through each GPU's slowest link ``B``: the link
 between the GPUs inside a node (NVLink/NVSwitch or PCIe, one direction), and across nodes the
 node's network. ``G`` is the job's own (its model's gradients), so it carries over between GPU
 models; ``T1`` is per GPU model.
 
-Fitting: the log step times of the job's points, least squares (RMSLE, as Rubick fits), with a
-weak prior on ``G``: a job with one point has the hardware-derived default
-``G = T1 · peak FLOP/s / FLOP_PER_GRADIENT_BYTE`` (a faster GPU on the same link is the more
-communication-bound), and ``k`` is fitted only where three or more multi-GPU points pin it.
+The last term is what measured one-node scaling shows beside the all-reduce (Sia's and
+Pollux's traces, whose model has it as a sync time linear in the GPU count): the GPUs of one
+node share its CPUs (data loading), host memory and PCIe root, so each extra GPU on the node
+costs a share ``c`` of a step, however the node is networked. It is why a fast link does not
+make one-node scaling free, and why one node's losses do not predict a network's: ``c`` takes
+the one-node losses, ``G`` the losses across nodes.
+
+Fitting: the log step times of the job's points, least squares (RMSLE, as Rubick fits), with
+priors that keep the parameters honest for the number of points: ``ln G`` towards the hardware
+default ``G = T1 · peak FLOP/s / FLOP_PER_GRADIENT_BYTE`` (a faster GPU on the same link is the
+more communication-bound), ``c`` towards ``CONTENTION``; with one point both are their
+defaults, with 1- and 2-GPU points ``c`` is what the pair shows, and ``G`` moves only as far as
+points across nodes pull it. ``k`` is fitted only where three or more multi-GPU points pin it.
 """
 
 from __future__ import annotations
@@ -33,16 +46,22 @@ from scipy.optimize import least_squares
 from spotopt.catalog import Interconnect, gpu_models, instance_types, interconnects
 
 PHI = 1 / 3
-"""Forward share of a one-GPU step (backward ≈ twice the forward: Rubick's T_bwd ≈ 2 T_fwd)."""
+"""Share of a one-GPU step that cannot overlap the all-reduce (the forward pass: Rubick's
+T_bwd ≈ 2 T_fwd; the optimizer and constant are small beside it). It matters only when k > 1."""
 OVERLAP_K = 1.0
 """Default overlap exponent between backward compute and the all-reduce (tuned on the dev split)."""
-FLOP_PER_GRADIENT_BYTE = 5e5
+FLOP_PER_GRADIENT_BYTE = 1e5
 """Default arithmetic of one step per byte of gradients, at the GPU's peak 16-bit rate: with it a
-job of ``P`` parameters (``2P`` bytes of FP16 gradients) computing for ``T1`` seconds communicates
-``T1 · peak / 5e5`` bytes (tuned on the dev split; sets the one-point default)."""
+job computing for ``T1`` seconds communicates ``T1 · peak / 1e5`` bytes (tuned on the dev split;
+the default ``G`` across nodes)."""
+CONTENTION = 0.01
+"""Default share of a step each extra GPU on a node costs (shared host; tuned on the dev split)."""
 PRIOR_WEIGHT = 0.1
-"""Weight of the default ``ln G`` against the log residuals (tuned on the dev split: one-node points
-show overheads beside communication, and a free ``G`` then overstates the cost across nodes)."""
+"""Weight of the default ``ln G`` against one log residual: a node's own points cannot tell the
+all-reduce from contention, so ``G`` stays near its default until points across nodes move it."""
+CONTENTION_WEIGHT = 0.3
+"""Weight of the default ``c`` (in shares of a step) against one log residual (tuned on the dev
+split): a pair of 1- and 2-GPU points sets ``c``; a single point keeps the default."""
 SCALING_SIGMA = 0.10
 """Log-error of a multi-GPU figure scaled from the one-GPU figure (tuned on the dev split)."""
 PCIE3_GBS = 32.0
@@ -94,12 +113,16 @@ def _volume(gpus: int) -> float:
     return 2.0 * (gpus - 1) / gpus
 
 
-def iteration_ratio(gpus: int, nodes: int, comm_s: float, k: float) -> float:
+def iteration_ratio(gpus: int, nodes: int, comm_s: float, k: float, contention: float) -> float:
     """``I / T1`` for ``gpus`` over ``nodes`` where a full all-reduce of the gradients at the
-    bottleneck link takes ``comm_s`` seconds per second of one-GPU step (``G / (B · T1)``)."""
+    bottleneck link takes ``comm_s`` seconds per second of one-GPU step (``G / (B · T1)``) and
+    each extra GPU on a node costs ``contention`` of a step."""
+    if gpus <= 1:
+        return 1.0
     y = _volume(gpus) * comm_s
     x = 1.0 - PHI
-    return PHI + (x**k + y**k) ** (1.0 / k)
+    per_node = math.ceil(gpus / nodes)
+    return PHI + (x**k + y**k) ** (1.0 / k) + contention * (per_node - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +139,12 @@ class Point:
 @dataclass(frozen=True)
 class ScalingFit:
     """The job's fitted iteration-time model: one-GPU step time per GPU model that has points,
-    gradient bytes ``grad_bytes``, overlap ``k``, and how well it fits (``sigma``, log)."""
+    gradient bytes ``grad_bytes`` (None: the hardware default), the node contention ``contention``,
+    overlap ``k``, and how well it fits (``sigma``, log)."""
 
     step_s: Mapping[str, float]
     grad_bytes: float | None
+    contention: float
     k: float
     sigma: float
     points: int
@@ -131,7 +156,7 @@ class ScalingFit:
         t1 = 1.0 / one_gpu
         grad = self.grad_bytes if self.grad_bytes is not None else default_grad_bytes(gpu_model, t1)
         comm = grad / topology.bandwidth_bytes_s(nodes) / t1
-        return gpus / (t1 * iteration_ratio(gpus, nodes, comm, self.k))
+        return gpus / (t1 * iteration_ratio(gpus, nodes, comm, self.k, self.contention))
 
 
 def default_grad_bytes(gpu_model: str, step_s: float) -> float:
@@ -142,11 +167,12 @@ def default_grad_bytes(gpu_model: str, step_s: float) -> float:
 
 
 def fit(points: Sequence[Point]) -> ScalingFit:
-    """Fit ``T1`` per GPU model, ``G`` and (with three multi-GPU points or more) ``k`` by least
-    squares on log steps/s, ``G`` pulled weakly towards its hardware default."""
+    """Fit ``T1`` per GPU model, ``G``, ``c`` and (with three multi-GPU points or more) ``k`` by
+    least squares on log steps/s, each of ``G``, ``c``, ``k`` pulled towards its default."""
     if not points:
-        return ScalingFit({}, None, OVERLAP_K, SCALING_SIGMA, 0)
+        return ScalingFit({}, None, CONTENTION, OVERLAP_K, SCALING_SIGMA, 0)
     gpus_of = sorted({p.gpu_model for p in points})
+    n_t = len(gpus_of)
     multi = [p for p in points if p.gpus > 1]
     fit_k = len({(p.gpu_model, p.gpus, p.nodes) for p in multi}) >= 3
     # starting values: T1 from each model's points as if scaling were perfect
@@ -155,34 +181,33 @@ def fit(points: Sequence[Point]) -> ScalingFit:
         math.log(default_grad_bytes(p.gpu_model, math.exp(t0[gpus_of.index(p.gpu_model)]))) for p in points
     ]
     prior_g = float(np.mean(g_default))
-    x0 = np.array([*t0, prior_g, math.log(OVERLAP_K)] if fit_k else [*t0, prior_g])
+    x0 = np.array([*t0, prior_g, CONTENTION, *([math.log(OVERLAP_K)] if fit_k else [])])
 
     def predict(x: np.ndarray, p: Point) -> float:
         t1 = math.exp(x[gpus_of.index(p.gpu_model)])
-        grad = math.exp(x[len(gpus_of)])
-        k = math.exp(x[len(gpus_of) + 1]) if fit_k else OVERLAP_K
-        comm = grad / p.topology.bandwidth_bytes_s(p.nodes) / t1
-        ratio = iteration_ratio(p.gpus, p.nodes, comm, k) if p.gpus > 1 else 1.0
-        return math.log(p.gpus / (t1 * ratio))
+        comm = math.exp(x[n_t]) / p.topology.bandwidth_bytes_s(p.nodes) / t1
+        k = math.exp(x[n_t + 2]) if fit_k else OVERLAP_K
+        return math.log(p.gpus / (t1 * iteration_ratio(p.gpus, p.nodes, comm, k, x[n_t + 1])))
 
     def residuals(x: np.ndarray) -> np.ndarray:
         res = [predict(x, p) - math.log(p.steps_per_s) for p in points]
-        res.append(PRIOR_WEIGHT * (x[len(gpus_of)] - prior_g))
+        res.append(PRIOR_WEIGHT * (x[n_t] - prior_g))
+        res.append(CONTENTION_WEIGHT * (x[n_t + 1] - CONTENTION))
         if fit_k:
-            res.append(PRIOR_WEIGHT * (x[len(gpus_of) + 1] - math.log(OVERLAP_K)))
+            res.append(PRIOR_WEIGHT * (x[n_t + 2] - math.log(OVERLAP_K)))
         return np.asarray(res)
 
-    lower = [-np.inf] * (len(gpus_of) + 1) + ([0.0] if fit_k else [])
-    upper = [np.inf] * (len(gpus_of) + 1) + ([math.log(16.0)] if fit_k else [])
-    sol = least_squares(residuals, x0, bounds=(lower, upper))
-    x = sol.x
+    lower = [-np.inf] * (n_t + 1) + [0.0] + ([0.0] if fit_k else [])
+    upper = [np.inf] * (n_t + 2) + ([math.log(16.0)] if fit_k else [])
+    x = least_squares(residuals, x0, bounds=(lower, upper)).x
     data = residuals(x)[: len(points)]
-    free = len(points) - len(gpus_of) - (1 if multi else 0) - (1 if fit_k else 0)
+    free = len(points) - n_t - (2 if multi else 0) - (1 if fit_k else 0)
     sigma = math.sqrt(float(np.sum(data**2)) / free) if free >= 2 else SCALING_SIGMA
     return ScalingFit(
         step_s={g: math.exp(x[i]) for i, g in enumerate(gpus_of)},
-        grad_bytes=math.exp(x[len(gpus_of)]) if multi else None,
-        k=math.exp(x[len(gpus_of) + 1]) if fit_k else OVERLAP_K,
+        grad_bytes=math.exp(x[n_t]) if multi else None,
+        contention=float(x[n_t + 1]),
+        k=math.exp(x[n_t + 2]) if fit_k else OVERLAP_K,
         sigma=max(sigma, SCALING_SIGMA),
         points=len(points),
     )
