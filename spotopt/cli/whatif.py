@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from spotopt.cli.common import WideOption, check_cloud, parse_duration, parse_time, state
 from spotopt.db.engine import Database
@@ -37,6 +37,7 @@ COLUMNS = [
     "preemptions",
     "unfinished_starts",
 ]
+SYNTHETIC = "these prices come from spotopt's example generator, not measurements"
 PLACEMENT_COLUMNS = [
     "job",
     "strategy",
@@ -164,6 +165,8 @@ def whatif(
             BarColumn(),
             TextColumn("{task.completed}/{task.total}"),
             TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
             console=err,
             transient=True,
             disable=not err.is_terminal,
@@ -205,15 +208,18 @@ def _show(
 
         shown = [r for r in result.runs if r.strategy in req.strategies]
         plot_whatif(plot, result.rows, list(req.strategies), shown, result.timeline, result.jobs, title)
+    if fmt is not Format.TABLE and result.synthetic:  # the data says so too: a key, a column
+        say(SYNTHETIC, label="SYNTHETIC:", style="bold yellow", err=True)
     if fmt is Format.JSON:
         typer.echo(to_json(result.document()))
         return
     caption = "oracle: cost_usd is its hindsight schedule, bound_usd a proven lower bound (see docs)"
     render(
-        result.rows,
+        # Every CSV row says whether its prices are the synthetic example's (as JSON's key does).
+        [row | {"synthetic": result.synthetic} for row in result.rows],
         fmt,
         title=title,
-        columns=COLUMNS if fmt is not Format.TABLE else _table_columns(result.rows),
+        columns=[*COLUMNS, "synthetic"] if fmt is not Format.TABLE else _table_columns(result.rows),
         caption=caption if "oracle" in req.strategies else None,
         wide_only=("finish_hours", "preemptions", "unfinished_starts"),
         wide=wide,
@@ -236,8 +242,4 @@ def _show(
         for note in result.notes:
             say(note, label="note:", style="dim")
         if result.synthetic:
-            say(
-                "these prices come from spotopt's example generator, not measurements",
-                label="SYNTHETIC:",
-                style="bold yellow",
-            )
+            say(SYNTHETIC, label="SYNTHETIC:", style="bold yellow")

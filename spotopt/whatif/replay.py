@@ -47,6 +47,11 @@ from spotopt.whatif.timeline import Timeline, load_timeline
 Array = np.ndarray[Any, Any]
 
 
+MAX_STARTS = 1_000
+"""The most start times one replay takes: each runs every strategy (seconds to minutes apiece),
+so a thousand starts are hours of work; a million were years, with nothing said."""
+
+
 @dataclass(frozen=True)
 class ReplayRequest:
     """What to replay. ``start`` None: one window before the history's latest price, so the
@@ -73,6 +78,17 @@ class ReplayRequest:
             raise InputError(f"billing {self.billing!r}: must be one of {', '.join(BILLING)}")
         if self.starts < 1 or self.every_h <= 0 or self.tick_h <= 0:
             raise InputError("starts must be >= 1, every and tick positive")
+        if self.starts > MAX_STARTS:
+            raise InputError(
+                f"--starts {self.starts}: at most {MAX_STARTS:,} start times (each replays every "
+                "strategy); fewer starts with a longer --every cover the same span"
+            )
+        if self.starts > 1 and self.every_h < self.tick_h:
+            raise InputError(
+                f"--every {self.every_h * 3600:g} s is shorter than --tick {self.tick_h * 3600:g} s: "
+                "starts fall on ticks, so several would replay the same start; give --every of at least "
+                "the tick"
+            )
         if self.policy is not None:
             get_policy(self.policy)
 
