@@ -21,7 +21,7 @@ from spotopt.checkpoints.heartbeat import (
     read_heartbeat,
     write_heartbeat,
 )
-from spotopt.checkpoints.lease import Lease, check_epoch, read_lease
+from spotopt.checkpoints.lease import Lease, LeaseHeldError, check_epoch, read_lease
 from spotopt.checkpoints.location import Location, store_url
 from spotopt.checkpoints.manifest import CorruptCheckpointError, FileEntry, Manifest
 from spotopt.checkpoints.store import (
@@ -45,6 +45,7 @@ __all__ = [
     "FileEntry",
     "Heartbeat",
     "Lease",
+    "LeaseHeldError",
     "Listed",
     "Location",
     "Manifest",

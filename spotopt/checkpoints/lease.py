@@ -16,6 +16,11 @@ verified checkpoint is trusted and nothing is fenced.
 
 The daemon is the only writer of ``lease.json`` (one daemon per store); agents only read it. The
 grant itself (``grant_lease``) lives in ``store.py``: it records the checkpoints trusted at that moment.
+
+A lease also names the database whose daemon granted it (``spotopt.db.identity``): epochs count
+per database, so a second database's job under the same name and store (the same job file
+submitted to two histories) would be granted the same epoch 1 and train beside the first.
+A grant from another database is refused (``LeaseHeldError``) until a person frees the store.
 """
 
 from __future__ import annotations
@@ -24,9 +29,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spotopt.checkpoints.location import Location
-from spotopt.errors import SupersededError
+from spotopt.errors import ConfigError, SupersededError
 
 LEASE_FILE = "lease.json"
+
+
+class LeaseHeldError(ConfigError):
+    """The job's lease in this store is another database's: its daemon runs the job there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,9 @@ class Lease:
     granted_at: datetime
     inherited: frozenset[str]
     """Names of checkpoints of older epochs that this epoch may resume from."""
+    database: str | None = None
+    """The id of the database whose daemon granted it (None: granted without one, by
+    ``spotopt agent run`` or before leases named their database)."""
 
     def trusts(self, name: str, epoch: int) -> bool:
         return epoch == self.epoch or name in self.inherited
@@ -51,6 +63,7 @@ def read_lease(loc: Location, job: str) -> Lease | None:
         epoch=int(data["epoch"]),
         granted_at=datetime.fromisoformat(data["granted_at"]),
         inherited=frozenset(data.get("inherited", [])),
+        database=data.get("database"),
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from spotopt.checkpoints.lease import LEASE_FILE, Lease, check_epoch, read_lease
+from spotopt.checkpoints.lease import LEASE_FILE, Lease, LeaseHeldError, check_epoch, read_lease
 from spotopt.checkpoints.location import Location
 from spotopt.checkpoints.manifest import (
     CorruptCheckpointError,
@@ -206,7 +206,9 @@ def collect_garbage(loc: Location, job: str, epoch: int, keep: int) -> list[str]
     return removed
 
 
-def grant_lease(loc: Location, job: str, now: datetime, epoch: int | None = None) -> Lease:
+def grant_lease(
+    loc: Location, job: str, now: datetime, epoch: int | None = None, database: str | None = None
+) -> Lease:
     """Give the job a new epoch and fence every older writer.
 
     ``epoch`` None: current + 1 (or 1). A given ``epoch`` makes the grant idempotent, which is
@@ -214,14 +216,30 @@ def grant_lease(loc: Location, job: str, now: datetime, epoch: int | None = None
     ``epoch`` or beyond is returned unchanged. The daemon grants a placement's epoch before it
     launches it (a start) or once the old placement's checkpoint is verified (a move: the new
     placement's agent waits for it).
+
+    ``database``: the granting daemon's database id, recorded in the lease. A lease another
+    database holds is never granted over (``LeaseHeldError``, saying how to free the store):
+    its epochs are not ours to compare, and the store cannot tell whether that database's job
+    still runs (a launch in progress has not written a heartbeat yet, a partitioned agent is
+    silent), so freeing it is a person's act.
     """
     current = read_lease(loc, job)
+    if database is not None and current is not None and current.database not in (None, database):
+        lease_file = f"{loc.url.rstrip('/')}/{job}/{LEASE_FILE}"
+        raise LeaseHeldError(
+            f"checkpoint store {loc.url}: job {job}'s lease is held by another spotopt database "
+            f"(id {current.database[:12]}, epoch {current.epoch}, granted "
+            f"{current.granted_at:%Y-%m-%d %H:%M} UTC), whose daemon runs the job there; give this "
+            "job its own checkpoint.uri, or, once that "
+            f"database no longer runs it, delete {lease_file} and `spotopt jobs retry {job}`"
+        )
     if epoch is not None and current is not None and current.epoch >= epoch:
         return current
     inherited = frozenset(m.name for m in trusted_checkpoints(loc, job, current))
-    lease = Lease(job, epoch if epoch is not None else (current.epoch if current else 0) + 1, now, inherited)
-    loc.write_json(
-        loc.path(job, LEASE_FILE),
-        {"job": job, "epoch": lease.epoch, "granted_at": now.isoformat(), "inherited": sorted(inherited)},
-    )
+    number = epoch if epoch is not None else (current.epoch if current else 0) + 1
+    lease = Lease(job, number, now, inherited, database)
+    record = {"job": job, "epoch": lease.epoch, "granted_at": now.isoformat(), "inherited": sorted(inherited)}
+    if database is not None:
+        record["database"] = database
+    loc.write_json(loc.path(job, LEASE_FILE), record)
     return lease

@@ -508,7 +508,7 @@ class Executor:
         self._effect(
             move,
             action,
-            lambda _key: grant_lease(loc, job.name, self.clock(), epoch=epoch),
+            lambda _key: grant_lease(loc, job.name, self.clock(), epoch=epoch, database=self.database_id),
             job=job.name,
             epoch=epoch,
         )
