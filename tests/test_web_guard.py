@@ -97,7 +97,11 @@ def test_a_short_ui_token_is_refused_in_one_line(filled: str, token: str) -> Non
         timeout=60,
     )
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "SPOTOPT_UI_TOKEN" in done.stderr and "at least 16" in done.stderr
+    assert (
+        done.stderr.count("\n") == 1
+        and "SPOTOPT_UI_TOKEN" in done.stderr
+        and "at least 16 characters" in done.stderr
+    )
     assert token not in done.stderr  # the secret is not echoed
 
 

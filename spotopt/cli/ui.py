@@ -45,8 +45,8 @@ def ui(
     token = secret.get_secret_value() if secret is not None and secret.get_secret_value() else None
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise ConfigError(
-            f"SPOTOPT_UI_TOKEN: {len(token)} characters, at least {MIN_TOKEN_CHARS} needed "
-            "(e.g. `openssl rand -hex 16`)"
+            f"SPOTOPT_UI_TOKEN: too short ({len(token)} of at least {MIN_TOKEN_CHARS} characters); "
+            "set it to e.g. `openssl rand -hex 16`"
         )
     if token is None and not is_loopback(host):
         raise InputError(
