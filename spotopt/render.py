@@ -61,11 +61,12 @@ def usd(value: float | None, decimals: int | None = None) -> str:
     return f"{'-' if value < 0 and float(text.replace(',', '')) else ''}${text}"
 
 
-def usd_summed(amounts: Sequence[float]) -> tuple[list[str], str, int]:
-    """``amounts`` as ``usd`` cells to one number of decimals (the most any of them needs), with
-    their total: the cells add up to the total shown, exactly (largest remainder: each cell is
-    rounded up or down, off by less than one unit of its last digit), where rounding each
-    alone made a ledger of rows at $0.00 that summed to $0.02. Also the decimals used."""
+def usd_summed(amounts: Sequence[float]) -> tuple[list[float], int]:
+    """``amounts`` rounded to one number of decimals (the most ``usd`` needs for any of them or
+    their total) so that they add up: written with ``usd(x, decimals)``, the amounts shown sum
+    to their sum shown, exactly, where rounding each alone made a ledger of rows at $0.00 that
+    summed to $0.02. Largest remainder: each amount is rounded up or down, off by less than one
+    unit of its last digit. Also the decimals."""
     total = sum(amounts, 0.0)
     places = max((usd_decimals(a) for a in [*amounts, total] if a), default=2)
     scale = 10**places
@@ -74,7 +75,7 @@ def usd_summed(amounts: Sequence[float]) -> tuple[list[str], str, int]:
     by_remainder = sorted(range(len(exact)), key=lambda i: units[i] - exact[i])
     for i in by_remainder[: max(round(total * scale) - sum(units), 0)]:
         units[i] += 1
-    return [usd(u / scale, places) for u in units], usd(sum(units) / scale, places), places
+    return [u / scale for u in units], places
 
 
 _ESCAPED = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cn", "Cs"})
@@ -259,12 +260,13 @@ def _fitted_table(console: Console, title: str | None, caption: str | None, colu
     """The rows as a table that fits the console without cutting a word (a name, a date):
     a table wider than the screen wraps into garbage, and a name folded mid-word
     (``transfor / mer``) reads as two. Too wide, the columns with one value in every row (the
-    cloud, the region, the market of a one-market report) move into the caption, once each;
+    cloud, the region, the market of a one-market report; never a clipped one) move into the
+    caption, once each;
     still too wide, each row is shown as a block of fields and values, rows apart."""
     if _fits(console, columns):
         return _unfolded(console, title, caption, columns)
     rows = len(columns[0].cells)
-    same = [c for c in columns if len(set(c.cells)) == 1] if rows > 1 else []
+    same = [c for c in columns if len(set(c.cells)) == 1 and not c.clip] if rows > 1 else []
     if same and len(same) < len(columns):
         common = " · ".join(f"{c.header} {c.cells[0]}" for c in same)
         caption = f"{common}; {caption}" if caption else common
