@@ -559,8 +559,12 @@ class Daemon:
         info = view.table.infos[int(np.searchsorted(view.table.key, mv.to))]
         # A live placement is moved (make-before-break), a preempted one recovered; a job with
         # nothing running is started.
+        reason = mv.reason
         if mv.reason == "preempted" and placement is not None:
             kind = "recover"
+            # The core calls every lost placement preempted; one whose training process exited
+            # (an OOM kill's 137, a crash) is placed again by its retry policy: say so.
+            reason = "retry" if placement.end_reason == "exited" else reason
         elif placement is not None and placement.state == "running":
             kind = "move"
         else:
@@ -569,7 +573,7 @@ class Daemon:
         decision = {
             "job": job.name,
             "kind": kind,
-            "reason": mv.reason,
+            "reason": reason,
             "to": market.label,
             "gpus": info.gpus,
             "usd_per_hour": price.usd_per_hour,
@@ -589,7 +593,7 @@ class Daemon:
         move_id = self.executor.open_move(
             job.name,
             kind,
-            f"{mv.reason}: {market.label}",
+            f"{reason}: {market.label}",
             market_id=market.quote.market_id,
             gpus=info.gpus,
             price=price,
