@@ -17,7 +17,9 @@ GPUs over the other workloads; with two kinds known, the geometric mean of both)
 - ``interval``: the share of those cases whose measured value lies in the 80 % interval;
 - counts: one node from the 1-GPU figure alone (``scaling.fit`` of one point), from the 1- and
   2-GPU points at 4 and 8, one count left out of all the job's one-node counts, and across nodes
-  from the job's one-node points (relative error ``|pred/measured - 1|``).
+  from the job's one-node points (relative error ``|pred/measured - 1|``);
+- plan regret: the true cost of min-cost-slo's plan for a job known on one GPU kind over the
+  plan with every true figure (catalog on-demand list prices; ``regret_cases``).
 
 Tuning and reporting are split by workload (``TUNE`` / ``REPORT``): the model's constants were
 chosen on ``--split tune`` only; ``--split report`` is the held-out figure.
@@ -31,10 +33,15 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
-from spotopt.catalog import interconnects
+from spotopt.catalog import instance_types, interconnects, list_prices
+from spotopt.db.queries import Quote
+from spotopt.errors import InfeasibleError
+from spotopt.history.market import MarketState
 from spotopt.jobspec import parse_jobs
+from spotopt.plan import build_problem, solve
 from spotopt.throughput import JobThroughput, StoredFigure
 from spotopt.throughput.scaling import Point, Topology, fit, topology_of
 
@@ -94,6 +101,80 @@ def load(data: Path) -> dict[str, dict[str, dict[str, float]]]:
 
 def _job(name: str, throughput: dict[str, float]):  # type: ignore[no-untyped-def]
     return parse_jobs({"jobs": [{"name": name, "work": {"steps": 1}, "throughput": throughput}]}).jobs[0]
+
+
+REGRET_HOURS = 10.0
+"""Plan regret: each job's work is this many hours on its fastest GPU kind, its deadline
+``REGRET_SLACK`` times that (so the cheapest kind does not always meet it)."""
+REGRET_SLACK = 3.0
+
+
+def list_price_markets(at: datetime) -> list[MarketState]:
+    """Every catalog on-demand list price of an instance type with one of the data's GPU kinds."""
+    specs = {(s.cloud, s.name): s for s in instance_types()}
+    out: list[MarketState] = []
+    for price in list_prices():
+        spec = specs.get((price.market.cloud, price.market.instance_type))
+        if spec is None or spec.gpu_model not in CLUSTERS.values() or not spec.gpu_count:
+            continue
+        m = price.market
+        quote = Quote(len(out), m.cloud, m.region, None, m.instance_type, "on-demand", spec.gpu_model,
+                      spec.gpu_count, price.usd_per_hour, at, "catalog")  # fmt: skip
+        out.append(MarketState(quote, 0.0, "on-demand", None))
+    return out
+
+
+def _true_plan_cost(
+    job: str,
+    throughput: dict[str, float],
+    truth: dict[str, float],
+    steps: int,
+    markets: list[MarketState],
+    refs: list[StoredFigure],
+    at: datetime,
+) -> tuple[float, float]:
+    """min-cost-slo's plan for ``job`` known by ``throughput``, re-run at the ``truth`` (GPU kind
+    -> steps/s): (what finishing the work on the picked options costs, how many hours it takes)."""
+    deadline = f"{REGRET_HOURS * REGRET_SLACK:g}h"
+    spec = parse_jobs(
+        {"jobs": [{"name": job, "throughput": throughput, "work": {"steps": steps}, "deadline": deadline}]}
+    )
+    problem = build_problem(spec, markets, at, refs)
+    alloc = solve("min-cost-slo", problem.input)
+    inp, paid, done, hours = problem.input, 0.0, 0.0, 0.0
+    for e in range(inp.n_options):
+        if alloc.hours[e] > 1e-9:
+            paid += float(inp.usd_per_hour[e] * alloc.hours[e])
+            done += float(alloc.hours[e]) * 3600 * truth[problem.options[e].market.quote.gpu or ""]
+            hours += float(alloc.hours[e])
+    return paid * steps / done, hours * steps / done
+
+
+def regret_cases(data: dict[str, dict[str, dict[str, float]]], jobs: Iterable[str]) -> dict[str, list[float]]:
+    """The true cost of what min-cost-slo picks for a job measured on one GPU kind (the other
+    kinds estimated from the other workloads), over the cost of the plan made with every true
+    one-GPU figure; on-demand list prices, one GPU per job. The picked plan's hours are re-run at
+    the true speeds: its cost is what finishing the work on the picked options costs (below 1
+    where the estimate picked a slower, cheaper GPU and so misses the deadline: counted apart)."""
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    markets = list_price_markets(at)
+    one = {w: {CLUSTERS[c]: data[w][c]["1"] for c in CLUSTERS} for w in data}
+    res: dict[str, list[float]] = {}
+    for job in jobs:
+        truth = one[job]
+        steps = round(REGRET_HOURS * 3600 * max(truth.values()))
+        refs = [StoredFigure(w, g, 1, v, "imported") for w in one if w != job for g, v in one[w].items()]
+        best, _ = _true_plan_cost(job, truth, truth, steps, markets, refs, at)
+        for known in truth:
+            try:
+                cost, wall = _true_plan_cost(job, {known: truth[known]}, truth, steps, markets, refs, at)
+            except InfeasibleError:  # the estimates say no GPU meets the deadline: no plan at all
+                res.setdefault("plan regret: a plan made", []).append(0.0)
+                continue
+            res.setdefault("plan regret: a plan made", []).append(1.0)
+            res.setdefault("plan regret, one kind known (true cost / best)", []).append(cost / best)
+            res.setdefault("plan regret: deadline met", []).append(float(wall <= REGRET_HOURS * REGRET_SLACK))
+    return res
 
 
 def _baseline(one: dict[str, dict[str, float]], job: str, known: Iterable[str], target: str) -> float:
@@ -203,8 +284,9 @@ def main() -> None:
     print(f"split: {args.split} ({', '.join(jobs)})")
     print("| case | n | median | p90 |")
     print("|---|---|---|---|")
-    for case, values in {**across_cases(data, jobs), **count_cases(data, jobs)}.items():
-        if case.endswith("interval"):
+    cases = {**across_cases(data, jobs), **count_cases(data, jobs), **regret_cases(data, jobs)}
+    for case, values in cases.items():
+        if case.endswith(("interval", "met", "made")):
             print(f"| {case} | {len(values)} | {statistics.mean(values):.0%} held | |")
         else:
             print(f"| {case} | {len(values)} | {statistics.median(values):.3f} | {_q(values, 0.9):.3f} |")
