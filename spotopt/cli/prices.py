@@ -129,13 +129,14 @@ def cheapest_cmd(
     max_age_days = Settings().price_max_age_days
     with state(ctx).db().session() as session:
         quotes = cheapest(session, when, flt)
-    rows = []
-    for q in quotes:
-        age_days = (when - q.observed_at).total_seconds() / 86_400
-        rows.append(q.as_dict() | {"age_days": age_days, "stale": age_days > max_age_days})
-    rows.sort(key=lambda row: row["stale"])  # stable: fresh first, each part cheapest first
+    ages = {q.market_id: (when - q.observed_at).total_seconds() / 86_400 for q in quotes}
+    ranked = sorted(quotes, key=lambda q: ages[q.market_id] > max_age_days)  # stable: fresh first
+    rows = [
+        q.as_dict() | {"age_days": ages[q.market_id], "stale": ages[q.market_id] > max_age_days}
+        for q in ranked[:limit]
+    ]
     render(
-        rows[:limit],
+        rows,
         fmt,
         title=f"Cheapest {gpu} per GPU-hour at {when:%Y-%m-%d %H:%M} UTC",
         columns=[c for c in COLUMNS if c != "source"] + ["age_days", "stale", "source"],
