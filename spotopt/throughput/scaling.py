@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from spotopt.catalog import Interconnect, gpu_models, instance_types, interconnects
 
@@ -199,6 +198,9 @@ def fit(points: Sequence[Point]) -> ScalingFit:
 
     lower = [-np.inf] * (n_t + 1) + [0.0] + ([0.0] if fit_k else [])
     upper = [np.inf] * (n_t + 2) + ([math.log(16.0)] if fit_k else [])
+    # scipy only here: importing spotopt (every command's start) must not pay for it.
+    from scipy.optimize import least_squares
+
     x = least_squares(residuals, x0, bounds=(lower, upper)).x
     data = residuals(x)[: len(points)]
     free = len(points) - n_t - (2 if multi else 0) - (1 if fit_k else 0)
