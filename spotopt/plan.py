@@ -27,9 +27,10 @@ from spotopt.decide.egress import entry_usd
 from spotopt.decide.fleet import FleetState
 from spotopt.decide.guardrails import Guardrails
 from spotopt.decide.options import STALE_PRICE_AFTER, OptionInfo, enumerate_options, initial_state
+from spotopt.errors import InputError
 from spotopt.history.market import MarketState
 from spotopt.jobspec import Job, JobSpec
-from spotopt.policies.base import Allocation, PolicyInput, get_policy
+from spotopt.policies.base import Allocation, Array, PolicyInput, get_policy
 from spotopt.policies.prune import prune_dominated, select_options
 from spotopt.throughput import (
     StoredFigure,
@@ -49,6 +50,10 @@ class PlanProblem:
     state: FleetState | None = None
     """The fleet before any job runs, as the decision core sees it."""
     billing: str = "instance"
+    fleet_jobs: Array | None = None
+    """Index in ``state`` of each of ``jobs`` (None: the same order)."""
+    set_aside: list[str] = field(default_factory=list)
+    """Why each job left out of the plan was (``spotopt.decide.core.set_aside``), one line each."""
 
 
 def build_problem(
@@ -74,6 +79,9 @@ def build_problem(
     opts = dataclasses.replace(opts, capacity=np.full(len(markets), capacity, dtype=float))
     guard = Guardrails(period_h=period_h, budget_usd=budget_usd).with_jobs(spec.jobs)
     built = policy_input(state, opts, guard, horizon_h=horizon_hours, prune=False, every_job=True)
+    aside = list(built.set_aside.values())
+    if not len(built.jobs):
+        raise InputError(f"{'; '.join(aside)}: no job left to plan")
     inp = dataclasses.replace(built.input, market_names=tuple(m.label for m in markets))
     egress = entry_usd(
         opts.transfer,
@@ -87,7 +95,16 @@ def build_problem(
         dataclasses.replace(table.infos[e], egress_usd=float(egress[e])) for e in built.positions.tolist()
     ]
     problem = PlanProblem(
-        inp, infos, list(spec.jobs), at, list(markets), _ranked(inp, infos), state=state, billing=billing
+        inp,
+        infos,
+        [spec.jobs[j] for j in built.jobs.tolist()],
+        at,
+        list(markets),
+        _ranked(inp, infos),
+        state=state,
+        billing=billing,
+        fleet_jobs=built.jobs,
+        set_aside=aside,
     )
     if prune:
         keep = prune_dominated(inp)
@@ -126,7 +143,8 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
         picked = [e for e in np.flatnonzero(inp.job == j) if alloc.share[e] > 1e-6]
         picked.sort(key=lambda e: inp.usd_per_hour[e] / inp.steps_per_hour[e])  # the order they run in
         wall = float(alloc.wall_hours[j])
-        deadline = float(problem.state.deadline_h[j]) if problem.state else float(inp.deadline_hours[j])
+        fleet_j = j if problem.fleet_jobs is None else int(problem.fleet_jobs[j])
+        deadline = float(problem.state.deadline_h[fleet_j]) if problem.state else float(inp.deadline_hours[j])
         steps = float(inp.work_steps[j])
         cost = float(alloc.cost_usd[j])
         chosen = {id(problem.options[e]) for e in picked}
@@ -168,7 +186,8 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
         "options": inp.n_options,
         "pruned_options": problem.pruned,
         "jobs": jobs,
-        "warnings": stale_price_warnings(problem.at, jobs),
+        "set_aside": problem.set_aside,
+        "warnings": [*problem.set_aside, *stale_price_warnings(problem.at, jobs)],
     }
 
 

@@ -13,9 +13,11 @@
    remembered targets stand.
 3. **Fallback**: ``min-cost-slo`` (the default with deadlines, else ``min-cost``) may be
    infeasible at some moment; then ``min-cost`` gives the targets and the planner's deadline
-   safety decides (noted once in ``memory.notes``). If no policy can place the fleet at all (a
-   job with more work than the horizon holds), there are no targets and the move test alone
-   places each job, so one bad job never stops the others.
+   safety decides (noted once in ``memory.notes``). A job no policy can plan on its own numbers
+   (more work than the horizon holds even on its fastest option, or done in milliseconds:
+   ``set_aside``) is left out of the policy input and placed by the move test alone, noted
+   once, so one bad job never stops the others; if the policy still finds no solution, there
+   are no targets and the move test places every job.
 4. **Targets**: per job, among the options the policy gives time, the one it runs on, else the
    cheapest per step (``targets``).
 5. **The rules, in order** (``RULES``, over one ``spotopt.decide.rules.Round``): the capacity
@@ -95,6 +97,12 @@ class Memory:
         )
 
 
+MIN_PLAN_HOURS = 1e-6
+"""A job that finishes sooner than this (3.6 ms) on its fastest option is set aside: the
+solver's hours and tolerances cannot tell its options apart (1e9 steps/s on a few steps gave it
+no hours at all: it vanished from the plan)."""
+
+
 @dataclass(frozen=True)
 class PolicyProblem:
     """A policy input built from a fleet state, and where its options sit in the ``Options``."""
@@ -103,6 +111,33 @@ class PolicyProblem:
     positions: Array
     jobs: Array
     """Fleet job index of each of the input's jobs."""
+    set_aside: dict[int, str] = field(default_factory=dict)
+    """Per fleet job left out of the input, why (``set_aside``): one line naming the job."""
+
+
+def set_aside(names: Sequence[str], jobs: Array, fastest_h: Array, horizon_h: float) -> dict[int, str]:
+    """The jobs (of ``jobs``, fleet indices; ``fastest_h``: each one's hours on its fastest
+    option) no policy can plan, and why: one that cannot finish within the planning horizon even
+    alone on its fastest option (every policy's wall time is bounded by it; 1e-6 steps/s on 1e15
+    steps needs 3e17 h, which made the solve fail for every job or overflow the plan's dates),
+    or one that finishes in under ``MIN_PLAN_HOURS``. They are left out so that every other job
+    is still planned; the caller says so (``spotopt plan``) or places them by the move test
+    alone (the decision core)."""
+    out = {}
+    for j, hours in zip(jobs.tolist(), fastest_h.tolist(), strict=True):
+        if hours > horizon_h:
+            out[j] = (
+                f"job {names[j]!r} set aside: it needs {hours:.4g} h even on its fastest option, "
+                f"beyond the planning horizon of {horizon_h:g} h; check its throughput and work "
+                "(or give a longer --horizon)"
+            )
+        elif not hours >= MIN_PLAN_HOURS:
+            out[j] = (
+                f"job {names[j]!r} set aside: it finishes in {hours * 3600:.3g} s on its fastest "
+                f"option, under the {MIN_PLAN_HOURS * 3600:g} s a plan resolves; check its throughput "
+                "and work"
+            )
+    return out
 
 
 def default_policy(deadline_h: Array) -> str:
@@ -129,27 +164,36 @@ def policy_input(
     hand the job to on-demand at the first bad luck.
     ``every_job``: keep unfinished jobs without an available option (the policy then says which
     job cannot be planned; ``spotopt plan`` wants that), else they wait for the next decision.
+    Jobs no policy can plan (``set_aside``) are left out, with why, so the others still are.
     """
     cur = opts.position(state.option) if cur is None else cur
     active = state.active
     idx = np.flatnonzero(np.isfinite(opts.usd_per_hour) & active[opts.job] & (opts.steps_per_hour > 0))
+    if move_usd is None or reserve_h is None:
+        move_usd, reserve_h = round_costs(state, opts, guard, cur)
+    due = np.maximum(state.deadline_h - reserve_h, 1e-6)
+    live = np.flatnonzero(active) if every_job else np.unique(opts.job[idx])
+    finite = due[live][np.isfinite(due[live])]
+    horizon = horizon_h if horizon_h is not None else max([DEFAULT_HORIZON_HOURS, *finite.tolist()])
+    fastest = _fastest(opts, idx, state.n_jobs)
+    placeable = live[fastest[live] > 0]  # a job with no option: the policy names it
+    aside = set_aside(
+        state.names, placeable, state.remaining_steps[placeable] / fastest[placeable], float(horizon)
+    )
+    if aside:
+        idx = idx[~np.isin(opts.job[idx], list(aside))]
+        live = live[~np.isin(live, list(aside))]
     job_of = opts.job[idx]
     remaining = state.remaining_steps[job_of]
     tput = opts.steps_per_hour[idx]
     hours = remaining / tput
-    if move_usd is None or reserve_h is None:
-        move_usd, reserve_h = round_costs(state, opts, guard, cur)
     move = move_usd[idx]
     staying = (cur[job_of] == idx) & ~state.notice[job_of] & ~state.lost[job_of]
     move = np.where(staying, 0.0, move)
     usd = (forecast_usd(opts, idx, hours) + move) / hours
-    live = np.flatnonzero(active) if every_job else np.unique(job_of)
     remap = np.full(state.n_jobs, -1, dtype=np.int64)
     remap[live] = np.arange(len(live))
-    reserve = reserve_h[live]
-    deadline = np.maximum(state.deadline_h[live] - reserve, 1e-6)
-    finite = deadline[np.isfinite(deadline)]
-    horizon = horizon_h if horizon_h is not None else max([DEFAULT_HORIZON_HOURS, *finite.tolist()])
+    deadline = due[live]
     inp = PolicyInput(
         job=remap[job_of],
         market=opts.market[idx],
@@ -166,7 +210,14 @@ def policy_input(
     if prune and inp.n_options:
         keep = prune_dominated(inp)
         inp, idx = select_options(inp, keep), idx[keep]
-    return PolicyProblem(inp, idx, live)
+    return PolicyProblem(inp, idx, live, aside)
+
+
+def _fastest(opts: Options, idx: Array, n_jobs: int) -> Array:
+    """Per job, the highest steps per hour among options ``idx`` (0: none)."""
+    best = np.zeros(n_jobs)
+    np.maximum.at(best, opts.job[idx], opts.steps_per_hour[idx])
+    return best
 
 
 def solve_policy(name: str, inp: PolicyInput, notes: list[str] | None = None) -> Allocation:
@@ -292,6 +343,10 @@ def _refresh_targets(
     memory.last_solve_h = state.clock_h
     memory.target = {}
     problem = policy_input(state, opts, guard, cur, move_usd=move_usd, reserve_h=reserve_h)
+    for why in problem.set_aside.values():
+        note = f"{why}; the move test alone places it"
+        if note not in memory.notes:
+            memory.notes.append(note)
     if problem.input.n_options == 0:
         return
     name = policy or default_policy(problem.input.deadline_hours)

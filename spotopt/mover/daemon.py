@@ -442,7 +442,9 @@ class Daemon:
             )
         opts = replace(self._without(view, refused), availability=availability)
         guard = self.settings.guardrails.with_jobs(specs)
+        known = len(memory.notes)
         moves = decide(state, opts, guard, memory, self.settings.policy)
+        report.notes.extend(memory.notes[known:])  # each said once (a job set aside, a fallback)
         if not self.dry_run:
             with self.db.session() as session:
                 _save_memory(session, memory)

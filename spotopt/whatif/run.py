@@ -52,6 +52,12 @@ class StrategyRun:
         return self.result.start_tick
 
 
+LONGEST_WINDOW_H = 10 * 8760.0
+"""A job's replay window is at most a decade: longer than any price history, and a window of
+1e-6 steps/s on 1e15 steps (4e17 h) overflowed the start's date. Such a job cannot finish
+within any planning horizon; the decision core sets it aside and says so."""
+
+
 def window_hours(spec: JobSpec, start: datetime, starts: int, every_h: float) -> float:
     """Hours of history a replay needs: the last start plus the longest job's horizon.
 
@@ -63,7 +69,7 @@ def window_hours(spec: JobSpec, start: datetime, starts: int, every_h: float) ->
         book = JobThroughput(job)
         steps = work_steps(job, book)
         rates = [f.steps_per_s for g in job.throughput if (f := book.single(g)) is not None]
-        slowest = 1.5 * steps / (min(rates) * 3600.0) if rates else 24.0 * 30
+        slowest = min(1.5 * steps / (min(rates) * 3600.0), LONGEST_WINDOW_H) if rates else 24.0 * 30
         deadline = job.deadline_hours(start + timedelta(hours=(starts - 1) * every_h))
         longest = max(longest, (deadline if deadline is not None and deadline > 0 else slowest) + 24.0)
     return (starts - 1) * every_h + longest
