@@ -153,3 +153,40 @@ def test_store_csv_counts_and_integral_json_counts(tmp_path: Path) -> None:
     json_path = tmp_path / "t.json"
     json_path.write_text('[{"workload": "w", "gpu_model": "V100", "gpu_count": 4.0, "steps_per_s": 2}]')
     assert read_file(json_path)[0]["gpu_count"] == 4
+
+
+def test_a_nul_in_a_workload_or_note_is_refused(tmp_path: Path) -> None:
+    """PostgreSQL cannot store a NUL in text (psycopg.DataError); SQLite could: refused for both."""
+    bad = tmp_path / "t.json"
+    bad.write_text('[{"workload": "w\\u0000x", "gpu_model": "V100", "gpu_count": 1, "steps_per_s": 2}]')
+    with pytest.raises(InputError, match=r"\[0\]: workload: .* contains a NUL character"):
+        read_file(bad)
+    bad.write_text(
+        '[{"workload": "w", "gpu_model": "V100", "gpu_count": 1, "steps_per_s": 2, "note": "a\\u0000"}]'
+    )
+    with pytest.raises(InputError, match=r"\[0\]: note: .* contains a NUL character"):
+        read_file(bad)
+
+
+def test_a_figure_stored_out_of_bounds_is_left_out_of_the_references(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A figure stored before the import's bounds (1e308) would overflow every estimate: it is
+    left out, with a warning naming it, and the sane figures stay."""
+    from datetime import UTC, datetime
+
+    from spotopt.db.models import Throughput
+
+    ok = {"workload": "ok", "gpu_model": "V100", "gpu_count": 1, "steps_per_s": 2.0, "source": "imported"}
+    with db.session() as s:
+        import_rows(s, [{**ok, "note": None}])
+        s.add(
+            Throughput(
+                **{**ok, "workload": "bad", "gpu_model": "L4", "steps_per_s": 1e308},
+                recorded_at=datetime.now(UTC),
+            )
+        )
+    with db.session() as s, caplog.at_level("WARNING", logger="spotopt"):
+        figures = stored_figures(s)
+    assert [(f.workload, f.steps_per_s) for f in figures] == [("ok", 2.0)]
+    assert "throughput bad on 1 x L4 (imported): steps_per_s 1e+308 is outside" in caplog.text

@@ -9,6 +9,7 @@ the old one. A bad row aborts the whole import with its line (or item) and field
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -20,9 +21,11 @@ from sqlalchemy.orm import Session
 
 from spotopt.db.models import Throughput
 from spotopt.errors import InputError
-from spotopt.files import iter_csv_rows, read_text
+from spotopt.files import check_text, iter_csv_rows, read_text
 from spotopt.jobspec import MAX_STEPS_PER_S, MIN_STEPS_PER_S, gpu_key
 from spotopt.throughput import StoredFigure
+
+log = logging.getLogger("spotopt")
 
 SOURCES = ("measured", "imported", "estimated")
 REQUIRED = ("workload", "gpu_model", "gpu_count", "steps_per_s")
@@ -63,12 +66,12 @@ def validate_row(where: str, raw: Mapping[str, Any]) -> dict[str, Any]:
         raise InputError(f"{where}: source {source!r} is not one of {', '.join(SOURCES)}")
     note = raw.get("note")
     return {
-        "workload": str(raw["workload"]).strip(),
+        "workload": check_text(str(raw["workload"]).strip(), f"{where}: workload"),
         "gpu_model": gpu,
         "gpu_count": count,
         "steps_per_s": tput,
         "source": source,
-        "note": str(note) if note not in (None, "") else None,
+        "note": check_text(str(note), f"{where}: note") if note not in (None, "") else None,
     }
 
 
@@ -146,8 +149,24 @@ def list_rows(session: Session, workload: str | None = None) -> list[dict[str, A
 
 
 def stored_figures(session: Session) -> list[StoredFigure]:
-    """Every stored figure, for ``JobThroughput`` (the reference workloads are all of them)."""
-    return [
-        StoredFigure(t.workload, t.gpu_model, t.gpu_count, t.steps_per_s, t.source)
-        for t in session.scalars(select(Throughput))
-    ]
+    """Every stored figure within the import's bounds, for ``JobThroughput`` (the reference
+    workloads are all of them). A figure stored before the import refused such values (1e308,
+    1e-300) is left out with a warning naming it: as a reference it would overflow the estimates
+    of every job, not only its own workload's."""
+    figures = []
+    for t in session.scalars(select(Throughput)):
+        if not MIN_STEPS_PER_S <= t.steps_per_s <= MAX_STEPS_PER_S:
+            log.warning(
+                "throughput %s on %d x %s (%s): steps_per_s %r is outside %g..%g and is ignored; "
+                "import a corrected figure with `spotopt throughput import`",
+                t.workload,
+                t.gpu_count,
+                t.gpu_model,
+                t.source,
+                t.steps_per_s,
+                MIN_STEPS_PER_S,
+                MAX_STEPS_PER_S,
+            )
+            continue
+        figures.append(StoredFigure(t.workload, t.gpu_model, t.gpu_count, t.steps_per_s, t.source))
+    return figures
