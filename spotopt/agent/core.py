@@ -28,6 +28,7 @@ from typing import NoReturn
 
 from spotopt.agent.config import AgentConfig
 from spotopt.agent.notices import poller_for
+from spotopt.agent.steady import steady_rate
 from spotopt.checkpoints.control import ControlRequest, RequestKind, acknowledge, pending_requests
 from spotopt.checkpoints.heartbeat import AgentState, Heartbeat, mark_finished, write_heartbeat
 from spotopt.checkpoints.lease import check_epoch, read_lease
@@ -82,6 +83,8 @@ class Agent:
         self._scratch: Path | None = None
         self._resumed = False
         self._step = 0
+        self._origin = 0
+        """The step this process started from (the restored checkpoint's): warm-up counts from it."""
         self._last: Manifest | None = None
         self._last_checkpoint_at = clock()
         self._measured_checkpoint_s: float | None = None
@@ -109,7 +112,7 @@ class Agent:
                 self._last = restore_latest(
                     loc, self.config.job, read_lease(loc, self.config.job), dest, self._warn
                 )
-                self._step = self._last.step if self._last else 0
+                self._step = self._origin = self._last.step if self._last else 0
                 self._resumed = True
                 if self._last is not None:
                     self._warn(
@@ -454,9 +457,10 @@ class Agent:
         if self._superseded or self._loc is None:
             return
         now, step = self.clock(), self._step
-        rate = None
-        if self._beat is not None and now > self._beat[0]:
-            rate = (step - self._beat[1]) / (now - self._beat[0])
+        # Over the interval since the previous heartbeat, and only once that one was past the
+        # warm-up (``spotopt.agent.steady``): the daemon records these rates as the job's
+        # measured throughput, which a first interval holding compilation or a restore understates.
+        steady = None if self._beat is None else steady_rate([self._beat, (now, step)], self._origin)
         self._beat = (now, step)
         last = self._last
         beat = Heartbeat(
@@ -464,7 +468,7 @@ class Agent:
             epoch=self.config.epoch,
             state=state,
             step=step,
-            steps_per_s=rate,
+            steps_per_s=None if steady is None else steady.steps_per_s,
             last_checkpoint=last.name if last else None,
             last_checkpoint_step=last.step if last else None,
             at=datetime.fromtimestamp(now, UTC),

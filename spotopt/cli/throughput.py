@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from spotopt.agent.steady import WARMUP_STEPS
 from spotopt.catalog import gpu_matches, gpu_models
 from spotopt.cli.common import FormatOption, state
+from spotopt.cli.daemon import StateDirOption, _clouds, _provider
+from spotopt.clouds.registry import PROVIDERS
 from spotopt.errors import InputError
 from spotopt.history.throughput_store import import_rows, list_rows, read_file, stored_figures
 from spotopt.jobspec import MAX_GPUS, gpu_key, load_jobs
-from spotopt.render import Format, render
+from spotopt.render import Format, render, say
 from spotopt.throughput import JobThroughput
+from spotopt.throughput import profile as profiling
 from spotopt.throughput.scaling import default_topology
 
 app = typer.Typer(no_args_is_help=True, help="Training throughputs per workload × GPU model × GPU count.")
@@ -124,4 +129,102 @@ def estimate(
         empty="no figure: the jobs have no throughput and the store no reference for these GPUs",
         wide_only=("note",),
         clip=("references",),
+    )
+
+
+@app.command("profile")
+def profile(
+    ctx: typer.Context,
+    jobs_file: Annotated[Path, typer.Argument(metavar="JOBS.yaml", help="Job spec (docs/guides/plan.md).")],
+    gpu: Annotated[str, typer.Option("--gpu", help="The exact GPU model the runs use (e.g. L4, A100-80GB).")],
+    counts: Annotated[str, typer.Option("--counts", help="GPU counts, comma-separated; one run each.")] = "1",
+    budget_usd: Annotated[
+        float | None,
+        typer.Option("--budget-usd", min=0, help="Refuse runs that would cost more, all together."),
+    ] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            "--steps", min=1, help=f"Steps measured after the warm-up (default {profiling.DEFAULT_STEPS})."
+        ),
+    ] = None,
+    seconds: Annotated[
+        float | None,
+        typer.Option("--seconds", min=1, help="Seconds measured after the warm-up (instead of --steps)."),
+    ] = None,
+    warmup_steps: Annotated[
+        int,
+        typer.Option(
+            "--warmup-steps",
+            min=0,
+            help="Steps left out at the start (compilation, autotuning, data loader).",
+        ),
+    ] = WARMUP_STEPS,
+    provider: Annotated[
+        str, typer.Option("--provider", help="Where the runs go: local (this machine) or a cloud provider.")
+    ] = "local",
+    state_dir: StateDirOption = None,
+    fmt: FormatOption = Format.TABLE,
+) -> None:
+    """Run each job briefly on --gpu (once per --counts), store the steps/s its agent measured as
+    the job's measured figure, and show them beside what the model estimated before."""
+    if steps is not None and seconds is not None:
+        raise InputError("--steps/--seconds: give one of them, not both")
+    spec = load_jobs(jobs_file)
+    models = _gpu_models(gpu)
+    if len(models) != 1:
+        raise InputError(f"--gpu: {gpu!r} stands for {', '.join(models) or 'no model'}; name one GPU model")
+    gpu_counts = _whole_numbers("--counts", counts)
+    db = state(ctx).db()
+    now = datetime.now(UTC)
+    with db.session() as session:
+        runs = profiling.plan_runs(
+            session,
+            spec.jobs,
+            jobs_file.resolve().parent,
+            models[0],
+            gpu_counts,
+            steps=steps,
+            seconds=seconds,
+            warmup_steps=warmup_steps,
+            budget_usd=budget_usd,
+            now=now,
+        )
+    placements = (
+        _clouds(db, provider)[0]
+        if provider in PROVIDERS and provider != "local"
+        else _provider(provider, state_dir)
+    )
+    spent, rows = 0.0, []
+    for run in runs:
+        limit_s = profiling.LONGEST_S
+        if budget_usd is not None and run.quote.usd_per_hour > 0:
+            limit_s = min(limit_s, (budget_usd - spent) / run.quote.usd_per_hour * 3600.0)
+        say(f"profiling {run.job.name} on {run.gpu_count}x {run.gpu_model} ({provider}) ...", err=True)
+        result = profiling.profile(
+            placements, run, steps=steps, seconds=seconds, warmup_steps=warmup_steps, limit_s=limit_s
+        )
+        spent += result.cost_usd
+        with db.session() as session:
+            profiling.store_result(session, result, warmup_steps, datetime.now(UTC))
+        if result.rate is None:
+            say(
+                f"{run.job.name} on {run.gpu_count}x {run.gpu_model}: nothing measured ({result.ended} "
+                f"after {result.ran_s:.0f} s: fewer than two heartbeats past {warmup_steps} warm-up steps)",
+                label="warning:",
+                err=True,
+            )
+        elif run.before is not None and run.before.source == "spec":
+            say(
+                f"{run.job.name}: its spec's throughput for {run.gpu_model} wins over the measured figure; "
+                "remove it from the spec to plan with the measurement",
+                label="note:",
+                err=True,
+            )
+        rows.append(result.row(warmup_steps))
+    render(
+        rows,
+        fmt,
+        title=f"Profiled (steps/s; error: estimate / measured - 1; first {warmup_steps} steps left out)",
+        wide_only=("low", "high", "market", "ended"),
     )

@@ -1,0 +1,283 @@
+"""``spotopt throughput profile``: run a job briefly on one GPU model and store what it measured.
+
+Each run is one placement through the provider interface the daemon uses (``local`` runs the
+job as a process on this machine, a cloud provider on the market's instance): the job starts from
+an empty checkpoint store of its own (``profile-<token>``, so it neither resumes from nor writes
+into the job's real checkpoints), its agent heartbeats every ``BEAT_S``, and the run ends once
+``steps`` steps (or ``seconds`` seconds) past the warm-up were reported, when the job exits, or
+at the run's time limit (what the budget leaves, at most ``LONGEST_S``). The instance is
+terminated in a ``finally``, so an error or Ctrl-C ends it too.
+
+The steps/s come from the heartbeats' (time, step) pairs through ``spotopt.agent.steady``, the
+rule the agent's own heartbeat rate follows: the first ``warmup_steps`` steps are left out.
+
+Money: a run is priced as the cheapest market in the history with the GPU model and at least the
+GPU count (the whole instance bills), under the cloud's billing rule (its minimum included). A
+run's expected length is the job's ``restart_s`` (start-up) plus its steps at the low end of the
+figure known before (or ``seconds``); the runs together must fit ``budget_usd`` before any
+starts, and each run is stopped when its share of what is left would be spent.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from sqlalchemy.orm import Session
+
+from spotopt.agent.steady import SteadyRate, steady_rate
+from spotopt.catalog import gpu_matches
+from spotopt.checkpoints import AgentState, Location, read_heartbeat, store_url
+from spotopt.clouds.common.base import InstanceState, LaunchSpec, Provider, market_label
+from spotopt.db.queries import MarketFilter, Quote, prices_at
+from spotopt.errors import InputError
+from spotopt.history.throughput_store import import_rows, stored_figures, validate_row
+from spotopt.jobspec import Job
+from spotopt.mover.billing import interval_cost_usd
+from spotopt.mover.ledger import market_key
+from spotopt.throughput import Figure, JobThroughput
+from spotopt.types import MarketKey
+
+BEAT_S = 1.0
+"""The agent's heartbeat and poll period during a profile (30 s in production): a step count
+every second, so the run stops within about a second of having measured enough."""
+LONGEST_S = 900.0
+"""No run lasts longer, budget or not: a job that never gets past its warm-up must not bill on."""
+DEFAULT_STEPS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One profile to do: a job on ``gpu_count`` GPUs of ``gpu_model``, priced as ``quote``."""
+
+    job: Job
+    workdir: Path
+    gpu_model: str
+    gpu_count: int
+    quote: Quote
+    market: MarketKey
+    before: Figure | None
+    """What the model said before the run (the estimate whose error the run shows)."""
+    expected_s: float
+    expected_usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    run: Run
+    rate: SteadyRate | None
+    ran_s: float
+    cost_usd: float
+    ended: str
+    """Why the run ended: ``measured``, ``job exited``, ``time limit``."""
+
+    def row(self, warmup_steps: int) -> dict[str, object]:
+        run, before = self.run, self.run.before
+        measured = None if self.rate is None else self.rate.steps_per_s
+        low, high = before.interval if before is not None else (None, None)
+        return {
+            "job": run.job.name,
+            "gpu_model": run.gpu_model,
+            "gpu_count": run.gpu_count,
+            "steps_per_s": measured,
+            "estimated": None if before is None else before.steps_per_s,
+            "low": low,
+            "high": high,
+            "estimate_source": None if before is None else before.source,
+            "error": (None if before is None or not measured else before.steps_per_s / measured - 1.0),
+            "steps": None if self.rate is None else self.rate.steps,
+            "seconds": None if self.rate is None else round(self.rate.seconds, 3),
+            "warmup_steps": warmup_steps,
+            "market": market_label(run.market),
+            "usd_per_hour": run.quote.usd_per_hour,
+            "cost_usd": self.cost_usd,
+            "ended": self.ended,
+        }
+
+
+def cheapest_quote(session: Session, gpu_model: str, gpu_count: int, now: datetime) -> Quote:
+    """The cheapest market in the history whose instance holds ``gpu_count`` GPUs of ``gpu_model``."""
+    quotes = [
+        q
+        for q in prices_at(session, now, MarketFilter())
+        if q.gpu is not None
+        and (gpu_matches(q.gpu, gpu_model) or gpu_matches(gpu_model, q.gpu))  # a family row, or exact
+        and (q.gpu_count or 0) >= gpu_count
+    ]
+    if not quotes:
+        raise InputError(
+            f"--gpu {gpu_model}: the history has no price of an instance with {gpu_count} such GPU(s); "
+            "run spotopt collect or spotopt import first"
+        )
+    return min(quotes, key=lambda q: (q.usd_per_hour, q.market_id))
+
+
+def plan_runs(
+    session: Session,
+    jobs: list[Job],
+    workdir: Path,
+    gpu_model: str,
+    counts: list[int],
+    *,
+    steps: int | None,
+    seconds: float | None,
+    warmup_steps: int,
+    budget_usd: float | None,
+    now: datetime,
+) -> list[Run]:
+    """Every (job, count) run, priced; an ``InputError`` when they would cost more than
+    ``budget_usd`` or a job has no command."""
+    figures = stored_figures(session)
+    runs = []
+    for i, job in enumerate(jobs):
+        if not job.run:
+            raise InputError(f"jobs[{i}].run: {job.name} has no command; profiling runs the job")
+        book = JobThroughput(job, figures)
+        for count in counts:
+            quote = cheapest_quote(session, gpu_model, count, now)
+            before = book.at(gpu_model, count)
+            if seconds is not None:
+                work_s = seconds
+            elif before is not None:
+                work_s = (warmup_steps + (steps or DEFAULT_STEPS)) / before.interval[0]
+            else:
+                work_s = LONGEST_S  # nothing says how fast it goes: the longest a run may take
+            expected_s = min(job.restart_s + work_s, LONGEST_S)
+            usd = interval_cost_usd(quote.cloud, quote.usd_per_hour, now, now + timedelta(seconds=expected_s))
+            runs.append(
+                Run(
+                    job,
+                    workdir,
+                    gpu_model,
+                    count,
+                    quote,
+                    market_key(session, quote.market_id),
+                    before,
+                    expected_s,
+                    usd,
+                )
+            )
+    total = sum(r.expected_usd for r in runs)
+    if budget_usd is not None and total > budget_usd:
+        longest = max(runs, key=lambda r: r.expected_s)
+        raise InputError(
+            f"--budget-usd: {len(runs)} profile run(s) would cost about ${total:.4f} "
+            f"(up to {longest.expected_s:.0f} s each at ${longest.quote.usd_per_hour:.4f}/h on "
+            f"{market_label(longest.market)}, minimum billing included), above ${budget_usd:.4f}; "
+            "raise --budget-usd or profile fewer --steps, --seconds or --counts"
+        )
+    return runs
+
+
+@contextmanager
+def _store(run: Run, provider: Provider) -> Iterator[str]:
+    """The profile's own store: a temporary directory for processes on this machine, else a
+    ``profile-…`` job beside the job's checkpoints, removed afterwards."""
+    if not provider.runs_on_market:
+        with TemporaryDirectory(prefix="spotopt-profile-") as tmp:
+            yield f"file://{tmp}"
+        return
+    if run.job.checkpoint is None:
+        raise InputError(
+            f"{run.job.name}: checkpoint.uri is required to profile on {provider.name}: "
+            "the instance writes its heartbeats there"
+        )
+    yield store_url(run.job.checkpoint.uri, run.workdir)
+
+
+def profile(
+    provider: Provider,
+    run: Run,
+    *,
+    steps: int | None,
+    seconds: float | None,
+    warmup_steps: int,
+    limit_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    wait: Callable[[float], None] = time.sleep,
+) -> Result:
+    """Launch ``run``, read its heartbeats until enough was measured (or the job exited, or
+    ``limit_s`` passed), terminate the instance whatever happens, and return the steady rate."""
+    name = f"profile-{uuid.uuid4().hex[:16]}"
+    with _store(run, provider) as url:
+        loc = Location(url)
+        spec = LaunchSpec(
+            job=name,
+            epoch=0,
+            command=tuple(shlex.split(run.job.run or "")),
+            checkpoint_uri=url,
+            checkpoint_every_s=LONGEST_S,  # a checkpoint write would be measured as slow steps
+            env={
+                "SPOTOPT_POLL_EVERY": f"{BEAT_S:g}s",
+                "SPOTOPT_HEARTBEAT_EVERY": f"{BEAT_S:g}s",
+                "SPOTOPT_MARKET": market_label(run.market),
+                "SPOTOPT_GPUS": str(run.gpu_count),
+            },
+            workdir=str(run.workdir),
+            tags={"spotopt:profile": run.job.name},
+        )
+        started_at, start = datetime.now(UTC), clock()
+        instance = provider.launch(spec, run.market, name)
+        reports: list[tuple[float, int]] = []
+        rate, ended = None, "time limit"
+        try:
+            while clock() - start < limit_s:
+                beat = read_heartbeat(loc, name, 0)
+                if beat is not None and (not reports or beat.at.timestamp() > reports[-1][0]):
+                    reports.append((beat.at.timestamp(), beat.step))
+                    rate = steady_rate(reports, 0, warmup_steps)
+                if rate is not None and (
+                    (seconds is not None and rate.seconds >= seconds)
+                    or (seconds is None and rate.steps >= (steps or DEFAULT_STEPS))
+                ):
+                    ended = "measured"
+                    break
+                if (beat is not None and beat.state in (AgentState.FINISHED, AgentState.STOPPED)) or (
+                    provider.status(instance.instance_id).state
+                    not in (InstanceState.PENDING, InstanceState.RUNNING)
+                ):
+                    ended = "job exited"
+                    break
+                wait(BEAT_S / 4)
+        finally:
+            provider.terminate(instance.instance_id)
+            ended_at = datetime.now(UTC)
+            if provider.runs_on_market:
+                loc.remove(loc.path(name))
+        final = read_heartbeat(loc, name, 0) if not provider.runs_on_market else None
+        if final is not None and final.at.timestamp() > (reports[-1][0] if reports else 0):
+            reports.append((final.at.timestamp(), final.step))  # the last word (stopped, finished)
+            rate = steady_rate(reports, 0, warmup_steps)
+    cost = interval_cost_usd(run.quote.cloud, run.quote.usd_per_hour, started_at, ended_at)
+    return Result(run, rate, (ended_at - started_at).total_seconds(), cost, ended)
+
+
+def store_result(session: Session, result: Result, warmup_steps: int, at: datetime) -> None:
+    """Keep a run's rate as the job's ``measured`` figure on that GPU model and count (replacing
+    the one there: a profile is a deliberate measurement; the daemon's heartbeats then refine it)."""
+    rate, run = result.rate, result.run
+    if rate is None or rate.steps_per_s <= 0:
+        return
+    note = (
+        f"profiled {at:%Y-%m-%d %H:%M} UTC: {rate.steps} steps in {rate.seconds:.1f} s "
+        f"after {warmup_steps} warm-up steps (spotopt throughput profile)"
+    )
+    row = validate_row(
+        f"profile of {run.job.name}",
+        {
+            "workload": run.job.store_name,
+            "gpu_model": run.gpu_model,
+            "gpu_count": run.gpu_count,
+            "steps_per_s": rate.steps_per_s,
+            "source": "measured",
+            "note": note,
+        },
+    )
+    import_rows(session, [row], now=at)
