@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import typer
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 
 from spotopt.cli.common import state
 from spotopt.db import migrate
 from spotopt.db.engine import make_engine
-from spotopt.history.setup import connect_error, upgrade_history
+from spotopt.history.setup import connect_error, not_a_database, upgrade_history
 from spotopt.render import say
 from spotopt.settings import Settings
 
@@ -33,6 +33,8 @@ def current(ctx: typer.Context) -> None:
         cur, head = migrate.current_revision(engine), migrate.head_revision(engine)
     except OperationalError as exc:
         raise connect_error(engine, exc) from exc
+    except DatabaseError as exc:  # a file SQLite cannot read, or a damaged one
+        raise not_a_database(engine, exc) from exc
     finally:
         engine.dispose()
     status = "up to date" if cur == head else "needs `spotopt db upgrade`"

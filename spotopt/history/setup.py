@@ -22,7 +22,7 @@ from sqlalchemy import Engine, inspect, select, update
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from spotopt.db import migrate
-from spotopt.db.engine import Database, make_engine, sqlite_path
+from spotopt.db.engine import Database, damaged, make_engine, sqlite_path
 from spotopt.db.models import Meta, Run
 from spotopt.errors import ConfigError
 from spotopt.history.catalog_sync import catalog_hash, sync_catalog
@@ -38,8 +38,9 @@ def connect_error(engine: Engine, exc: OperationalError) -> ConfigError:
 
 
 def not_a_database(engine: Engine, exc: DatabaseError) -> ConfigError:
-    """A file that SQLite cannot read as a database (a CSV, a dump, a damaged file)."""
-    return ConfigError(
+    """A file that SQLite cannot read as a database (a CSV, a dump), or a database whose pages
+    are damaged (``damaged``: how to recover it, not "use another file")."""
+    return damaged(engine, exc.orig) or ConfigError(
         f"{engine.url.render_as_string()} is not a SQLite database ({exc.orig}); "
         "point --db at a spotopt history or at a new file"
     )
