@@ -26,7 +26,7 @@ from spotopt.decide.core import policy_input
 from spotopt.decide.egress import entry_usd
 from spotopt.decide.fleet import FleetState
 from spotopt.decide.guardrails import Guardrails
-from spotopt.decide.options import STALE_PRICE_AFTER, OptionInfo, enumerate_options, initial_state
+from spotopt.decide.options import OptionInfo, enumerate_options, initial_state, price_age_h
 from spotopt.errors import InputError
 from spotopt.history.market import MarketState
 from spotopt.jobspec import Job, JobSpec
@@ -54,6 +54,9 @@ class PlanProblem:
     """Index in ``state`` of each of ``jobs`` (None: the same order)."""
     set_aside: list[str] = field(default_factory=list)
     """Why each job left out of the plan was (``spotopt.decide.core.set_aside``), one line each."""
+    max_price_age_h: float = math.inf
+    """A price older than this at ``at`` is stale (``Guardrails.max_price_age_h``): the core
+    plans a job on stale prices only when it has no fresh one, and the report says so."""
 
 
 def build_problem(
@@ -105,6 +108,7 @@ def build_problem(
         billing=billing,
         fleet_jobs=built.jobs,
         set_aside=aside,
+        max_price_age_h=guard.max_price_age_h,
     )
     if prune:
         keep = prune_dominated(inp)
@@ -149,6 +153,15 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
         cost = float(alloc.cost_usd[j])
         chosen = {id(problem.options[e]) for e in picked}
         runner = next((r for r in problem.ranked.get(j, []) if id(r[1]) not in chosen), None)
+        allocation = [
+            {
+                **_market_fields(problem, problem.options[e]),
+                "share": float(alloc.share[e]),
+                "hours": float(alloc.hours[e]),
+                "usd_per_step": float(inp.usd_per_hour[e] / inp.steps_per_hour[e]),
+            }
+            for e in picked
+        ]
         jobs.append(
             {
                 "name": job.name,
@@ -159,18 +172,11 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
                 "slack_hours": _hours(deadline - wall) if math.isfinite(deadline) else None,
                 "work_steps": steps,
                 "usd_per_step": cost / steps if math.isfinite(cost) else None,
+                "stale": any(item["stale"] for item in allocation),
                 "runner_up": None
                 if runner is None
-                else {**_market_fields(runner[1]), "usd_per_step": runner[0]},
-                "allocation": [
-                    {
-                        **_market_fields(problem.options[e]),
-                        "share": float(alloc.share[e]),
-                        "hours": float(alloc.hours[e]),
-                        "usd_per_step": float(inp.usd_per_hour[e] / inp.steps_per_hour[e]),
-                    }
-                    for e in picked
-                ],
+                else {**_market_fields(problem, runner[1]), "usd_per_step": runner[0]},
+                "allocation": allocation,
             }
         )
     return {
@@ -181,44 +187,48 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
         "horizon_hours": inp.horizon_hours,
         "budget_usd": inp.budget_usd,
         "billing": problem.billing,
+        "price_max_age_days": problem.max_price_age_h / 24.0,
         "total_cost_usd": alloc.total_cost_usd,
         "makespan_hours": _hours(alloc.makespan_hours),
         "options": inp.n_options,
         "pruned_options": problem.pruned,
         "jobs": jobs,
         "set_aside": problem.set_aside,
-        "warnings": [*problem.set_aside, *stale_price_warnings(problem.at, jobs)],
+        "warnings": [
+            *problem.set_aside,
+            *stale_price_warnings(problem.at, jobs, problem.max_price_age_h / 24.0),
+        ],
     }
 
 
-def stale_price_warnings(at: datetime, jobs: list[dict[str, Any]]) -> list[str]:
-    """Say when a plan rests on old prices: a point holds until the next one, so an old point
-    is the price "at" t as far as the history knows, but the history may simply have stopped."""
-    chosen = {_market_key(item): item for job in jobs for item in job["allocation"]}
-    stale = {k: item for k, item in chosen.items() if at - item["price_observed_at"] > STALE_PRICE_AFTER}
-    if not stale:
+def stale_price_warnings(at: datetime, jobs: list[dict[str, Any]], max_age_days: float) -> list[str]:
+    """Say which jobs are planned on stale prices (``"stale"``: they had no fresh one, or the core
+    would have preferred it): a point holds until the next one, so an old point is the price "at"
+    t as far as the history knows, but the history may simply have stopped."""
+    stale_jobs = [job for job in jobs if job["stale"]]
+    if not stale_jobs:
         return []
-    oldest = min(item["price_observed_at"] for item in stale.values())
-    aws_spot = any(item["cloud"] == "aws" and item["market"] == "spot" for item in stale.values())
+    items = [item for job in stale_jobs for item in job["allocation"] if item["stale"]]
+    oldest = max(items, key=lambda item: item["price_age_days"])
+    aws_spot = any(item["cloud"] == "aws" and item["market"] == "spot" for item in items)
     why = (
         "AWS records a spot price only when it changes, so an old point may still hold, but "
         if aws_spot
         else ""
     )
+    names = ", ".join(repr(job["name"]) for job in stale_jobs[:3]) + (", ..." if len(stale_jobs) > 3 else "")
     return [
-        f"{len(stale)} of the {len(chosen)} chosen markets have prices last observed more than "
-        f"{STALE_PRICE_AFTER.days} days before {at:%Y-%m-%d %H:%M} UTC (oldest {oldest:%Y-%m-%d}); "
-        f"{why}check coverage (`spotopt report run coverage`) and refresh with `spotopt collect` or "
-        "`spotopt import`"
+        f"{len(stale_jobs)} of the {len(jobs)} planned jobs ({names}) have no price observed within "
+        f"{max_age_days:g} days of {at:%Y-%m-%d %H:%M} UTC (setting price_max_age_days) and are planned "
+        f"on stale ones (oldest {oldest['price_observed_at']:%Y-%m-%d}, {oldest['price_age_days']:,.0f} "
+        f"days old); {why}check coverage (`spotopt report run coverage`) and refresh with "
+        "`spotopt collect` or `spotopt import`"
     ]
 
 
-def _market_key(item: dict[str, Any]) -> tuple[Any, ...]:
-    return (item["cloud"], item["region"], item["zone"], item["instance_type"], item["market"])
-
-
-def _market_fields(o: OptionInfo) -> dict[str, Any]:
+def _market_fields(problem: PlanProblem, o: OptionInfo) -> dict[str, Any]:
     q = o.market.quote
+    age_h = price_age_h(q.observed_at, problem.at)
     return {
         "cloud": q.cloud,
         "region": q.region,
@@ -231,6 +241,8 @@ def _market_fields(o: OptionInfo) -> dict[str, Any]:
         "usd_per_hour": q.usd_per_hour,
         "price_observed_at": q.observed_at,
         "price_source": q.source,
+        "price_age_days": age_h / 24.0,
+        "stale": age_h > problem.max_price_age_h,
         "steps_per_s": o.figure.steps_per_s * o.efficiency,
         "throughput_source": o.figure.source,
         "preemptions_per_hour": o.market.preemptions_per_hour,

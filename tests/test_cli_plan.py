@@ -181,7 +181,7 @@ def test_budget_with_a_policy_that_ignores_it_is_refused(db_url: str, tmp_path: 
     assert result.exit_code == 2 and "--budget" in result.output and "min-makespan-budget" in result.output
 
 
-def test_stale_price_warning_counts_markets_and_names_aws_only_for_aws_spot() -> None:
+def test_stale_price_warning_counts_jobs_on_stale_prices_and_names_aws_only_for_aws_spot() -> None:
     from datetime import UTC, datetime
 
     from spotopt.plan import stale_price_warnings
@@ -189,16 +189,18 @@ def test_stale_price_warning_counts_markets_and_names_aws_only_for_aws_spot() ->
     at = datetime(2025, 3, 1, tzinfo=UTC)
     old = datetime(2025, 1, 1, tzinfo=UTC)
     gcp = {"cloud": "gcp", "region": "us-central1", "zone": None, "instance_type": "a2-highgpu-1g"}
-    item = {**gcp, "market": "spot", "price_observed_at": old}
-    jobs = [{"allocation": [item]} for _ in range(20)]  # twenty jobs, one market
-    (warning,) = stale_price_warnings(at, jobs)
-    assert warning.startswith("1 of the 1 chosen markets") and "AWS" not in warning
+    item = {**gcp, "market": "spot", "price_observed_at": old, "price_age_days": 59.0, "stale": True}
+    fresh = {"name": "fresh", "stale": False, "allocation": [{**item, "stale": False}]}
+    jobs = [{"name": f"j{i}", "stale": True, "allocation": [item]} for i in range(5)]
+    (warning,) = stale_price_warnings(at, [*jobs, fresh], 7.0)
+    assert warning.startswith("5 of the 6 planned jobs ('j0', 'j1', 'j2', ...)") and "AWS" not in warning
+    assert "within 7 days" in warning and "2025-01-01, 59 days old" in warning
     aws = {**item, "cloud": "aws", "region": "us-east-1", "zone": "us-east-1a", "instance_type": "p3.2xlarge"}
-    (both,) = stale_price_warnings(at, [*jobs, {"allocation": [aws]}])
+    (both,) = stale_price_warnings(at, [*jobs, {"name": "a", "stale": True, "allocation": [aws]}], 7.0)
     assert (
-        both.startswith("2 of the 2 chosen markets")
-        and "AWS records a spot price only when it changes" in both
+        both.startswith("6 of the 6 planned jobs") and "AWS records a spot price only when it changes" in both
     )
+    assert stale_price_warnings(at, [fresh], 7.0) == []
 
 
 def test_plan_table_keeps_secondary_columns_for_wide(db_url: str, tmp_path: Path) -> None:

@@ -32,8 +32,12 @@ COLUMNS = [
     "usd_per_step",
     "runner_up",
     "throughput",
+    "age_days",
+    "stale",
 ]
-"""Table columns; ``runner_up`` is the best $/step among options the job did not get (JSON has all fields)."""
+"""Table columns; ``runner_up`` is the best $/step among options the job did not get, ``age_days``
+the price's age and ``stale`` whether it is older than the setting ``price_max_age_days`` (a job
+is planned on a stale price only when it has no fresh one). JSON has all fields."""
 
 
 def plan(
@@ -99,6 +103,8 @@ def plan(
         fmt,
         title=_title(report),
         columns=COLUMNS,
+        caption=f"stale: last priced more than {report['price_max_age_days']:g} days before "
+        "(setting price_max_age_days), used only where a job has no fresh price",
         wide_only=("gpus", "share", "usd_per_step", "runner_up", "throughput"),
         wide=wide,
     )
@@ -131,6 +137,8 @@ def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "usd_per_step": item["usd_per_step"],
                     "runner_up": runner["usd_per_step"] if first and runner else None,
                     "throughput": item["throughput_source"],
+                    "age_days": item["price_age_days"],
+                    "stale": item["stale"],
                 }
             )
     return rows

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -140,6 +140,28 @@ def set_aside(names: Sequence[str], jobs: Array, fastest_h: Array, horizon_h: fl
     return out
 
 
+def fresh_first(opts: Options, max_age_h: float, working: Array | None = None) -> Options:
+    """``opts`` with the stale-priced options of every job that has a fresh priced one made
+    unavailable (NaN price), so neither the policy nor a rule picks a price the history may have
+    stopped recording over one observed lately (a 941-day-old price got 96 % of a job).
+
+    Stale: ``price_age_h`` over ``max_age_h`` (the guardrail, from the setting
+    ``price_max_age_days``). A job whose priced options are all stale keeps them (the caller
+    says so). ``working``: positions of the options jobs run on now (-1: none); those keep their
+    price, since an old record is no reason to stop a running instance.
+    """
+    if opts.price_age_h is None or opts.n_options == 0:
+        return opts
+    stale = opts.price_age_h > max_age_h
+    usable = np.isfinite(opts.usd_per_hour) & (opts.steps_per_hour > 0)
+    drop = stale & np.isin(opts.job, opts.job[usable & ~stale])
+    if working is not None:
+        drop[working[working >= 0]] = False
+    if not drop.any():
+        return opts
+    return replace(opts, usd_per_hour=np.where(drop, np.nan, opts.usd_per_hour))
+
+
 def default_policy(deadline_h: Array) -> str:
     return "min-cost-slo" if bool(np.isfinite(deadline_h).any()) else "min-cost"
 
@@ -165,8 +187,10 @@ def policy_input(
     ``every_job``: keep unfinished jobs without an available option (the policy then says which
     job cannot be planned; ``spotopt plan`` wants that), else they wait for the next decision.
     Jobs no policy can plan (``set_aside``) are left out, with why, so the others still are.
+    A job's stale-priced options give way to its fresh ones (``fresh_first``).
     """
     cur = opts.position(state.option) if cur is None else cur
+    opts = fresh_first(opts, guard.max_price_age_h, _working(state, cur))
     active = state.active
     idx = np.flatnonzero(np.isfinite(opts.usd_per_hour) & active[opts.job] & (opts.steps_per_hour > 0))
     if move_usd is None or reserve_h is None:
@@ -282,6 +306,7 @@ def decide(
     if opts.n_options == 0:  # nothing priced that any job may use: nothing to decide
         return []
     cur = opts.position(state.option)
+    opts = fresh_first(opts, guard.max_price_age_h, _working(state, cur))
     move_usd, reserve_h = round_costs(state, opts, guard, cur)
     _refresh_targets(state, opts, guard, memory, policy, cur, move_usd, reserve_h)
     keys = np.array([memory.target.get(name, -1) for name in state.names], dtype=np.int64)
@@ -360,5 +385,12 @@ def _refresh_targets(
             memory.notes.append(note)
         return
     memory.solves += 1
-    working = np.where(state.notice | state.lost, -1, cur)
-    memory.target = {names[j]: int(opts.key[e]) for j, e in targets(problem, alloc, working).items()}
+    memory.target = {
+        names[j]: int(opts.key[e]) for j, e in targets(problem, alloc, _working(state, cur)).items()
+    }
+
+
+def _working(state: FleetState, cur: Array) -> Array:
+    """Per job, the position of the option its working instance runs on (-1: none, or one
+    lost or warned: nothing to stay on)."""
+    return np.where(state.notice | state.lost, -1, cur)

@@ -156,6 +156,9 @@ class Options:
     - ``availability``: the markets' spot capacity as known now (``None``: nothing known, every
       priced market is taken as available); it decides when a job waits for spot
       (``spotopt.decide.capacity_rule``).
+    - ``price_age_h``: hours since the option's market's newest price point, at the decision's
+      time (``None``: every price taken as fresh); a job's stale ones give way to its fresh ones
+      (``spotopt.decide.core.fresh_first``).
     """
 
     key: Array
@@ -172,6 +175,7 @@ class Options:
     transfer: Array
     capacity: Array
     availability: Availability | None = None
+    price_age_h: Array | None = None
 
     @property
     def n_options(self) -> int:

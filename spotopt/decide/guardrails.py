@@ -11,6 +11,9 @@ Why each exists:
 - ``budget_usd``: spent so far plus the expected cost to finish every job must stay within it.
 - ``period_h``: how often the planner runs; deadline safety looks one period ahead.
 - ``deadline_margin_h``: extra slack kept before falling back to on-demand.
+- ``max_price_age_h``: a price last observed longer ago is *stale* (the history may simply have
+  stopped): a job is never moved onto a stale-priced option while it has a fresh one
+  (``spotopt.decide.core.fresh_first``); default: the setting ``price_max_age_days``.
 
 A preemption notice (or an unavailable market) bypasses dwell and the saving test, never the
 budget or the spend-rate cap.
@@ -30,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from spotopt.errors import InputError
+from spotopt.settings import Settings
 
 PER_JOB = ("min_dwell_h", "move_margin", "deadline_margin_h")
 """The guardrails a job's spec may set for itself."""
@@ -67,6 +71,7 @@ class Guardrails:
     budget_usd: float | None = None
     period_h: float = 1.0
     deadline_margin_h: float = 0.0
+    max_price_age_h: float = field(default_factory=lambda: Settings().price_max_age_days * 24.0)
     jobs: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     """Per job name, the guardrails of ``PER_JOB`` its spec sets (the others: the fleet's)."""
 
@@ -95,6 +100,8 @@ class Guardrails:
             raise InputError(f"guardrails.move_margin is {self.move_margin}; it must be >= 0")
         if self.min_dwell_h < 0 or self.period_h <= 0 or self.deadline_margin_h < 0:
             raise InputError("guardrails: min_dwell_h and deadline_margin_h must be >= 0, period_h > 0")
+        if not self.max_price_age_h > 0:
+            raise InputError(f"guardrails.max_price_age_h is {self.max_price_age_h}; it must be > 0")
         if self.max_moves_per_tick is not None and self.max_moves_per_tick < 0:
             raise InputError("guardrails.max_moves_per_tick must be >= 0")
         for job, values in self.jobs.items():

@@ -15,7 +15,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import overload
 
 import numpy as np
@@ -406,7 +406,8 @@ def price_options(
     """The table's options priced at the snapshot ``markets`` for ``spotopt.decide.core``.
 
     ``locations`` gains the markets' regions it lacks. The forecast is per market (instance
-    prices; ``None``: today's price holds).
+    prices; ``None``: today's price holds). Each option carries its market's price age at ``at``,
+    so the core prefers a job's fresh prices to its stale ones (``spotopt.decide.core.fresh_first``).
     """
     market_loc = np.array(
         [location_index(locations, m.quote.cloud, m.quote.region) for m in markets], dtype=np.int64
@@ -430,8 +431,11 @@ def price_options(
         preemptions_per_hour=np.array([q.preemptions_per_hour for q in markets], dtype=float)[m],
         transfer=transfer_matrix(locations, at),
         capacity=np.full(len(markets), math.inf),
+        price_age_h=np.array([price_age_h(q.quote.observed_at, at) for q in markets], dtype=float)[m],
     )
 
 
-STALE_PRICE_AFTER = timedelta(days=7)
-"""A chosen market whose price point is older than this at plan time gets a warning."""
+def price_age_h(observed_at: datetime, at: datetime) -> float:
+    """Hours from a price's observation to ``at`` (a point holds until the next one, so this is
+    how long the history has said nothing new about the market)."""
+    return (at - observed_at).total_seconds() / 3600.0

@@ -48,7 +48,7 @@ from spotopt.db.queries import MarketFilter
 from spotopt.decide.core import Memory, decide
 from spotopt.decide.fleet import FleetState, Move
 from spotopt.decide.guardrails import Guardrails
-from spotopt.decide.options import STALE_PRICE_AFTER, location_index, option_key
+from spotopt.decide.options import location_index, option_key, price_age_h
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import Job, JobSpec
 from spotopt.mover import jobs as jobstore
@@ -584,11 +584,12 @@ class Daemon:
         }
         report.decisions.append(decision)
         log_event("decide", dry_run=self.dry_run, **decision)
-        age = self.clock() - market.quote.observed_at
-        if age > STALE_PRICE_AFTER:
+        age_h = price_age_h(market.quote.observed_at, self.clock())
+        if age_h > self.settings.guardrails.max_price_age_h:  # the core took it: no fresh price
             report.notes.append(
                 f"{job.name}: {market.label}'s price was last observed {market.quote.observed_at:%Y-%m-%d} "
-                f"({age.days} days ago); refresh prices with `spotopt collect` or `spotopt import`"
+                f"({age_h / 24:,.0f} days ago, over the setting price_max_age_days) and the job has no "
+                "fresher one; refresh prices with `spotopt collect` or `spotopt import`"
             )
         if self.dry_run or self.executor is None:
             return None

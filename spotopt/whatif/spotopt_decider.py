@@ -9,7 +9,10 @@ Only each job's frontier (``spotopt.whatif.frontier``) plus its current option, 
 the dropped options that the rates learnt since the start make faster than their dominator are
 handed to the core. The frontier looks at the prices of its whole window, but it only drops
 options that cannot be chosen; tests replay with and without it, and with the future hidden, and
-get the same decisions.
+get the same decisions. A price older than the guardrail ``max_price_age_h`` at the simulated
+clock is stale: the core prefers a job's fresh prices (``spotopt.decide.core.fresh_first``), and
+at a tick where some market's price is stale every option is handed over, since the frontier
+may have dropped a fresh option for a stale one that dominated it.
 """
 
 from __future__ import annotations
@@ -57,6 +60,10 @@ class SpotoptDecider:
         self.frontier = OptionFrontier(tl, sim, self.steps_per_hour, self.baseline) if narrow else None
         self.capacity = np.full(tl.n_markets, np.inf)
         self.start_rates = np.asarray(tl.rate, dtype=float)
+        self.price_age_h = (
+            None if tl.observed_h is None else np.arange(tl.n_ticks) * tl.tick_h - tl.observed_h
+        )
+        """Markets × ticks: the age of the price in effect (NaN: none yet)."""
         # Dropped options whose dominance may have moved with the rates, per window and set of
         # markets whose rate moved (see ``_revived``).
         self._pairs_for: tuple[Array, bytes] | None = None
@@ -145,17 +152,24 @@ class SpotoptDecider:
             preemptions_per_hour=rates[market],
             transfer=self.transfer,
             capacity=self.capacity,
+            price_age_h=None if self.price_age_h is None else self.price_age_h[market, t],
         )
 
     def _candidates(self, t: int, st: SimState, rates: Array) -> Array:
         """Sorted indices of the options handed to the core in tick ``t``: the frontier, each
         job's current option and target, and the dropped options that the rates learnt since
         the start made faster than their dominator (``_revived``)."""
-        if self.frontier is None:
+        if self.frontier is None or self._any_stale(t):
             return np.arange(self.sim.n_options)
         targets = np.fromiter(self.memory.target.values(), dtype=np.int64, count=len(self.memory.target))
         extra = np.concatenate([st.option[st.started], targets, self._revived(t, rates)])
         return np.union1d(self.frontier.candidates(t), extra)
+
+    def _any_stale(self, t: int) -> bool:
+        """Some market's price in effect at tick ``t`` is older than the guardrail allows."""
+        return self.price_age_h is not None and bool(
+            np.any(self.price_age_h[:, t] > self.guard.max_price_age_h)
+        )
 
     def _revived(self, t: int, rates: Array) -> Array:
         """Dropped options no longer dominated by the option the frontier dropped them for: it

@@ -101,6 +101,10 @@ class Timeline:
     cloud_rates: CloudRates | None = None
     lives: Lives = field(default_factory=Lives.none)
     capacity: Capacity | None = None
+    observed_h: Array | None = None
+    """Markets × ticks: hours from ``start`` of the newest price point at or before the tick
+    (NaN: none yet), so a decider knows a price's age at its simulated clock; ``None`` (a
+    hand-built timeline): every price is taken as fresh."""
 
     def launchable(self, t: int) -> Array:
         """Per market: it has a price at tick ``t`` and, where capacity is replayed, capacity."""
@@ -162,6 +166,7 @@ def build_timeline(
         per_market[q.market_id].append(q)
     ids = sorted(per_market, key=lambda i: _label(per_market[i][0]))
     price = np.full((len(ids), n_ticks), np.nan)
+    observed_h = np.full((len(ids), n_ticks), np.nan)
     markets: list[MarketState] = []
     locations: list[tuple[str, str]] = []
     location = np.zeros(len(ids), dtype=np.int64)
@@ -175,6 +180,7 @@ def build_timeline(
         times = np.array([(q.observed_at - start).total_seconds() for q in rows])
         values = np.array([q.usd_per_hour for q in rows])
         price[m] = step_prices(times, values, tick_s)
+        observed_h[m] = step_prices(times, times / 3600.0, tick_s)
         state = (rates or {}).get(mid)
         if state is None:
             default = (
@@ -191,7 +197,9 @@ def build_timeline(
         if key not in locations:
             locations.append(key)
         location[m] = locations.index(key)
-    return Timeline(start, tick_h, price, markets, rate, location, locations, sources, last)
+    return Timeline(
+        start, tick_h, price, markets, rate, location, locations, sources, last, observed_h=observed_h
+    )
 
 
 def cloud_rates(session: Session, tl: Timeline, end: datetime, flt: MarketFilter) -> CloudRates:
