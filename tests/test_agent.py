@@ -242,14 +242,17 @@ def test_finish_marks_the_job_complete_and_heartbeats_carry_steps_per_second(
     agent.poll_once()
     clock.now += 10
     agent.progress(50)
+    agent.poll_once()  # this interval holds the warm-up: no rate (tests/test_throughput_profile.py)
+    clock.now += 10
+    agent.progress(100)
     agent.poll_once()
     beat = read_heartbeat(loc, "job", 1)
-    assert beat is not None and beat.step == 50 and beat.steps_per_s == pytest.approx(5.0)
+    assert beat is not None and beat.step == 100 and beat.steps_per_s == pytest.approx(5.0)
     assert beat.state is AgentState.RUNNING and beat.at == datetime.fromtimestamp(clock.now, UTC)
-    _save(agent, 50)
+    _save(agent, 100)
     agent.finish()
     done = read_finished(loc, "job")
-    assert done is not None and done["step"] == 50 and done["checkpoint"] == agent.last_checkpoint.name  # type: ignore[union-attr]
+    assert done is not None and done["step"] == 100 and done["checkpoint"] == agent.last_checkpoint.name  # type: ignore[union-attr]
     assert read_heartbeat(loc, "job", 1).state is AgentState.FINISHED  # type: ignore[union-attr]
 
 
