@@ -80,7 +80,8 @@ def _instances(state: Path) -> list[dict[str, object]]:
 
 
 def test_profile_through_the_console_script_stores_a_measured_figure(tmp_path: Path) -> None:
-    job_file, state = _job_file(tmp_path), tmp_path / "state"
+    _job_file(tmp_path)
+    state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTOPT_")}
     env["SPOTOPT_DB_URL"] = f"sqlite:///{tmp_path / 'h.sqlite'}"
     (tmp_path / "refs.csv").write_text(
@@ -117,8 +118,8 @@ def test_profile_through_the_console_script_stores_a_measured_figure(tmp_path: P
 
     rows = []
     for _ in range(2):  # a second profile replaces the figure: still one measured row
-        out = spotopt("throughput", "profile", "job.yaml", "--gpu", "L4", "--steps", "20", "--budget-usd", "1",
-                      "--state-dir", str(state), "--format", "json")  # fmt: skip
+        out = spotopt("throughput", "profile", "job.yaml", "--gpu", "L4", "--steps", "20",
+                      "--budget-usd", "1", "--state-dir", str(state), "--format", "json")  # fmt: skip
         assert out.returncode == 0, out.stderr
         (row,) = strict_json(out.stdout)
         rows.append(row)
