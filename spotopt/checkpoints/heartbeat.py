@@ -35,7 +35,8 @@ class Heartbeat:
     state: AgentState
     step: int
     steps_per_s: float | None
-    """Over the interval since the previous heartbeat; None before two progress reports."""
+    """Over the interval since the previous heartbeat; None until one past the warm-up
+    (``spotopt.agent.steady``)."""
     last_checkpoint: str | None
     last_checkpoint_step: int | None
     at: datetime

@@ -118,10 +118,12 @@ def record_throughput(
 
     Successive heartbeats combine as a time-decayed mean: the stored value moves towards the new
     one by ``1 - 0.5 ** (Δt / THROUGHPUT_HALF_LIFE_S)``, Δt the time since the stored figure. A
-    heartbeat's rate covers a short window and is noisy (warm-up, a checkpoint write, a slow data
+    heartbeat's rate covers a short window and is noisy (a checkpoint write, a slow data
     loader): the latest value alone would let one unlucky heartbeat re-plan the fleet, a plain
-    mean of all of them would never follow a real change (new code, a slower host). Weighing by
-    elapsed time rather than by count makes the figure nearly the same whether the daemon polls
+    mean of all of them would never follow a real change (new code, a slower host). The warm-up
+    after a (re)start never reaches here: the agent reports no rate for an interval that began
+    before it (``spotopt.agent.steady``), the rule ``spotopt throughput profile`` measures by.
+    Weighing by elapsed time rather than by count makes the figure nearly the same whether the daemon polls
     every 5 s or every minute; a real change shows half within 10 minutes, 7/8 within 30.
     A heartbeat not newer than the stored figure (the same heartbeat read twice, or out of order)
     changes nothing, so re-reading is idempotent. ``gpu_model`` is canonicalised as
