@@ -175,3 +175,21 @@ def test_ctrl_c_during_a_profile_ends_the_instance(db: Database, tmp_path: Path)
     assert provider.status(instance_id).state is InstanceState.TERMINATED
     record = _instances(tmp_path / "state")[0]
     assert group_members(int(str(record["pid"]))) == []
+
+
+def test_a_job_that_fails_at_once_measures_nothing_and_stores_nothing(db: Database, tmp_path: Path) -> None:
+    ingest(db, [price("g5.xlarge", (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%d %H:%M"), 1.0)])
+    spec = yaml.safe_load(_job_file(tmp_path).read_text())
+    spec["jobs"][0]["run"] = f"{sys.executable} -c 'raise SystemExit(3)'"
+    jobs = parse_jobs(spec, "job.yaml").jobs
+    with db.session() as session:
+        (run,) = profiling.plan_runs(
+            session, jobs, tmp_path, "A10G", [1], steps=5, seconds=None, warmup_steps=2,
+            budget_usd=None, now=datetime.now(UTC),
+        )  # fmt: skip
+    result = profiling.profile(LocalProvider(tmp_path / "state"), run, steps=5, seconds=None, warmup_steps=2,
+                               limit_s=60.0)  # fmt: skip
+    assert (result.rate, result.ended) == (None, "job exited (exited, status 3)")
+    with db.session() as session:
+        profiling.store_result(session, result, 2, datetime.now(UTC))
+        assert profiling.stored_figures(session) == []

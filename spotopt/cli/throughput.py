@@ -196,10 +196,16 @@ def profile(
         else _provider(provider, state_dir)
     )
     spent, rows = 0.0, []
-    for run in runs:
+    for i, run in enumerate(runs):
         limit_s = profiling.LONGEST_S
-        if budget_usd is not None and run.quote.usd_per_hour > 0:
-            limit_s = min(limit_s, (budget_usd - spent) / run.quote.usd_per_hour * 3600.0)
+        if budget_usd is not None:  # this run may spend what the runs after it do not expect to
+            left = budget_usd - spent - sum(r.expected_usd for r in runs[i + 1 :])
+            if left < run.expected_usd:
+                say(f"{run.job.name} on {run.gpu_count}x {run.gpu_model}: not run, the budget is spent",
+                    label="warning:", err=True)  # fmt: skip
+                continue
+            if run.quote.usd_per_hour > 0:
+                limit_s = min(limit_s, left / run.quote.usd_per_hour * 3600.0)
         say(f"profiling {run.job.name} on {run.gpu_count}x {run.gpu_model} ({provider}) ...", err=True)
         result = profiling.profile(
             placements, run, steps=steps, seconds=seconds, warmup_steps=warmup_steps, limit_s=limit_s
@@ -228,3 +234,5 @@ def profile(
         title=f"Profiled (steps/s; error: estimate / measured - 1; first {warmup_steps} steps left out)",
         wide_only=("low", "high", "market", "ended"),
     )
+    if any(row["steps_per_s"] is None for row in rows) or len(rows) < len(runs):
+        raise typer.Exit(1)

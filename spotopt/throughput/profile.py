@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from spotopt.agent.steady import SteadyRate, steady_rate
 from spotopt.catalog import gpu_matches
-from spotopt.checkpoints import AgentState, Location, read_heartbeat, store_url
+from spotopt.checkpoints import Location, read_heartbeat, store_url
 from spotopt.clouds.common.base import InstanceState, LaunchSpec, Provider, market_label
 from spotopt.db.queries import MarketFilter, Quote, prices_at
 from spotopt.errors import InputError
@@ -177,19 +177,23 @@ def plan_runs(
 
 
 @contextmanager
-def _store(run: Run, provider: Provider) -> Iterator[str]:
-    """The profile's own store: a temporary directory for processes on this machine, else a
-    ``profile-…`` job beside the job's checkpoints, removed afterwards."""
+def _store(run: Run, provider: Provider, name: str) -> Iterator[Location]:
+    """The profile's own store: a temporary directory for processes on this machine, else job
+    ``name`` beside the job's checkpoints, removed afterwards."""
     if not provider.runs_on_market:
         with TemporaryDirectory(prefix="spotopt-profile-") as tmp:
-            yield f"file://{tmp}"
+            yield Location(f"file://{tmp}")
         return
     if run.job.checkpoint is None:
         raise InputError(
             f"{run.job.name}: checkpoint.uri is required to profile on {provider.name}: "
             "the instance writes its heartbeats there"
         )
-    yield store_url(run.job.checkpoint.uri, run.workdir)
+    loc = Location(store_url(run.job.checkpoint.uri, run.workdir))
+    try:
+        yield loc
+    finally:
+        loc.remove(loc.path(name))
 
 
 def profile(
@@ -204,15 +208,15 @@ def profile(
     wait: Callable[[float], None] = time.sleep,
 ) -> Result:
     """Launch ``run``, read its heartbeats until enough was measured (or the job exited, or
-    ``limit_s`` passed), terminate the instance whatever happens, and return the steady rate."""
+    ``limit_s`` passed), terminate every instance of the run whatever happens (a launch that
+    failed after starting one too), and return the steady rate."""
     name = f"profile-{uuid.uuid4().hex[:16]}"
-    with _store(run, provider) as url:
-        loc = Location(url)
+    with _store(run, provider, name) as loc:
         spec = LaunchSpec(
             job=name,
             epoch=0,
             command=tuple(shlex.split(run.job.run or "")),
-            checkpoint_uri=url,
+            checkpoint_uri=loc.url,
             checkpoint_every_s=LONGEST_S,  # a checkpoint write would be measured as slow steps
             env={
                 "SPOTOPT_POLL_EVERY": f"{BEAT_S:g}s",
@@ -223,39 +227,38 @@ def profile(
             workdir=str(run.workdir),
             tags={"spotopt:profile": run.job.name},
         )
-        started_at, start = datetime.now(UTC), clock()
-        instance = provider.launch(spec, run.market, name)
         reports: list[tuple[float, int]] = []
-        rate, ended = None, "time limit"
+        ended = "time limit"
+
+        def heard() -> None:
+            beat = read_heartbeat(loc, name, 0)
+            if beat is not None and (not reports or beat.at.timestamp() > reports[-1][0]):
+                reports.append((beat.at.timestamp(), beat.step))
+
+        started_at, start = datetime.now(UTC), clock()
         try:
+            instance = provider.launch(spec, run.market, name)
             while clock() - start < limit_s:
-                beat = read_heartbeat(loc, name, 0)
-                if beat is not None and (not reports or beat.at.timestamp() > reports[-1][0]):
-                    reports.append((beat.at.timestamp(), beat.step))
-                    rate = steady_rate(reports, 0, warmup_steps)
+                heard()
+                rate = steady_rate(reports, 0, warmup_steps)
                 if rate is not None and (
-                    (seconds is not None and rate.seconds >= seconds)
-                    or (seconds is None and rate.steps >= (steps or DEFAULT_STEPS))
+                    rate.seconds >= seconds if seconds is not None else rate.steps >= (steps or DEFAULT_STEPS)
                 ):
                     ended = "measured"
                     break
-                if (beat is not None and beat.state in (AgentState.FINISHED, AgentState.STOPPED)) or (
-                    provider.status(instance.instance_id).state
-                    not in (InstanceState.PENDING, InstanceState.RUNNING)
-                ):
-                    ended = "job exited"
+                status = provider.status(instance.instance_id)
+                if status.state not in (InstanceState.PENDING, InstanceState.RUNNING):
+                    code = "" if status.exit_code is None else f", status {status.exit_code}"
+                    ended = f"job exited ({status.state}{code})"
                     break
                 wait(BEAT_S / 4)
         finally:
-            provider.terminate(instance.instance_id)
+            for leftover in provider.list_instances(job=name):
+                provider.terminate(leftover.instance_id)
             ended_at = datetime.now(UTC)
-            if provider.runs_on_market:
-                loc.remove(loc.path(name))
-        final = read_heartbeat(loc, name, 0) if not provider.runs_on_market else None
-        if final is not None and final.at.timestamp() > (reports[-1][0] if reports else 0):
-            reports.append((final.at.timestamp(), final.step))  # the last word (stopped, finished)
-            rate = steady_rate(reports, 0, warmup_steps)
+        heard()  # the last word: a stopped or finished agent's final heartbeat
     cost = interval_cost_usd(run.quote.cloud, run.quote.usd_per_hour, started_at, ended_at)
+    rate = steady_rate(reports, 0, warmup_steps)
     return Result(run, rate, (ended_at - started_at).total_seconds(), cost, ended)
 
 
