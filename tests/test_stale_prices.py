@@ -52,7 +52,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_prices_cheapest_ranks_a_fresh_price_before_stale_ones_and_shows_ages(history: str) -> None:
     rows = _json("--db", history, "prices", "cheapest", "--gpu", "L4", "--market", "spot")
-    assert [(r["region"], r["stale"]) for r in rows][0] == ("europe-west4", False)
+    assert (rows[0]["region"], rows[0]["stale"]) == ("europe-west4", False)
     assert len(rows) > 1 and all(r["stale"] for r in rows[1:])
     assert rows[0]["usd_per_gpu_hour"] > min(r["usd_per_gpu_hour"] for r in rows[1:])  # dearer, yet first
     assert rows[0]["age_days"] == pytest.approx(1 / 24, abs=0.01)
