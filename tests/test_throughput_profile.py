@@ -22,7 +22,7 @@ from spotopt.clouds.local.provider import LocalProvider, group_members
 from spotopt.db.engine import Database
 from spotopt.errors import InputError
 from spotopt.jobspec import parse_jobs
-from spotopt.throughput import profile as profiling
+from spotopt.mover import profile as profiling
 from tests.helpers import ingest, price, strict_json
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "examples"

@@ -18,7 +18,7 @@ from spotopt.history.throughput_store import import_rows, list_rows, read_file, 
 from spotopt.jobspec import MAX_GPUS, gpu_key, load_jobs
 from spotopt.render import Format, render, say
 from spotopt.throughput import JobThroughput
-from spotopt.throughput import profile as profiling
+from spotopt.mover import profile as profiling
 from spotopt.throughput.scaling import default_topology
 
 app = typer.Typer(no_args_is_help=True, help="Training throughputs per workload × GPU model × GPU count.")

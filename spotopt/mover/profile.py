@@ -16,6 +16,9 @@ GPU count (the whole instance bills), under the cloud's billing rule (its minimu
 run's expected length is the job's ``restart_s`` (start-up) plus its steps at the low end of the
 figure known before (or ``seconds``); the runs together must fit ``budget_usd`` before any
 starts, and each run is stopped when its share of what is left would be spent.
+
+It lives with the mover, not with the throughput model: it launches and prices instances
+(providers, billing, the history), which the model, a base module, may not import.
 """
 
 from __future__ import annotations
