@@ -16,9 +16,9 @@ from spotopt.clouds.registry import PROVIDERS
 from spotopt.errors import InputError
 from spotopt.history.throughput_store import import_rows, list_rows, read_file, stored_figures
 from spotopt.jobspec import MAX_GPUS, gpu_key, load_jobs
+from spotopt.mover import profile as profiling
 from spotopt.render import Format, render, say
 from spotopt.throughput import JobThroughput
-from spotopt.mover import profile as profiling
 from spotopt.throughput.scaling import default_topology
 
 app = typer.Typer(no_args_is_help=True, help="Training throughputs per workload × GPU model × GPU count.")
