@@ -220,9 +220,10 @@ class JobThroughput:
             )
         value = self.scaling.steps_per_s(one.steps_per_s, gpu_model, gpus, where, topo)
         low, high = one.interval
-        # the one-GPU figure's spread and the scaling model's, independent, in log space
-        below = math.hypot(math.log(one.steps_per_s / low) / across.Z80, self.scaling.sigma)
-        above = math.hypot(math.log(high / one.steps_per_s) / across.Z80, self.scaling.sigma)
+        # the one-GPU figure's spread and the scaling model's at this placement, independent, in log space
+        spread = self.scaling.log_sigma(gpus, where)
+        below = math.hypot(math.log(one.steps_per_s / low) / across.Z80, spread)
+        above = math.hypot(math.log(high / one.steps_per_s) / across.Z80, spread)
         fitted = "fitted to the job's points" if self.scaling.points > 1 else "hardware default"
         eff = value / (one.steps_per_s * gpus)
         note = f"x{gpus} GPUs on {where} node(s): iteration-time model ({fitted}), {eff:.0%} efficiency"

@@ -63,6 +63,11 @@ CONTENTION_WEIGHT = 0.3
 split): a pair of 1- and 2-GPU points sets ``c``; a single point keeps the default."""
 SCALING_SIGMA = 0.10
 """Log-error of a multi-GPU figure scaled from the one-GPU figure (tuned on the dev split)."""
+EXTRAPOLATION_SIGMA = 0.15
+"""Log-error added per unit of ln(count / nearest measured count) (tuned on the dev split)."""
+NETWORK_SIGMA = 0.10
+"""Log-error added where the figure crosses more nodes than any of the job's points (tuned on
+the dev split): the network's share is then the hardware default or an extrapolation."""
 PCIE3_GBS = 32.0
 """The link assumed for a GPU that no catalog instance type has (PCIe gen3 x16, both directions)."""
 NETWORK_GBPS = 25.0
@@ -147,6 +152,20 @@ class ScalingFit:
     k: float
     sigma: float
     points: int
+    placements: frozenset[tuple[int, int]] = frozenset()
+
+    def log_sigma(self, gpus: int, nodes: int) -> float:
+        """Log-error of the figure on ``gpus`` GPUs over ``nodes``: the fit's own ``sigma``, and
+        more the farther the figure lies from the job's points. The residuals of the points only
+        say how well the model passes through them; a count far beyond them (ln of the ratio to
+        the nearest measured count) and a network no point crossed are extrapolations whose
+        error the data shows growing (Sia's traces: 8 GPUs from 1 and 2 miss by twice what 4
+        do, and nodes from one node's points miss by more than counts on it)."""
+        if not self.placements or gpus <= 1:
+            return self.sigma
+        nearest = min(abs(math.log(gpus / g)) for g, _ in self.placements)
+        network = nodes > max(n for _, n in self.placements)
+        return math.hypot(self.sigma, EXTRAPOLATION_SIGMA * nearest, NETWORK_SIGMA if network else 0.0)
 
     def steps_per_s(self, one_gpu: float, gpu_model: str, gpus: int, nodes: int, topology: Topology) -> float:
         """Steps/s on ``gpus`` GPUs over ``nodes`` from the one-GPU figure ``one_gpu``."""
@@ -212,4 +231,5 @@ def fit(points: Sequence[Point]) -> ScalingFit:
         k=math.exp(x[n_t + 2]) if fit_k else OVERLAP_K,
         sigma=max(sigma, SCALING_SIGMA),
         points=len(points),
+        placements=frozenset((p.gpus, p.nodes) for p in points),
     )
