@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from spotopt.agent.config import JOB_NAME
 from spotopt.checkpoints.location import Location, store_url
+from spotopt.checkpoints.store import parse_checkpoint_name
 from spotopt.db.engine import Database
 from spotopt.db.models import JOB_STATES, InstanceType, JobEvent, ManagedJob, Market, Placement
 from spotopt.errors import ConfigError, InputError, one_line
@@ -403,20 +404,33 @@ def cancelled_at_once(session: Session, job: ManagedJob) -> bool:
 
 
 RETRY_REASON = "retry "
-"""How the reason of an automatic retry's transition begins (``retry 2 of 3: …``): counted by
-``retries_in_a_row``."""
-_RETRY = re.compile(rf"^{RETRY_REASON}\d+ of \d+: ")
+"""How the reason of an automatic retry's transition begins (``retry 2 of 3: …``): its number is
+the count ``retries_in_a_row`` reads back."""
+_RETRY = re.compile(rf"^{RETRY_REASON}(\d+) of \d+: ")
 
 
 def retries_in_a_row(session: Session, job: ManagedJob) -> int:
-    """Automatic retries of ``job`` since it was submitted or last resumed by hand."""
+    """Automatic retries of ``job`` since it was submitted, last resumed by hand or last made
+    progress: the number of its newest ``retry N of M`` since the newest resume (0: none).
+
+    ``after_failure`` numbers a retry from 1 again after a try that made progress, so a job
+    that crashes once a day after hours of training is not failed after ``retry.max`` days."""
     count = 0
     for event in job_events(session, job):
         if event.to_state == "pending" and event.from_state in TERMINAL:
             count = 0
-        elif event.to_state in ("recovering", "pending") and _RETRY.match(event.reason):
-            count += 1
+        elif event.to_state in ("recovering", "pending") and (match := _RETRY.match(event.reason)):
+            count = int(match.group(1))
     return count
+
+
+def _try_progressed(session: Session, job: ManagedJob) -> bool:
+    """Whether the try of ``job`` that just failed made progress that a retry keeps: the newest
+    verified checkpoint the daemon read was written by the try's own placement (its name
+    carries the writer's epoch), so the next try resumes past where this one started."""
+    placement = session.get(Placement, job.placement_id) if job.placement_id is not None else None
+    written = parse_checkpoint_name(job.checkpoint_name) if job.checkpoint_name else None
+    return placement is not None and written is not None and written[1] == placement.epoch
 
 
 def after_failure(
@@ -435,10 +449,11 @@ def after_failure(
     A retry is a recorded transition whose reason begins ``retry N of M:``: back to
     ``recovering`` from a running job (the daemon places it again at once, like a preempted
     one), to ``pending`` from a start or recovery (the next round places it). The agent of the
-    new placement resumes from the newest verified checkpoint. Otherwise the job fails, the
-    reason saying why it was not retried."""
+    new placement resumes from the newest verified checkpoint. Retries count "in a row": a try
+    that wrote a verified checkpoint starts the count again (``retries_in_a_row``). Otherwise
+    the job fails, the reason saying why it was not retried."""
     policy = job_spec(job).retry or Retry()
-    done = retries_in_a_row(session, job)
+    done = 0 if _try_progressed(session, job) else retries_in_a_row(session, job)
     if policy.retries(exit_code) and done < policy.max:
         to_state = "pending" if job.state in ("pending", "launching", "recovering") else "recovering"
         reason = f"{RETRY_REASON}{done + 1} of {policy.max}: {why}"
