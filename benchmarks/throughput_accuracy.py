@@ -17,7 +17,8 @@ GPUs over the other workloads; with two kinds known, the geometric mean of both)
 - ``interval``: the share of those cases whose measured value lies in the 80 % interval;
 - counts: one node from the 1-GPU figure alone (``scaling.fit`` of one point), from the 1- and
   2-GPU points at 4 and 8, one count left out of all the job's one-node counts, and across nodes
-  from the job's one-node points (relative error ``|pred/measured - 1|``);
+  from the job's one-node points (relative error ``|pred/measured - 1|``), each with the share
+  whose measured value lies in the 80 % interval (``ScalingFit.log_sigma``);
 - plan regret: the true cost of min-cost-slo's plan for a job known on one GPU kind over the
   plan with every true figure (catalog on-demand list prices; ``regret_cases``).
 
@@ -42,7 +43,7 @@ from spotopt.errors import InfeasibleError
 from spotopt.history.market import MarketState
 from spotopt.jobspec import parse_jobs
 from spotopt.plan import build_problem, solve
-from spotopt.throughput import JobThroughput, StoredFigure
+from spotopt.throughput import JobThroughput, StoredFigure, across
 from spotopt.throughput.scaling import Point, Topology, fit, topology_of
 
 CLUSTERS = {  # Sia's simulator_config.py: the hardware of each cluster
@@ -229,12 +230,17 @@ def count_cases(data: dict[str, dict[str, dict[str, float]]], jobs: Iterable[str
             CLUSTERS[cluster], sum(int(ch) for ch in placement), len(placement), value, topo[cluster]
         )
 
-    def predict(points: list[Point], cluster: str, placement: str) -> float:
+    def predict(points: list[Point], cluster: str, placement: str, case: str, measured: float) -> float:
+        """The fitted model's figure at ``placement``, its 80 % interval's hit counted under ``case``."""
         model = fit(points)
         gpu = CLUSTERS[cluster]
         gpus, nodes = sum(int(ch) for ch in placement), len(placement)
         one = 1.0 / model.step_s[gpu]
-        return model.steps_per_s(one, gpu, gpus, nodes, topo[cluster])
+        value = model.steps_per_s(one, gpu, gpus, nodes, topo[cluster])
+        spread = across.Z80 * model.log_sigma(gpus, nodes)  # the one-GPU figure is measured: exact
+        low, high = value * math.exp(-spread), value * math.exp(spread)
+        res.setdefault(f"{case}: in 80 % interval", []).append(float(low <= measured <= high))
+        return value
 
     for job in jobs:
         for cluster, figures in data[job].items():
@@ -243,29 +249,29 @@ def count_cases(data: dict[str, dict[str, dict[str, float]]], jobs: Iterable[str
             ones = [point(cluster, "1", figures["1"])]
             for p, v in single.items():
                 if p != "1":
-                    res.setdefault("one node, from the 1-GPU figure", []).append(
-                        abs(predict(ones, cluster, p) / v - 1)
-                    )
+                    case = "one node, from the 1-GPU figure"
+                    res.setdefault(case, []).append(abs(predict(ones, cluster, p, case, v) / v - 1))
             if "2" in single:
                 pair = [*ones, point(cluster, "2", single["2"])]
                 for p in ("4", "8"):
                     if p in single:
-                        res.setdefault(f"{p} GPUs, from 1 and 2", []).append(
-                            abs(predict(pair, cluster, p) / single[p] - 1)
+                        case = f"{p} GPUs, from 1 and 2"
+                        res.setdefault(case, []).append(
+                            abs(predict(pair, cluster, p, case, single[p]) / single[p] - 1)
                         )
             for p in single:
                 if p == "1":
                     continue
                 rest = [point(cluster, q, v) for q, v in single.items() if q != p]
-                res.setdefault("one count left out (one node)", []).append(
-                    abs(predict(rest, cluster, p) / single[p] - 1)
+                case = "one count left out (one node)"
+                res.setdefault(case, []).append(
+                    abs(predict(rest, cluster, p, case, single[p]) / single[p] - 1)
                 )
             node_points = [point(cluster, q, v) for q, v in single.items()]
             for p, v in figures.items():
                 if len(p) > 1 and len(set(p)) == 1:  # even placements over several nodes
-                    res.setdefault("across nodes, from one node's points", []).append(
-                        abs(predict(node_points, cluster, p) / v - 1)
-                    )
+                    case = "across nodes, from one node's points"
+                    res.setdefault(case, []).append(abs(predict(node_points, cluster, p, case, v) / v - 1))
     return res
 
 
