@@ -30,6 +30,8 @@ CLOUD_CHOICES = ("aws", "gcp", "azure", "local", "none")
 ENV_VARS: dict[str, str] = {
     "SPOTOPT_JOB": "job name: the store directory and every record (default: the script's file name)",
     "SPOTOPT_EPOCH": "this placement's epoch; the store's lease fences older ones (default 0, unfenced)",
+    "SPOTOPT_DATABASE_ID": "the id of the database whose daemon launched the job: a lease another "
+    "database granted fences it too (default: unknown, the epoch alone)",
     "SPOTOPT_CHECKPOINT_URI": "the store: file://DIR, s3://BUCKET/PREFIX, gs://…, az://… "
     "(default ./spotopt-checkpoints)",
     "SPOTOPT_STORAGE_OPTIONS": 'JSON keyword arguments for the fsspec back-end, e.g. {"endpoint_url": "http://…"}',
@@ -73,6 +75,8 @@ class AgentConfig:
     scratch_dir: str | None = None
     clock_file: str | None = None
     """``spotopt.simclock``'s file: time is simulated (a replayed market), not the real clock."""
+    database: str | None = None
+    """``SPOTOPT_DATABASE_ID``: the launching daemon's database (``spotopt.db.identity``)."""
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> AgentConfig:
@@ -107,6 +111,7 @@ class AgentConfig:
             notice_file=env.get("SPOTOPT_NOTICE_FILE") or None,
             scratch_dir=env.get("SPOTOPT_SCRATCH_DIR") or None,
             clock_file=env.get("SPOTOPT_CLOCK_FILE") or None,
+            database=env.get("SPOTOPT_DATABASE_ID") or None,
         )
 
 

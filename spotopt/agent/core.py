@@ -167,7 +167,14 @@ class Agent:
             now = self._now()
             try:
                 manifest = write_checkpoint(
-                    loc, self.config.job, step, self.config.epoch, staging, now, self.config.keep
+                    loc,
+                    self.config.job,
+                    step,
+                    self.config.epoch,
+                    staging,
+                    now,
+                    self.config.keep,
+                    self.config.database,
                 )
             except SupersededError as exc:
                 self._supersede(str(exc))
@@ -235,7 +242,7 @@ class Agent:
             )
         try:
             if self.config.managed:
-                check_epoch(loc, self.config.job, self.config.epoch)
+                check_epoch(loc, self.config.job, self.config.epoch, self.config.database)
         except SupersededError as exc:
             self._supersede(str(exc))
             self._exit_superseded()
@@ -286,7 +293,7 @@ class Agent:
         loc = self._start()
         job, epoch = self.config.job, self.config.epoch
         try:
-            check_epoch(loc, job, epoch)
+            check_epoch(loc, job, epoch, self.config.database)
         except SupersededError as exc:
             self._supersede(str(exc))
             return
@@ -354,7 +361,7 @@ class Agent:
             if self.config.managed:
                 self._await_lease(loc)
                 try:
-                    check_epoch(loc, self.config.job, self.config.epoch)
+                    check_epoch(loc, self.config.job, self.config.epoch, self.config.database)
                 except SupersededError as exc:
                     self._supersede(str(exc))
                     self._exit_superseded()

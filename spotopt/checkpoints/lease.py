@@ -67,8 +67,13 @@ def read_lease(loc: Location, job: str) -> Lease | None:
     )
 
 
-def check_epoch(loc: Location, job: str, epoch: int) -> Lease | None:
-    """Raise ``SupersededError`` unless ``epoch`` may write; return the lease (None: unfenced)."""
+def check_epoch(loc: Location, job: str, epoch: int, database: str | None = None) -> Lease | None:
+    """Raise ``SupersededError`` unless ``epoch`` may write; return the lease (None: unfenced).
+
+    ``database``: the id of the database whose daemon launched the writer (``SPOTOPT_DATABASE_ID``;
+    None: unknown). Epochs count per database, so two daemons granting within milliseconds both
+    grant epoch 1 and the last write of ``lease.json`` wins: the lease's epoch alone would let
+    both trainers write. The lease must also be the writer's own database's."""
     lease = read_lease(loc, job)
     if lease is not None and lease.epoch != epoch:
         newer = (
@@ -77,5 +82,11 @@ def check_epoch(loc: Location, job: str, epoch: int) -> Lease | None:
         raise SupersededError(
             f"job {job}: epoch {epoch} is not the lease holder (lease epoch {lease.epoch}, {newer}); "
             "this copy stops without writing a checkpoint"
+        )
+    if lease is not None and None not in (database, lease.database) and lease.database != database:
+        assert database is not None and lease.database is not None
+        raise SupersededError(
+            f"job {job}: the lease is held by another spotopt database (id {lease.database[:12]}, not "
+            f"{database[:12]}); this copy stops without writing a checkpoint"
         )
     return lease

@@ -73,13 +73,21 @@ def _local_files(local_dir: Path) -> list[Path]:
 
 
 def write_checkpoint(
-    loc: Location, job: str, step: int, epoch: int, local_dir: Path, now: datetime, keep: int
+    loc: Location,
+    job: str,
+    step: int,
+    epoch: int,
+    local_dir: Path,
+    now: datetime,
+    keep: int,
+    database: str | None = None,
 ) -> Manifest:
     """Upload ``local_dir`` as the checkpoint of ``step``, verify it, write its manifest, prune.
 
     Order (each step is a point where a crash must leave nothing resumable): check the lease,
     upload every file, read each back and compare size and sha256 with the local file, check the
-    lease again, write ``manifest.json``. Then keep the newest ``keep`` trusted checkpoints and
+    lease again (``check_epoch``: the epoch and, when ``database`` is known, the granting
+    database), write ``manifest.json``. Then keep the newest ``keep`` trusted checkpoints and
     delete torn or fenced leftovers (``collect_garbage``). Raises ``SupersededError`` (nothing
     more is written) if the epoch lost the lease, ``InputError`` for an empty directory.
     """
@@ -89,7 +97,7 @@ def write_checkpoint(
             f"checkpoint at step {step}: {local_dir} is empty; write the job's state into the directory "
             "agent.checkpoint() yields, inside the with block"
         )
-    check_epoch(loc, job, epoch)
+    check_epoch(loc, job, epoch, database)
     name = checkpoint_name(step, epoch)
     base = loc.path(job, CHECKPOINTS, name)
     entries = []
@@ -101,7 +109,7 @@ def write_checkpoint(
         entries.append(FileEntry(rel, size, sha))
     manifest = Manifest(name, job, step, epoch, now, tuple(entries))
     verify_files(loc, manifest)
-    check_epoch(loc, job, epoch)
+    check_epoch(loc, job, epoch, database)
     loc.write_json(f"{base}/{MANIFEST}", manifest.to_json())
     collect_garbage(loc, job, epoch, keep)
     return manifest

@@ -821,7 +821,12 @@ class Executor:
             command=tuple(shlex.split(job.run_command)),
             checkpoint_uri=loc.url,
             checkpoint_every_s=parse_duration(every, "checkpoint.every").total_seconds() if every else None,
-            env={**self.agent_env, "SPOTOPT_MARKET": market_label(market), "SPOTOPT_GPUS": str(move.gpus)},
+            env={
+                "SPOTOPT_DATABASE_ID": self.database_id,
+                **self.agent_env,
+                "SPOTOPT_MARKET": market_label(market),
+                "SPOTOPT_GPUS": str(move.gpus),
+            },
             workdir=job.workdir,
             tags={
                 "spotopt:job": job.name,
