@@ -143,6 +143,73 @@ class Scaling(_Strict):
     comm_ratio: Annotated[float, Field(ge=0, le=MAX_COMM_RATIO)]
 
 
+_PARAMETERS = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmbt])$", re.IGNORECASE)
+_PARAMETER_UNITS = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+MAX_PARAMETERS = 1e14
+OPTIMIZER_BYTES = {"adam": 8.0, "sgd": 4.0, "none": 0.0}
+"""Bytes of optimizer state per parameter (fp32): Adam's two moments, SGD's momentum."""
+
+
+class Memory(_Strict):
+    """What the job needs in each GPU's memory, so a GPU that cannot hold it is never offered.
+
+    Either ``peak_gb``, a measured peak per GPU (``nvidia-smi``/``torch.cuda.max_memory_allocated``),
+    or the model states counted as the ZeRO paper (Rajbhandari et al. 2020, section 3) and
+    Rubick count them: ``parameters`` × (weights + gradients + optimizer states) bytes, with
+    ``precision: mixed`` 2 + 2 + (4 fp32 master + ``optimizer``'s states) = 16 for Adam, ``fp32``
+    4 + 4 + states; ZeRO ``zero_stage`` 1, 2, 3 partition the optimizer states, then the
+    gradients, then the weights over the job's data-parallel GPUs; plus ``activations_gb`` per GPU.
+    """
+
+    parameters: Annotated[float, Field(gt=0, le=MAX_PARAMETERS)] | None = None
+    precision: Literal["mixed", "fp32"] = "mixed"
+    optimizer: Literal["adam", "sgd", "none"] = "adam"
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    activations_gb: Annotated[float, Field(ge=0, le=MAX_GB)] = 0.0
+    peak_gb: Annotated[float, Field(gt=0, le=MAX_GB)] | None = None
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        """``13B``, ``350M``, ``1.3e9`` (PyYAML reads a bare ``13e9`` as text) or a number."""
+        if isinstance(value, str):
+            text = value.strip()
+            match = _PARAMETERS.match(text)
+            if match:
+                return float(match.group(1)) * _PARAMETER_UNITS[match.group(2).lower()]
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError(
+                    f"{value!r} is not a parameter count; write e.g. 13B, 350M or 1.3e9"
+                ) from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Memory:
+        if (self.parameters is None) == (self.peak_gb is None):
+            raise ValueError(
+                "give exactly one of parameters (the model's size) or peak_gb (a measured peak per GPU)"
+            )
+        return self
+
+    def per_gpu_gb(self, gpus: int) -> float:
+        """GB each GPU needs when the job runs data-parallel on ``gpus`` GPUs."""
+        if self.peak_gb is not None:
+            return self.peak_gb
+        assert self.parameters is not None
+        weights = grads = 2.0 if self.precision == "mixed" else 4.0
+        master = 4.0 if self.precision == "mixed" and self.optimizer != "none" else 0.0
+        states = OPTIMIZER_BYTES[self.optimizer] + master
+        stage = self.zero_stage
+        per_param = (
+            (weights / gpus if stage >= 3 else weights)
+            + (grads / gpus if stage >= 2 else grads)
+            + (states / gpus if stage >= 1 else states)
+        )
+        return self.parameters * per_param / 1e9 + self.activations_gb
+
+
 class Checkpoint(_Strict):
     """Where a managed job's checkpoints go (a store URL or a path relative to the job file) and
     how often (a duration; none: the agent's Young/Daly period)."""
@@ -224,6 +291,8 @@ class Job(_Strict):
     dataset: Dataset | None = None
     allow: Allow = Allow()
     scaling: Scaling | None = None
+    memory: Memory | None = None
+    """What the job needs in each GPU's memory (None: unknown, every GPU is offered)."""
     # What the mover needs to run the job (``spotopt jobs submit`` requires run, checkpoint and
     # budget_usd); the planner and the what-if engine ignore these fields.
     run: Annotated[str, Field(min_length=1)] | None = None
@@ -384,6 +453,7 @@ _FIELDS = {
     "allow": list(Allow.model_fields),
     "scaling": list(Scaling.model_fields),
     "checkpoint": list(Checkpoint.model_fields),
+    "memory": list(Memory.model_fields),
     "": list(JobSpec.model_fields),
 }
 

@@ -26,7 +26,7 @@ from spotopt.decide.core import policy_input
 from spotopt.decide.egress import entry_usd
 from spotopt.decide.fleet import FleetState
 from spotopt.decide.guardrails import Guardrails
-from spotopt.decide.options import OptionInfo, enumerate_options, initial_state, price_age_h
+from spotopt.decide.options import Excluded, OptionInfo, enumerate_options, initial_state, price_age_h
 from spotopt.errors import InputError
 from spotopt.history.market import MarketState
 from spotopt.jobspec import Job, JobSpec
@@ -57,6 +57,8 @@ class PlanProblem:
     max_price_age_h: float = math.inf
     """A price older than this at ``at`` is stale (``Guardrails.max_price_age_h``): the core
     plans a job on stale prices only when it has no fresh one, and the report says so."""
+    excluded: list[list[Excluded]] = field(default_factory=list)
+    """Per job of ``jobs``, the GPU models and counts its memory rules out."""
 
 
 def build_problem(
@@ -78,6 +80,7 @@ def build_problem(
     ``capacity`` is instances per market one may hold at once (``inf``: unlimited).
     """
     table = enumerate_options(spec, markets, at, figures, period_h=period_h, billing=billing)
+    _refuse_unfit(spec, table.job, table.excluded)
     state, opts = initial_state(spec, table, markets, at)
     opts = dataclasses.replace(opts, capacity=np.full(len(markets), capacity, dtype=float))
     guard = Guardrails(period_h=period_h, budget_usd=budget_usd).with_jobs(spec.jobs)
@@ -109,6 +112,7 @@ def build_problem(
         fleet_jobs=built.jobs,
         set_aside=aside,
         max_price_age_h=guard.max_price_age_h,
+        excluded=[table.excluded[j] for j in built.jobs.tolist()],
     )
     if prune:
         keep = prune_dominated(inp)
@@ -116,6 +120,21 @@ def build_problem(
         problem.input = select_options(inp, keep)
         problem.options = [o for o, k in zip(infos, keep, strict=True) if k]
     return problem
+
+
+def _refuse_unfit(spec: JobSpec, option_jobs: Array, excluded: list[list[Excluded]]) -> None:
+    """A job left without any option because no GPU's memory holds it is an input error naming
+    why (the policy's "no market can run" would send its user to the allow filters): per GPU
+    model, its largest count tried."""
+    has_option = set(option_jobs.tolist())
+    for j, (job, out) in enumerate(zip(spec.jobs, excluded, strict=True)):
+        if out and j not in has_option:
+            largest = {x.gpu_model: x for x in sorted(out, key=lambda x: x.gpu_count)}
+            why = "; ".join(f"{x.gpu_model} x{x.gpu_count} {x.reason}" for x in largest.values())
+            raise InputError(
+                f"job {job.name!r}: memory: no GPU it may use can hold it ({why}); "
+                "give memory.zero_stage, a larger gpus.max or allow larger GPUs"
+            )
 
 
 def _ranked(
@@ -177,6 +196,7 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
                 if runner is None
                 else {**_market_fields(problem, runner[1]), "usd_per_step": runner[0]},
                 "allocation": allocation,
+                "excluded": [dataclasses.asdict(x) for x in problem.excluded[j]] if problem.excluded else [],
             }
         )
     return {

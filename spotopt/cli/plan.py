@@ -98,6 +98,12 @@ def plan(
     if fmt is Format.JSON:
         typer.echo(to_json(report))
         return
+    for job in report["jobs"]:  # JSON has them per job as "excluded"
+        if job["excluded"]:
+            ruled_out = "; ".join(
+                f"{x['gpu_model']} x{x['gpu_count']}: {x['reason']}" for x in job["excluded"]
+            )
+            say(f"{job['name']}: not offered {ruled_out} (memory)", label="note:", err=True)
     render(
         _rows(report),
         fmt,

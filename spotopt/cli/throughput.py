@@ -13,6 +13,7 @@ from spotopt.catalog import gpu_matches, gpu_models
 from spotopt.cli.common import FormatOption, state
 from spotopt.cli.daemon import StateDirOption, _clouds, _provider
 from spotopt.clouds.registry import PROVIDERS
+from spotopt.decide.options import memory_shortfall
 from spotopt.errors import InputError
 from spotopt.history.throughput_store import import_rows, list_rows, read_file, stored_figures
 from spotopt.jobspec import MAX_GPUS, gpu_key, load_jobs
@@ -89,7 +90,8 @@ def estimate(
     fmt: FormatOption = Format.TABLE,
 ) -> None:
     """Each job's steps/s per GPU model, GPU count and node count: known, or estimated with an
-    80 % interval (low..high) and the reference workloads it came from."""
+    80 % interval (low..high) and the reference workloads it came from; the memory column says why a
+    row is never offered (the job's memory does not fit those GPUs)."""
     spec = load_jobs(jobs_file)
     models = _gpu_models(gpus)
     gpu_counts, node_counts = _whole_numbers("--counts", counts), _whole_numbers("--nodes", nodes)
@@ -120,6 +122,7 @@ def estimate(
                             "source": fig.source,
                             "references": ", ".join(fig.references),
                             "note": fig.note,
+                            "memory": memory_shortfall(job, model, count),
                         }
                     )
     render(

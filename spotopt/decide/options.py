@@ -14,13 +14,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import overload
 
 import numpy as np
 
-from spotopt.catalog import gpu_matches
+from spotopt.catalog import gpu_matches, gpu_models
 from spotopt.decide.egress import transfer_matrix
 from spotopt.decide.fleet import FleetState, Options
 from spotopt.errors import InputError
@@ -35,6 +35,27 @@ from spotopt.throughput import (
     checkpoint_interval_s,
     preemption_efficiency,
 )
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A GPU model and count a job may not use because its memory cannot hold the job."""
+
+    gpu_model: str
+    gpu_count: int
+    reason: str
+
+
+def memory_shortfall(job: Job, gpu_model: str, gpus: int) -> str | None:
+    """Why ``gpus`` GPUs of ``gpu_model`` cannot hold ``job`` (its ``memory``), or None when
+    they can (or the spec does not say what the job needs, or the catalog lacks the model)."""
+    model = gpu_models().get(gpu_model)
+    if job.memory is None or model is None:
+        return None
+    need = job.memory.per_gpu_gb(gpus)
+    if need <= model.memory_gib:
+        return None
+    return f"needs {need:.3g} GB per GPU, has {model.memory_gib:g}"
 
 
 @dataclass(frozen=True)
@@ -159,6 +180,8 @@ class OptionTable:
     infos: Sequence[OptionInfo]
     work_steps: Array
     deadline_hours: Array
+    excluded: list[list[Excluded]] = field(default_factory=list)
+    """Per job, the GPU models and counts its memory rules out (``memory_shortfall``)."""
 
 
 class _MarketColumns:
@@ -217,7 +240,8 @@ def enumerate_options(
     """All options of all jobs on ``markets`` (a snapshot at ``at``).
 
     A market whose GPU count is unknown or smaller than the job's minimum is skipped for it, and
-    so is an option whose preemption loss leaves no progress. ``period_h`` is the planning period
+    so is an option whose preemption loss leaves no progress, and a GPU model and count whose
+    memory cannot hold the job (listed in ``excluded``: a plan says why). ``period_h`` is the planning period
     (checkpoints fall on its boundaries, see ``spotopt.throughput``). A deadline at or before
     ``at`` is bad input for a plan or a what-if; the daemon passes ``missed_deadlines`` because a
     running job can outlive its deadline: it keeps its hours left, <= 0 (the decision core then
@@ -246,6 +270,7 @@ def enumerate_options(
     found: list[Figure] = []  # one per leg: a (job, GPUs per job, figure) over some markets
     leg_rows: list[tuple[int, int, int, int]] = []  # (job, GPUs per job, slots, markets)
     work, deadlines = [], []
+    excluded: list[list[Excluded]] = [[] for _ in spec.jobs]
     for j, job in enumerate(spec.jobs):
         book = JobThroughput(job, figures)
         work.append(work_steps(job, book))
@@ -265,6 +290,11 @@ def enumerate_options(
                     choices_of[choice] = gpu_choices(job, count)
                 mine = group[ok[group]] if choices_of[choice] else group[:0]
                 for d in choices_of[choice] if len(mine) else ():
+                    short = memory_shortfall(job, gpu, d)
+                    if short is not None:
+                        if all((x.gpu_model, x.gpu_count) != (gpu, d) for x in excluded[j]):
+                            excluded[j].append(Excluded(gpu, d, short))
+                        continue
                     fig = book.at(gpu, d)
                     if fig is not None:
                         found.append(fig)
@@ -307,6 +337,7 @@ def enumerate_options(
         infos=infos,
         work_steps=np.asarray(work, dtype=float),
         deadline_hours=np.asarray(deadlines, dtype=float),
+        excluded=excluded,
     )
 
 
