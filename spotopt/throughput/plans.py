@@ -1,0 +1,269 @@
+"""Iteration time of one training job by execution plan and placement: Rubick's model (seed 001
+§4, seed 000 appendix A), fitted to a few profiled runs, for plans beside plain data parallel.
+
+``scaling`` answers "how fast on d GPUs" for data-parallel jobs whose per-GPU batch is fixed
+(weak scaling). Rubick's jobs keep the *global* batch fixed and split it over the data-parallel
+replicas (strong scaling), and choose among plans: data parallel (with gradient accumulation to
+keep the batch), gradient checkpointing, ZeRO-2, ZeRO-offload, and 3D (data × tensor × pipeline)
+parallel. One iteration, in milliseconds:
+
+    fwd                                  forward (measured, or ``Forward`` from the profile)
+    bwd   = (k_bwd + gc) · fwd           backward; checkpointing recomputes one more forward
+    sync  = k_sync · 2 P (dp-1)/dp / B_dp          data-parallel gradient all-reduce
+    comm  = k_sync · (V_tp / B_tp + V_pp / B_pp)   tensor / pipeline activations (not overlapped)
+    cc    = (bwd^k + sync^k)^(1/k) + comm          backward overlaps the all-reduce (k ≥ 1)
+    opt   = k_opt · P / shards                     on the GPU; shards = tp·pp (× dp under ZeRO)
+          + k_sync · P (dp-1)/dp / B_dp            ZeRO-2: the updated shards all-gathered
+          + k_offload · P / (dp · threads)         ZeRO-offload: the host CPUs' update
+    ZeRO-offload also sends each replica's gradient shard to the host during backward:
+    sync += k_swap · 4 P / dp / B_pcie (what one node's offloaded runs show beside plain ones).
+    iter  = fwd + cc + opt + k_const
+
+``P`` is the parameters' bytes, ``V_tp = 4 · 8 · (batch/dp) · seq·hidden · (tp-1)/tp`` and
+``V_pp = 2 · 8 · seq·hidden · pp`` (Rubick's volumes), each over the slowest link its group
+crosses: NVLink inside a node, the network across nodes (tensor parallel innermost, then data
+parallel, pipeline stages outermost, as Megatron orders ranks). The seven ``k`` are fitted by
+least squares on the logs of three measured parts of each profiled run (backward+sync,
+optimizer, iteration), as Rubick fits its RMSLE.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from spotopt.errors import InputError
+
+NVLINK_GBS = 400.0
+"""A800 NVLink, one direction, GB/s (Rubick's cluster, seed 001 §6; the catalog has no A800)."""
+NETWORK_GBS = 100.0
+"""Rubick's cluster's RDMA network between servers, as the paper states it (seed 001 §6)."""
+PCIE_GBS = 32.0
+"""PCIe Gen4 x16, one direction, GB/s: ZeRO-offload's path between GPU and host memory."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a job runs on ``dp · tp · pp`` GPUs."""
+
+    dp: int
+    tp: int = 1
+    pp: int = 1
+    zero: bool = False
+    """ZeRO-2: optimizer states and gradients sharded over the data-parallel replicas."""
+    offload: bool = False
+    """ZeRO-offload: the optimizer runs on the host's CPUs."""
+    checkpointing: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+
+_NAMED = {"dp", "ga", "gc", "zero-dp", "zero-offload"}
+
+
+def parse_plan(name: str, gpus: int) -> Plan:
+    """Rubick's plan name on ``gpus`` GPUs: a three-digit code ``<dp><tp><pp>`` (``184``: one
+    replica, 8-way tensor parallel, 4 pipeline stages), or ``+``-joined names among dp, ga
+    (gradient accumulation: plain data parallel at the fixed global batch), gc, zero-dp (ZeRO-2),
+    zero-offload and tp (all GPUs tensor parallel). Refuses what the model cannot express."""
+    if re.fullmatch(r"[1-9]{3}", name):
+        dp, tp, pp = (int(ch) for ch in name)
+        if dp * tp * pp != gpus:
+            raise InputError(
+                f"plan {name!r}: dp × tp × pp = {dp * tp * pp} but the placement has {gpus} GPUs; "
+                "give the code whose digits multiply to the GPU count"
+            )
+        return Plan(dp, tp, pp)
+    parts = set(name.split("+"))
+    unknown = parts - _NAMED - {"tp"}
+    if not name or unknown:
+        raise InputError(
+            f"plan {name!r}: unknown part(s) {', '.join(sorted(unknown)) or '(empty)'}; use a "
+            "<dp><tp><pp> code or dp, ga, gc, zero-dp, zero-offload, tp joined by '+'"
+        )
+    zero, offload = "zero-dp" in parts, "zero-offload" in parts
+    if "tp" in parts and (zero or offload):
+        raise InputError(
+            f"plan {name!r}: ZeRO with tensor parallelism is not modelled (Rubick neither); "
+            "use tp with ga or gc, or ZeRO alone"
+        )
+    if zero and offload:
+        raise InputError(f"plan {name!r}: zero-dp and zero-offload are exclusive; keep one")
+    if "tp" in parts:
+        return Plan(1, gpus, 1, checkpointing="gc" in parts)
+    return Plan(gpus, zero=zero, offload=offload, checkpointing="gc" in parts)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the GPUs sit: ``nodes`` servers, the smallest holding ``per_node`` of them."""
+
+    nodes: int
+    per_node: int
+    nvlink_gbs: float = NVLINK_GBS
+    network_gbs: float = NETWORK_GBS
+    pcie_gbs: float = PCIE_GBS
+
+
+def layout_of(placement: str) -> Layout:
+    """A placement as Rubick and Sia write it: GPUs per node, one digit a node (``2222``)."""
+    if not re.fullmatch(r"[1-9]+", placement):
+        raise InputError(f"placement {placement!r}: give one digit 1-9 per node, its GPU count")
+    return Layout(len(placement), min(int(ch) for ch in placement))
+
+
+@dataclass(frozen=True)
+class Job:
+    """The sizes Rubick's volumes need: parameters' bytes, global batch, sequence × hidden."""
+
+    param_bytes: float
+    batch: float
+    seq_hidden: float
+    cpu_threads: int = 4
+
+
+@dataclass(frozen=True)
+class Params:
+    """Rubick's fitted constants (dimensionless, but ``k_const`` in ms)."""
+
+    k_bwd: float
+    k_sync: float
+    k_overlap: float
+    k_opt: float
+    k_offload: float
+    k_swap: float
+    k_const: float
+
+
+@dataclass(frozen=True)
+class Parts:
+    """One iteration's parts, ms."""
+
+    forward: float
+    backward_sync: float
+    optimizer: float
+    iteration: float
+
+
+def _overlap(x: float, y: float, k: float) -> float:
+    return float((x**k + y**k) ** (1 / k))
+
+
+def _ms(volume_bytes: float, gbs: float) -> float:
+    return volume_bytes / (gbs * 1e6)
+
+
+def iteration(p: Params, job: Job, plan: Plan, layout: Layout, forward_ms: float) -> Parts:
+    """The modelled iteration of ``job`` under ``plan`` on ``layout`` (see the module doc)."""
+    P = job.param_bytes
+
+    def link(group_spans_gpus: int) -> float:
+        """NVLink where the group fits in the smallest node, else the network."""
+        inside = layout.nodes == 1 or group_spans_gpus <= layout.per_node
+        return layout.nvlink_gbs if inside else layout.network_gbs
+
+    bwd = (p.k_bwd + plan.checkpointing) * forward_ms
+    sync = p.k_sync * _ms(2 * P * (plan.dp - 1) / plan.dp, link(plan.dp * plan.tp))
+    comm = 0.0
+    if plan.tp > 1:
+        v_tp = 4 * 8 * job.batch / plan.dp * job.seq_hidden * (plan.tp - 1) / plan.tp
+        comm += p.k_sync * _ms(v_tp, link(plan.tp))
+    if plan.pp > 1:
+        comm += p.k_sync * _ms(2 * 8 * job.seq_hidden * plan.pp, link(plan.gpus))
+    if plan.offload:  # each replica's gradient shard goes to host memory during backward
+        sync += p.k_swap * _ms(4 * P / plan.dp, layout.pcie_gbs)
+    cc = _overlap(bwd, sync, p.k_overlap) + comm
+    opt = p.k_opt * P / 1e6 / (plan.tp * plan.pp * (plan.dp if plan.zero else 1))
+    if plan.zero:  # the updated shards are all-gathered back to every replica
+        opt += p.k_sync * _ms(P * (plan.dp - 1) / plan.dp, link(plan.dp))
+    if plan.offload:  # the CPUs update the shard; the GPU part (copying it back) stays
+        opt += p.k_offload * P / 1e6 / (plan.dp * job.cpu_threads)
+    return Parts(forward_ms, cc, opt, forward_ms + cc + opt + p.k_const)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One profiled run: its plan and layout and its measured parts (ms)."""
+
+    plan: Plan
+    layout: Layout
+    measured: Parts
+
+
+MIN_RUNS = 3
+"""Fewer runs leave the seven constants unpinned even with three parts each."""
+
+
+SYNC_PRIOR = 1.0
+"""Weight holding ``ln k_sync`` at 0 (the links' stated bandwidths) against one log residual:
+one node's runs hide the all-reduce behind the backward pass, so they barely pin ``k_sync``,
+and a drifted one multiplies every cross-node figure (the network is 4x slower than NVLink)."""
+
+
+def fit(job: Job, runs: Sequence[Run]) -> Params:
+    """Rubick's constants for ``job`` from its profiled runs: least squares on the log of each
+    run's backward+sync, optimizer and iteration time (the sum of three RMSLE terms), with each
+    run's measured forward as the input. Positive constants, overlap exponent at least 1."""
+    if len(runs) < MIN_RUNS:
+        raise InputError(f"fit: {len(runs)} profiled run(s); Rubick's model needs at least {MIN_RUNS}")
+
+    def params(theta: np.ndarray) -> Params:
+        e = np.exp(theta)
+        return Params(e[0], e[1], 1 + e[2], e[3], e[4], e[5], e[6])
+
+    observed = np.log([[r.measured.backward_sync, r.measured.optimizer, r.measured.iteration] for r in runs])
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        p = params(theta)
+        pred = [iteration(p, job, r.plan, r.layout, r.measured.forward) for r in runs]
+        fitted = (np.log([[q.backward_sync, q.optimizer, q.iteration] for q in pred]) - observed).ravel()
+        return np.append(fitted, SYNC_PRIOR * theta[1])
+
+    start = np.log([2.0, 1.0, 1.0, 0.1, 1.0, 1.0, 10.0])
+    with np.errstate(all="ignore"):  # far trial steps overflow; their cost loses the min below
+        best = min(
+            (least_squares(residuals, start + shift, method="lm") for shift in (0.0, -2.0, 2.0)),
+            key=lambda r: float(r.cost),
+        )
+    return params(best.x)
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Forward time on ``g`` GPUs sharing the global batch: ``fixed + whole / g`` ms (the split
+    batch shrinks each GPU's work; kernels' fixed costs do not shrink)."""
+
+    fixed: float
+    whole: float
+
+    def at(self, gpus: int) -> float:
+        return self.fixed + self.whole / gpus
+
+
+def fit_forward(runs: Sequence[Run]) -> Forward:
+    """``Forward`` by least squares on the runs' measured forward times (non-negative terms),
+    for plans whose forward was not measured (Rubick's 3D rows record none)."""
+    rows = [(r.plan.gpus, r.measured.forward) for r in runs if r.measured.forward > 0]
+    if not rows:
+        raise InputError("fit_forward: no profiled run has a measured forward time")
+    a = np.array([[1.0, 1.0 / g] for g, _ in rows])
+    y = np.array([f for _, f in rows])
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    if coef[0] < 0 or coef[1] < 0:  # one term alone: the better of the two non-negative fits
+        whole = float(np.dot(a[:, 1], y) / np.dot(a[:, 1], a[:, 1]))
+        fixed = float(np.mean(y))
+        err_whole = float(np.sum((y - whole * a[:, 1]) ** 2))
+        err_fixed = float(np.sum((y - fixed) ** 2))
+        return Forward(0.0, whole) if err_whole <= err_fixed else Forward(fixed, 0.0)
+    return Forward(float(coef[0]), float(coef[1]))
+
+
+def predict(p: Params, job: Job, forward: Forward, plan: Plan, layout: Layout) -> float:
+    """Iteration seconds of ``plan`` on ``layout``, its forward from ``forward``."""
+    return iteration(p, job, plan, layout, forward.at(plan.gpus)).iteration / 1000
