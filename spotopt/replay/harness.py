@@ -198,7 +198,7 @@ def replay_daemon(
     db = copy_history(history, path)
     try:
         clock = SimClock(workdir / "clock" / "now.json", start)
-        for j, job in enumerate(request.spec.jobs):
+        for j, job in enumerate(result.request.spec.jobs):
             rates = workdir / f"{job.name}.rates.json"
             job_rates(result, j).dump(rates)
             jobstore.submit(db, _managed_spec(job.model_dump(mode="json"), rates, workdir), now=start)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from spotopt.whatif.run import (
     StrategyRun,
     placements,
     run_whatif,
+    set_aside_jobs,
     summarise,
     window_hours,
 )
@@ -148,9 +149,12 @@ def replay(
 ) -> ReplayResult:
     """Replay ``request`` over ``db``'s history; ``on_step(strategy, start)`` after each run."""
     flt = MarketFilter(clouds=list(request.clouds) if request.clouds else None)
-    spec = request.spec
     with db.session() as session:
         latest = _latest_price(session, flt)
+        kept, aside = set_aside_jobs(request.spec, request.start or latest)
+        if not kept:
+            raise InputError(f"{'; '.join(aside)}: no job left to replay")
+        spec = JobSpec(jobs=[job for job in request.spec.jobs if job.name in kept])
         first = request.start or _default_start(latest, spec, request.starts, request.every_h)
         _check_starts(request, first, latest)
         hours = window_hours(spec, first, request.starts, request.every_h)
@@ -166,6 +170,7 @@ def replay(
     rows = summarise(runs, sim, list(request.strategies))
     shown = [r for r in runs if r.strategy in request.strategies]
     notes = sorted({f"{r.strategy}: {n}" for r in shown for n in r.notes})
+    notes.extend(f"{why}; not replayed" for why in aside)
     if not (~tl.on_demand).any():
         notes.append("no spot prices in this window: the spot strategies ran on on-demand markets")
     if request.billing == "gpu":
@@ -177,7 +182,8 @@ def replay(
             f"the window ends {tl.time(tl.n_ticks):%Y-%m-%d} but the last price is from "
             f"{tl.last_observed:%Y-%m-%d}: later prices are held constant"
         )
-    return ReplayResult(request, first, hours, tl, sim, events, runs, rows, notes)
+    # The result's request holds the jobs replayed (its jobs index the simulation's).
+    return ReplayResult(replace(request, spec=spec), first, hours, tl, sim, events, runs, rows, notes)
 
 
 def total_runs(request: ReplayRequest) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from spotopt.decide.core import DEFAULT_HORIZON_HOURS, set_aside
 from spotopt.decide.guardrails import Guardrails
 from spotopt.decide.options import work_steps
 from spotopt.jobspec import JobSpec
@@ -52,24 +53,41 @@ class StrategyRun:
         return self.result.start_tick
 
 
-LONGEST_WINDOW_H = 10 * 8760.0
-"""A job's replay window is at most a decade: longer than any price history, and a window of
-1e-6 steps/s on 1e15 steps (4e17 h) overflowed the start's date. Such a job cannot finish
-within any planning horizon; the decision core sets it aside and says so."""
+def set_aside_jobs(spec: JobSpec, start: datetime) -> tuple[list[str], list[str]]:
+    """The names of ``spec``'s jobs a replay from ``start`` keeps, and why each other one is left
+    out: the jobs the decision core sets aside (``spotopt.decide.core.set_aside``: one that cannot
+    finish within the planning horizon even alone on its fastest figure, or one too short to
+    plan). No strategy can place them, and the window of 1e-6 steps/s on 1e15 steps would span
+    3e17 h of history (it was a decade replayed hour by hour, minutes of solving for nothing)."""
+    names = [job.name for job in spec.jobs]
+    fastest = []
+    for job in spec.jobs:
+        book = JobThroughput(job)
+        rates = [f.steps_per_s for g in job.throughput if (f := book.single(g)) is not None]
+        fastest.append(work_steps(job, book) / (max(rates) * 3600.0) if rates else 0.0)
+    deadlines = [h for job in spec.jobs if (h := job.deadline_hours(start)) is not None and math.isfinite(h)]
+    horizon = max([DEFAULT_HORIZON_HOURS, *deadlines])
+    placeable = np.flatnonzero(np.asarray(fastest) > 0)
+    aside = set_aside(names, placeable, np.asarray(fastest)[placeable], horizon)
+    return [n for j, n in enumerate(names) if j not in aside], list(aside.values())
 
 
 def window_hours(spec: JobSpec, start: datetime, starts: int, every_h: float) -> float:
     """Hours of history a replay needs: the last start plus the longest job's horizon.
 
     A job's horizon is its deadline, else 1.5 times its run on its slowest GPU figure (room
-    for preemptions and slow-but-cheap choices), plus a day.
+    for preemptions and slow-but-cheap choices), plus a day. A job the decision core sets aside
+    is not replayed (``set_aside_jobs``).
     """
     longest = 0.0
     for job in spec.jobs:
         book = JobThroughput(job)
         steps = work_steps(job, book)
         rates = [f.steps_per_s for g in job.throughput if (f := book.single(g)) is not None]
-        slowest = min(1.5 * steps / (min(rates) * 3600.0), LONGEST_WINDOW_H) if rates else 24.0 * 30
+        # A slow figure beside a usable one (1e-6 and 100 steps/s) stretches the window no further
+        # than 1.5 times the planning horizon or the run on the fastest figure.
+        longest_run = max(steps / (max(rates) * 3600.0), DEFAULT_HORIZON_HOURS) if rates else 0.0
+        slowest = 1.5 * min(steps / (min(rates) * 3600.0), longest_run) if rates else 24.0 * 30
         deadline = job.deadline_hours(start + timedelta(hours=(starts - 1) * every_h))
         longest = max(longest, (deadline if deadline is not None and deadline > 0 else slowest) + 24.0)
     return (starts - 1) * every_h + longest
