@@ -201,9 +201,10 @@ MIN_RUNS = 3
 
 
 SYNC_PRIOR = 1.0
-"""Weight holding ``ln k_sync`` at 0 (the links' stated bandwidths) against one log residual:
-one node's runs hide the all-reduce behind the backward pass, so they barely pin ``k_sync``,
-and a drifted one multiplies every cross-node figure (the network is 4x slower than NVLink)."""
+"""Weight holding ``ln k_sync`` at 0 (the links' stated bandwidths) against one log residual
+when no run crosses nodes: one node's runs hide the all-reduce behind the backward pass, so
+they barely pin ``k_sync``, and a drifted one multiplies every figure across nodes (the network
+is 4x slower than NVLink). Runs across nodes pin it, and then they alone decide it."""
 
 
 def fit(job: Job, runs: Sequence[Run]) -> Params:
@@ -223,7 +224,9 @@ def fit(job: Job, runs: Sequence[Run]) -> Params:
         p = params(theta)
         pred = [iteration(p, job, r.plan, r.layout, r.measured.forward) for r in runs]
         fitted = (np.log([[q.backward_sync, q.optimizer, q.iteration] for q in pred]) - observed).ravel()
-        return np.append(fitted, SYNC_PRIOR * theta[1])
+        return np.append(fitted, prior * theta[1])
+
+    prior = SYNC_PRIOR if all(r.layout.nodes == 1 for r in runs) else 0.0
 
     start = np.log([2.0, 1.0, 1.0, 0.1, 1.0, 1.0, 10.0])
     with np.errstate(all="ignore"):  # far trial steps overflow; their cost loses the min below

@@ -1,0 +1,139 @@
+"""Rubick's plan-aware iteration time (spotopt.throughput.plans, issue 37): the fit recovers the
+constants synthetic runs were made with, predicts plans the runs do not contain, and refuses
+plans and placements the model cannot express."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from spotopt.errors import InputError
+from spotopt.throughput import plans
+from spotopt.throughput.plans import Forward, Job, Layout, Params, Plan, Run
+
+JOB = Job(param_bytes=1.2e9, batch=16, seq_hidden=2048 * 4096, cpu_threads=4)
+TRUTH = Params(k_bwd=2.1, k_sync=1.0, k_overlap=2.5, k_opt=0.07, k_offload=3.0, k_swap=2.0, k_const=15.0)
+FORWARD = Forward(fixed=8.0, whole=400.0)
+ONE_NODE = {g: Layout(1, g) for g in (1, 2, 4, 8)}
+
+
+def _run(p: Params, plan: Plan, layout: Layout) -> Run:
+    return Run(plan, layout, plans.iteration(p, JOB, plan, layout, FORWARD.at(plan.gpus)))
+
+
+def _profile(p: Params) -> list[Run]:
+    """Seven runs on one node, as Rubick profiles: plain data parallel, ZeRO-offload, ZeRO-2,
+    one with checkpointing."""
+    return [
+        _run(p, Plan(8), ONE_NODE[8]),
+        _run(p, Plan(4), ONE_NODE[4]),
+        _run(p, Plan(2, checkpointing=True), ONE_NODE[2]),
+        _run(p, Plan(8, offload=True), ONE_NODE[8]),
+        _run(p, Plan(2, offload=True), ONE_NODE[2]),
+        _run(p, Plan(1, offload=True), ONE_NODE[1]),
+        _run(p, Plan(8, zero=True), ONE_NODE[8]),
+    ]
+
+
+def test_fit_recovers_the_constants_of_synthetic_runs() -> None:
+    got = plans.fit(JOB, _profile(TRUTH))
+    for field in dataclasses.fields(Params):
+        assert getattr(got, field.name) == pytest.approx(getattr(TRUTH, field.name), rel=0.02), field.name
+
+
+def test_fit_recovers_a_slow_link_from_runs_across_nodes() -> None:
+    """``k_sync`` is held near the links' stated bandwidths only until runs across nodes pin it."""
+    truth = dataclasses.replace(TRUTH, k_sync=3.0, k_overlap=1.5)
+    runs = [
+        *_profile(truth),
+        _run(truth, Plan(8), plans.layout_of("44")),
+        _run(truth, Plan(16), plans.layout_of("88")),
+    ]
+    got = plans.fit(JOB, runs)
+    assert got.k_sync == pytest.approx(3.0, rel=0.1)
+    predicted = plans.predict(got, JOB, FORWARD, Plan(32), plans.layout_of("8888"))
+    true = plans.predict(truth, JOB, FORWARD, Plan(32), plans.layout_of("8888"))
+    assert predicted == pytest.approx(true, rel=0.03)
+
+
+@pytest.mark.parametrize(
+    ("code", "placement"), [("811", "11111111"), ("184", "8888"), ("222", "44"), ("141", "4")]
+)
+def test_fitted_model_predicts_plans_the_profile_lacks(code: str, placement: str) -> None:
+    """Fitted on one node's data-parallel and ZeRO runs, the 3D plans over several nodes come out
+    as the known constants make them (their tp/pp volumes over NVLink or the network)."""
+    got = plans.fit(JOB, _profile(TRUTH))
+    forward = plans.fit_forward(_profile(TRUTH))
+    layout = plans.layout_of(placement)
+    plan = plans.parse_plan(code, sum(int(ch) for ch in placement))
+    assert plans.predict(got, JOB, forward, plan, layout) == pytest.approx(
+        plans.predict(TRUTH, JOB, FORWARD, plan, layout), rel=0.01
+    )
+
+
+def test_fit_forward_recovers_fixed_and_split_parts() -> None:
+    got = plans.fit_forward(_profile(TRUTH))
+    assert got.fixed == pytest.approx(FORWARD.fixed, rel=1e-6)
+    assert got.whole == pytest.approx(FORWARD.whole, rel=1e-6)
+
+
+def test_across_nodes_the_all_reduce_runs_at_the_network_bandwidth() -> None:
+    """With no overlap (k = 1), 8 GPUs on two nodes pay the all-reduce at 100 GB/s instead of
+    400: the difference is exactly that volume's time at the two rates."""
+    p = dataclasses.replace(TRUTH, k_overlap=1.0)
+    inside = plans.iteration(p, JOB, Plan(8), plans.layout_of("8"), 50.0).iteration
+    across = plans.iteration(p, JOB, Plan(8), plans.layout_of("44"), 50.0).iteration
+    volume = 2 * JOB.param_bytes * 7 / 8
+    assert across - inside == pytest.approx(volume / 100e6 - volume / 400e6)
+
+
+def test_checkpointing_recomputes_one_forward() -> None:
+    p = dataclasses.replace(TRUTH, k_overlap=1.0)
+    plain = plans.iteration(p, JOB, Plan(1), ONE_NODE[1], 100.0).iteration
+    assert plans.iteration(
+        p, JOB, Plan(1, checkpointing=True), ONE_NODE[1], 100.0
+    ).iteration == pytest.approx(plain + 100.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "plan"),
+    [
+        ("811", 8, Plan(8, 1, 1)),
+        ("184", 32, Plan(1, 8, 4)),
+        ("ga", 4, Plan(4)),
+        ("gc", 2, Plan(2, checkpointing=True)),
+        ("zero-dp", 8, Plan(8, zero=True)),
+        ("zero-offload+gc", 1, Plan(1, offload=True, checkpointing=True)),
+        ("tp+ga", 3, Plan(1, 3, 1)),
+    ],
+)
+def test_parse_plan_reads_rubicks_names(name: str, gpus: int, plan: Plan) -> None:
+    assert plans.parse_plan(name, gpus) == plan
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "says"),
+    [
+        ("811", 4, "multiply to the GPU count"),
+        ("fsdp", 8, "unknown part(s) fsdp"),
+        ("zero-dp+tp", 8, "not modelled"),
+        ("zero-dp+zero-offload", 8, "exclusive"),
+        ("", 8, "unknown"),
+    ],
+)
+def test_parse_plan_refuses_what_the_model_cannot_express(name: str, gpus: int, says: str) -> None:
+    with pytest.raises(InputError, match=re.escape(f"plan {name!r}")) as err:
+        plans.parse_plan(name, gpus)
+    assert says in str(err.value)
+
+
+def test_layout_refuses_a_malformed_placement() -> None:
+    with pytest.raises(InputError, match="placement '80'"):
+        plans.layout_of("80")
+
+
+def test_fit_refuses_too_few_runs() -> None:
+    with pytest.raises(InputError, match="2 profiled run"):
+        plans.fit(JOB, _profile(TRUTH)[:2])
