@@ -43,7 +43,7 @@ from spotopt.errors import InfeasibleError
 from spotopt.history.market import MarketState
 from spotopt.jobspec import parse_jobs
 from spotopt.plan import build_problem, solve
-from spotopt.throughput import JobThroughput, StoredFigure, across
+from spotopt.throughput import JobThroughput, StoredFigure, across, plans
 from spotopt.throughput.scaling import Point, Topology, fit, topology_of
 
 CLUSTERS = {  # Sia's simulator_config.py: the hardware of each cluster
@@ -275,6 +275,86 @@ def count_cases(data: dict[str, dict[str, dict[str, float]]], jobs: Iterable[str
     return res
 
 
+RUBICK = {  # profile folder -> its trace folder (llama30b's profile is a copy of llama7b's)
+    "bert": "bert",
+    "gpt2": "gpt2",
+    "llama7b": "llama7",
+    "llama30b": "llama30",
+    "roberta": "roberta",
+    "t5": "t5",
+    "vit": "vit",
+}
+RUBICK_STRATEGY = {"1100": "ga", "1111": "zero-offload", "1102": "zero-dp"}
+"""Rubick's profile strategy codes (plain data parallel, ZeRO-offload, ZeRO-2) as trace plan names."""
+RUBICK_ACROSS = ("ga", "44")
+"""The one run across nodes added in the second case: data parallel on two 4-GPU nodes."""
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8-sig") as fh:  # Rubick's profile files start with a BOM
+        return list(csv.DictReader(fh))
+
+
+def _trace_run(row: dict[str, str]) -> plans.Run:
+    """A trace row as a measured run; its parts are in ms in most models' files, in seconds in
+    vit's and roberta's (whose parts then sum to about the iteration's seconds)."""
+    seconds = float(row["iter_time"])
+    parts = [float(row[k]) for k in ("forward", "overlap_sync", "optimize")]
+    scale = 1000.0 if sum(parts) < 10 * seconds else 1.0
+    gpus = sum(int(ch) for ch in row["placement"])
+    measured = plans.Parts(*(p * scale for p in parts), seconds * 1000)
+    return plans.Run(plans.parse_plan(row["exec_plan"], gpus), plans.layout_of(row["placement"]), measured)
+
+
+def rubick_cases(data: Path) -> dict[str, list[float]]:
+    """Rubick's A800 models: ``plans.fit`` on each model's profiled runs (one node), then
+    ``|predicted / measured - 1|`` of the iteration time of every trace configuration the
+    profile does not contain (the forward from ``plans.fit_forward``: 3D rows record none);
+    once from the profile alone and once with one run across nodes (``RUBICK_ACROSS``) added."""
+    root = data / "rubick"
+    res: dict[str, list[float]] = {}
+    for profile, trace in RUBICK.items():
+        folder = root / "artifact" / "71_performance_model" / "model" / "profile" / profile
+        config, measured = _rows(folder / "config.csv"), _rows(folder / "data.csv")
+        first = config[0]
+        job = plans.Job(
+            float(first["parameter_size"]) * 2**20, float(first["batch_size"]), float(first["seq_hid"])
+        )
+        runs = [
+            plans.Run(
+                plans.parse_plan(RUBICK_STRATEGY[m["strategy"]], int(c["gpus"])),
+                plans.Layout(int(c["nodes"]), int(c["gpus"])),
+                plans.Parts(*(float(m[k]) for k in ("forward_time", "Tcc", "Topt", "iter_time"))),
+            )
+            for c, m in zip(config, measured, strict=True)
+        ]
+        profiled = {
+            (RUBICK_STRATEGY[m["strategy"]], c["gpus"]) for c, m in zip(config, measured, strict=True)
+        }
+        rows = [
+            r
+            for r in _rows(root / "simulator" / "traces" / trace / "placements.csv")
+            if float(r["iter_time"]) > 0
+        ]
+        across = [r for r in rows if (r["exec_plan"], r["placement"]) == RUBICK_ACROSS]
+        for label, extra in (("the profile", []), (f"the profile + {'/'.join(RUBICK_ACROSS)}", across)):
+            if label != "the profile" and not extra:
+                continue
+            fitted = runs + [_trace_run(r) for r in extra]
+            params, forward = plans.fit(job, fitted), plans.fit_forward(fitted)
+            seen = profiled | {(r["exec_plan"], r["placement"]) for r in extra}
+            for r in rows:
+                if (r["exec_plan"], r["placement"]) in seen:
+                    continue
+                layout = plans.layout_of(r["placement"])
+                plan = plans.parse_plan(r["exec_plan"], sum(int(ch) for ch in r["placement"]))
+                predicted = plans.predict(params, job, forward, plan, layout)
+                res.setdefault(f"{profile}, from {label}", []).append(
+                    abs(predicted / float(r["iter_time"]) - 1)
+                )
+    return res
+
+
 def _q(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -296,6 +376,13 @@ def main() -> None:
             print(f"| {case} | {len(values)} | {statistics.mean(values):.0%} held | |")
         else:
             print(f"| {case} | {len(values)} | {statistics.median(values):.3f} | {_q(values, 0.9):.3f} |")
+    if (args.data / "rubick").is_dir():
+        print("\nRubick's A800 plans: |predicted/measured - 1| of the iteration (paper: 1.9-7.4 % mean)")
+        print("| model, fitted on | n | mean | median | p90 |")
+        print("|---|---|---|---|---|")
+        for case, values in rubick_cases(args.data).items():
+            mean, median = statistics.mean(values), statistics.median(values)
+            print(f"| {case} | {len(values)} | {mean:.1%} | {median:.1%} | {_q(values, 0.9):.1%} |")
 
 
 if __name__ == "__main__":

@@ -152,7 +152,9 @@ class Parts:
 
 
 def _overlap(x: float, y: float, k: float) -> float:
-    return float((x**k + y**k) ** (1 / k))
+    """``(x^k + y^k)^(1/k)``, scaled by the larger so a large ``k`` does not overflow."""
+    top = max(x, y)
+    return top * float(((x / top) ** k + (y / top) ** k) ** (1 / k)) if top > 0 else 0.0
 
 
 def _ms(volume_bytes: float, gbs: float) -> float:
