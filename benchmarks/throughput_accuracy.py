@@ -299,10 +299,10 @@ def _trace_run(row: dict[str, str]) -> plans.Run:
     """A trace row as a measured run; its parts are in ms in most models' files, in seconds in
     vit's and roberta's (whose parts then sum to about the iteration's seconds)."""
     seconds = float(row["iter_time"])
-    parts = [float(row[k]) for k in ("forward", "overlap_sync", "optimize")]
-    scale = 1000.0 if sum(parts) < 10 * seconds else 1.0
+    forward, cc, opt = (float(row[k]) for k in ("forward", "overlap_sync", "optimize"))
+    scale = 1000.0 if forward + cc + opt < 10 * seconds else 1.0
     gpus = sum(int(ch) for ch in row["placement"])
-    measured = plans.Parts(*(p * scale for p in parts), seconds * 1000)
+    measured = plans.Parts(forward * scale, cc * scale, opt * scale, seconds * 1000)
     return plans.Run(plans.parse_plan(row["exec_plan"], gpus), plans.layout_of(row["placement"]), measured)
 
 
