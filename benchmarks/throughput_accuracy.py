@@ -22,6 +22,11 @@ GPUs over the other workloads; with two kinds known, the geometric mean of both)
 - plan regret: the true cost of min-cost-slo's plan for a job known on one GPU kind over the
   plan with every true figure (catalog on-demand list prices; ``regret_cases``).
 
+- Rubick's A800 plans (``rubick/``: MLSys '25's profiles and traces, Apache-2.0): per model,
+  ``plans.fit`` on its profiled runs, the mean ``|predicted / measured - 1|`` of the iteration
+  time over the trace configurations the profile lacks (``rubick_cases``). Either folder may be
+  absent.
+
 Tuning and reporting are split by workload (``TUNE`` / ``REPORT``): the model's constants were
 chosen on ``--split tune`` only; ``--split report`` is the held-out figure.
 """
@@ -315,6 +320,8 @@ def rubick_cases(data: Path) -> dict[str, list[float]]:
     res: dict[str, list[float]] = {}
     for profile, trace in RUBICK.items():
         folder = root / "artifact" / "71_performance_model" / "model" / "profile" / profile
+        if not folder.is_dir():  # a data folder may hold some of the models
+            continue
         config, measured = _rows(folder / "config.csv"), _rows(folder / "data.csv")
         first = config[0]
         job = plans.Job(
@@ -365,17 +372,22 @@ def main() -> None:
     parser.add_argument("--data", type=Path, required=True, help="a folder laid out like throughput-dev")
     parser.add_argument("--split", choices=("tune", "report", "all"), default="report")
     args = parser.parse_args()
-    data = load(args.data)
-    jobs = {"tune": TUNE, "report": REPORT, "all": WORKLOADS}[args.split]
-    print(f"split: {args.split} ({', '.join(jobs)})")
-    print("| case | n | median | p90 |")
-    print("|---|---|---|---|")
-    cases = {**across_cases(data, jobs), **count_cases(data, jobs), **regret_cases(data, jobs)}
-    for case, values in cases.items():
-        if case.endswith(("interval", "met", "made")):
-            print(f"| {case} | {len(values)} | {statistics.mean(values):.0%} held | |")
-        else:
-            print(f"| {case} | {len(values)} | {statistics.median(values):.3f} | {_q(values, 0.9):.3f} |")
+    if not (args.data / "sia").is_dir() and not (args.data / "rubick").is_dir():
+        parser.error(
+            f"--data {args.data}: no sia/ or rubick/ in it; give a folder laid out like throughput-dev"
+        )
+    if (args.data / "sia").is_dir():
+        data = load(args.data)
+        jobs = {"tune": TUNE, "report": REPORT, "all": WORKLOADS}[args.split]
+        print(f"split: {args.split} ({', '.join(jobs)})")
+        print("| case | n | median | p90 |")
+        print("|---|---|---|---|")
+        cases = {**across_cases(data, jobs), **count_cases(data, jobs), **regret_cases(data, jobs)}
+        for case, values in cases.items():
+            if case.endswith(("interval", "met", "made")):
+                print(f"| {case} | {len(values)} | {statistics.mean(values):.0%} held | |")
+            else:
+                print(f"| {case} | {len(values)} | {statistics.median(values):.3f} | {_q(values, 0.9):.3f} |")
     if (args.data / "rubick").is_dir():
         print("\nRubick's A800 plans: |predicted/measured - 1| of the iteration (paper: 1.9-7.4 % mean)")
         print("| model, fitted on | n | mean | median | p90 |")
