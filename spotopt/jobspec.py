@@ -372,6 +372,14 @@ class Job(_Strict):
             return self.checkpoint_s
         return self.checkpoint_gb / CHECKPOINT_GB_PER_S
 
+    @property
+    def checkpoint_every_s(self) -> float | None:
+        """Seconds between the checkpoints the job's agent writes (``checkpoint.every``; None:
+        not given, the planning model's Young/Daly interval within a period)."""
+        if self.checkpoint is None or self.checkpoint.every is None:
+            return None
+        return parse_duration(self.checkpoint.every, "checkpoint.every").total_seconds()
+
     def deadline_hours(self, start: datetime) -> float | None:
         """Hours from ``start`` to the deadline (None: no deadline; may be <= 0 if already past)."""
         if self.deadline is None:

@@ -80,7 +80,8 @@ def build_problem(
     ``capacity`` is instances per market one may hold at once (``inf``: unlimited).
     """
     table = enumerate_options(spec, markets, at, figures, period_h=period_h, billing=billing)
-    _refuse_unfit(spec, table.job, table.excluded)
+    if table.no_option:
+        raise InputError("; ".join(table.no_option.values()))
     state, opts = initial_state(spec, table, markets, at)
     opts = dataclasses.replace(opts, capacity=np.full(len(markets), capacity, dtype=float))
     guard = Guardrails(period_h=period_h, budget_usd=budget_usd).with_jobs(spec.jobs)
@@ -120,21 +121,6 @@ def build_problem(
         problem.input = select_options(inp, keep)
         problem.options = [o for o, k in zip(infos, keep, strict=True) if k]
     return problem
-
-
-def _refuse_unfit(spec: JobSpec, option_jobs: Array, excluded: list[list[Excluded]]) -> None:
-    """A job left without any option because no GPU's memory holds it is an input error naming
-    why (the policy's "no market can run" would send its user to the allow filters): per GPU
-    model, its largest count tried."""
-    has_option = set(option_jobs.tolist())
-    for j, (job, out) in enumerate(zip(spec.jobs, excluded, strict=True)):
-        if out and j not in has_option:
-            largest = {x.gpu_model: x for x in sorted(out, key=lambda x: x.gpu_count)}
-            why = "; ".join(f"{x.gpu_model} x{x.gpu_count} {x.reason}" for x in largest.values())
-            raise InputError(
-                f"job {job.name!r}: memory: no GPU it may use can hold it ({why}); "
-                "give memory.zero_stage, a larger gpus.max or allow larger GPUs"
-            )
 
 
 def _ranked(

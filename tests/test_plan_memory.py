@@ -94,7 +94,8 @@ def test_without_zero_no_gpu_holds_it_and_plan_says_why(db_url: str, tmp_path: P
     seed(db_url)
     done = spotopt(db_url, "plan", write_jobs(tmp_path, "{parameters: 13B}"), "--at", "2025-03-02T00:00Z")
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "llm13b" in done.stderr and "needs 208 GB per GPU, has 80" in done.stderr
+    assert "job 'llm13b' has no usable option: memory" in done.stderr
+    assert "needs 208 GB per GPU, has 80" in done.stderr
 
 
 def test_table_names_what_memory_rules_out(db_url: str, tmp_path: Path) -> None:

@@ -182,6 +182,8 @@ class OptionTable:
     deadline_hours: Array
     excluded: list[list[Excluded]] = field(default_factory=list)
     """Per job, the GPU models and counts its memory rules out (``memory_shortfall``)."""
+    no_option: dict[int, str] = field(default_factory=dict)
+    """Per job without any option, why: one line naming the job and the cause (``no_option_why``)."""
 
 
 class _MarketColumns:
@@ -271,6 +273,7 @@ def enumerate_options(
     leg_rows: list[tuple[int, int, int, int]] = []  # (job, GPUs per job, slots, markets)
     work, deadlines = [], []
     excluded: list[list[Excluded]] = [[] for _ in spec.jobs]
+    no_option: dict[int, str] = {}
     for j, job in enumerate(spec.jobs):
         book = JobThroughput(job, figures)
         work.append(work_steps(job, book))
@@ -300,6 +303,7 @@ def enumerate_options(
                         found.append(fig)
                         legs.append((d, math.floor(count / d + 1e-9) if billing == "gpu" else 1, mine))
         if not legs:
+            no_option[j] = no_option_why(job, excluded[j], period_s, any_leg=False)
             continue
         # The job's candidate markets, leg after leg; what depends on the leg only is looked up
         # through ``leg_of`` once for all jobs.
@@ -323,6 +327,8 @@ def enumerate_options(
         leg_of = market = np.zeros(0, dtype=np.int64)
         eff = interval = np.zeros(0)
     job_of, gpus, slots = leg[leg_of, 0], leg[leg_of, 1], leg[leg_of, 2]
+    for j in sorted(set(leg[:, 0].tolist()) - set(job_of.tolist())):  # every option lost to preemptions
+        no_option[j] = no_option_why(spec.jobs[j], excluded[j], period_s, any_leg=True)
     steps_per_hour = np.array([f.steps_per_s * 3600.0 for f in found])[leg_of] * eff
     ids = np.array([m.quote.market_id for m in markets], dtype=np.int64)
     key = option_key(ids[market], job_of, gpus)
@@ -338,6 +344,37 @@ def enumerate_options(
         work_steps=np.asarray(work, dtype=float),
         deadline_hours=np.asarray(deadlines, dtype=float),
         excluded=excluded,
+        no_option=no_option,
+    )
+
+
+def no_option_why(job: Job, excluded: Sequence[Excluded], period_s: float | None, *, any_leg: bool) -> str:
+    """Why ``job`` has no option, naming the fix: every option's preemption and checkpoint
+    losses leave no progress (``any_leg``: it had some), its memory fits no GPU it may use, or
+    no market it may use has a throughput figure for its GPUs."""
+    head = f"job {job.name!r} has no usable option"
+    ckpt = job.checkpoint_seconds
+    if any_leg and period_s is not None and job.checkpoint_every_s is None and ckpt >= period_s:
+        return (
+            f"{head}: the planning model checkpoints it at every period boundary ({period_s:g} s apart) "
+            f"and a checkpoint takes {ckpt:g} s (checkpoint_s), leaving no time to train; give "
+            "checkpoint.every (the cadence its agent keeps) or a longer period (daemon run --period)"
+        )
+    if any_leg:
+        return (
+            f"{head}: preemptions, checkpoint writes ({ckpt:g} s) and restarts ({job.restart_s:g} s) "
+            "leave no progress on every market it may use; check checkpoint_s and restart_s"
+        )
+    if excluded:
+        largest = {x.gpu_model: x for x in sorted(excluded, key=lambda x: x.gpu_count)}
+        why = "; ".join(f"{x.gpu_model} x{x.gpu_count} {x.reason}" for x in largest.values())
+        return (
+            f"{head}: memory: no GPU it may use can hold it ({why}); give memory.zero_stage, "
+            "a larger gpus.max or allow larger GPUs"
+        )
+    return (
+        f"{head}: no priced market it may use has a throughput figure for its GPUs; widen its "
+        "allow filters or add throughputs for more GPU models"
     )
 
 
@@ -371,8 +408,9 @@ def _preemption_terms(job: Job, rates: Array, used: Array, period_s: float | Non
     interval = np.full(len(rates), np.nan)
     for k in np.unique(used).tolist():
         rate = float(rates[k])
-        tau = checkpoint_interval_s(job.checkpoint_seconds, rate, period_s)
-        eff[k] = preemption_efficiency(rate, job.checkpoint_seconds, job.restart_s, period_s)
+        every = job.checkpoint_every_s
+        tau = checkpoint_interval_s(job.checkpoint_seconds, rate, period_s, every)
+        eff[k] = preemption_efficiency(rate, job.checkpoint_seconds, job.restart_s, period_s, every)
         interval[k] = math.nan if tau is None else tau
     return eff, interval
 

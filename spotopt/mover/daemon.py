@@ -443,6 +443,9 @@ class Daemon:
         opts = replace(self._without(view, refused), availability=availability)
         guard = self.settings.guardrails.with_jobs(specs)
         known = len(memory.notes)
+        for why in view.table.no_option.values():  # an active job nothing can place: why, once
+            if why not in memory.notes:
+                memory.notes.append(why)
         moves = decide(state, opts, guard, memory, self.settings.policy)
         report.notes.extend(memory.notes[known:])  # each said once (a job set aside, a fallback)
         if not self.dry_run:

@@ -24,7 +24,8 @@ Three steps, each labelled with where its number came from (``source``):
    A job that must hold a checkpoint at every planning boundary (``period_s``: the what-if tick,
    the mover's period; only there can it move without losing work) checkpoints at most one
    period apart, at an interval that divides the period, also where nothing preempts it: on
-   on-demand that costs ``C/period``.
+   on-demand that costs ``C/period``. A job that gives its cadence (``checkpoint.every``, which
+   its agent keeps) checkpoints at that interval instead, whatever the period.
 """
 
 from __future__ import annotations
@@ -83,13 +84,18 @@ def comm_ratio_efficiency(gpus: int, comm_ratio: float) -> float:
 
 
 def checkpoint_interval_s(
-    checkpoint_s: float, rate_per_hour: float, period_s: float | None = None
+    checkpoint_s: float, rate_per_hour: float, period_s: float | None = None, every_s: float | None = None
 ) -> float | None:
     """Seconds between checkpoints; None when the job never needs one.
 
-    Young/Daly ``sqrt(2·C·MTBF)``; with ``period_s``, at most one period and shortened to divide
-    it evenly, so a checkpoint falls on every period boundary (also without preemptions).
+    ``every_s``: the job's own cadence (``checkpoint.every``), which its agent keeps whatever
+    the rate and the period (a move at a boundary asks the agent for a checkpoint first, so no
+    boundary needs one of its own): the interval as given. Else Young/Daly
+    ``sqrt(2·C·MTBF)``; with ``period_s``, at most one period and shortened to divide it evenly,
+    so a checkpoint falls on every period boundary (also without preemptions).
     """
+    if every_s is not None:
+        return every_s
     tau = young_daly_s(checkpoint_s, rate_per_hour) if rate_per_hour > 0 else None
     if period_s is None or period_s <= 0:
         return tau
@@ -101,13 +107,18 @@ def checkpoint_interval_s(
 
 
 def preemption_efficiency(
-    rate_per_hour: float, checkpoint_s: float, restart_s: float, period_s: float | None = None
+    rate_per_hour: float,
+    checkpoint_s: float,
+    restart_s: float,
+    period_s: float | None = None,
+    every_s: float | None = None,
 ) -> float:
     """Fraction of paid time that advances training (0 when preemptions outpace progress).
 
-    ``period_s``: checkpoints are due at every planning boundary (see ``checkpoint_interval_s``).
+    ``period_s``: checkpoints are due at every planning boundary, unless the job checkpoints
+    every ``every_s`` (see ``checkpoint_interval_s``).
     """
-    tau = checkpoint_interval_s(checkpoint_s, rate_per_hour, period_s)
+    tau = checkpoint_interval_s(checkpoint_s, rate_per_hour, period_s, every_s)
     if tau is None:
         return 1.0
     rate_s = max(rate_per_hour, 0.0) / 3600.0
