@@ -80,13 +80,15 @@ def test_fit_forward_recovers_fixed_and_split_parts() -> None:
 
 
 def test_across_nodes_the_all_reduce_runs_at_the_network_bandwidth() -> None:
-    """With no overlap (k = 1), 8 GPUs on two nodes pay the all-reduce at 100 GB/s instead of
-    400: the difference is exactly that volume's time at the two rates."""
+    """With no overlap (k = 1), 8 GPUs on two nodes pay the all-reduce over the network instead
+    of NVLink: the difference is exactly that volume's time at the two rates."""
     p = dataclasses.replace(TRUTH, k_overlap=1.0)
     inside = plans.iteration(p, JOB, Plan(8), plans.layout_of("8"), 50.0).iteration
     across = plans.iteration(p, JOB, Plan(8), plans.layout_of("44"), 50.0).iteration
     volume = 2 * JOB.param_bytes * 7 / 8
-    assert across - inside == pytest.approx(volume / 100e6 - volume / 400e6)
+    assert across - inside == pytest.approx(
+        volume / (plans.NETWORK_GBS * 1e6) - volume / (plans.NVLINK_GBS * 1e6)
+    )
 
 
 def test_checkpointing_recomputes_one_forward() -> None:
