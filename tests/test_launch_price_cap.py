@@ -92,4 +92,4 @@ def test_the_fleet_cap_counts_running_slots_at_the_price_in_effect_now(
     with sqlite_db.session() as session:
         row = session.get(JobMove, move)
         assert row is not None and row.outcome == "failed"
-        assert row.detail == "budget: the fleet would spend $2.4000/h, above max_usd_per_hour $2.0000"
+        assert row.detail == "budget: the fleet would spend $2.40/h, above max_usd_per_hour $2.00"

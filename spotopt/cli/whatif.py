@@ -16,7 +16,7 @@ from spotopt.db.engine import Database
 from spotopt.decide.options import BILLING
 from spotopt.errors import InputError
 from spotopt.jobspec import load_jobs
-from spotopt.render import Format, render, say, to_json
+from spotopt.render import Format, render, say, to_json, usd
 from spotopt.whatif.example_market import START as EXAMPLE_START
 from spotopt.whatif.example_market import example_jobs
 from spotopt.whatif.preemptions import PreemptionMode
@@ -214,12 +214,19 @@ def _show(
         typer.echo(to_json(result.document()))
         return
     caption = "oracle: cost_usd is its hindsight schedule, bound_usd a proven lower bound (see docs)"
+    table = fmt is Format.TABLE
     render(
-        # Every CSV row says whether its prices are the synthetic example's (as JSON's key does).
-        [row | {"synthetic": result.synthetic} for row in result.rows],
+        # Every CSV row says whether its prices are the synthetic example's (as JSON's key does);
+        # the table shows money in the one money format (``usd``), CSV at full precision.
+        [
+            row
+            | ({"cost_usd": usd(row["cost_usd"]), "bound_usd": usd(row.get("bound_usd"))} if table else {})
+            | {"synthetic": result.synthetic}
+            for row in result.rows
+        ],
         fmt,
         title=title,
-        columns=[*COLUMNS, "synthetic"] if fmt is not Format.TABLE else _table_columns(result.rows),
+        columns=_table_columns(result.rows) if table else [*COLUMNS, "synthetic"],
         caption=caption if "oracle" in req.strategies else None,
         wide_only=("finish_hours", "preemptions", "unfinished_starts"),
         wide=wide,

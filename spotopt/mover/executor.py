@@ -86,6 +86,7 @@ from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity, record_life
 from spotopt.mover.progress import record_progress
 from spotopt.mover.sweep import Leftover, find_leftovers
 from spotopt.price import SlotPrice, per_instance
+from spotopt.render import usd
 from spotopt.times import parse_duration
 from spotopt.types import MarketKey
 
@@ -846,7 +847,7 @@ class Executor:
         check, whatever the planner decided (a price may have moved since)."""
         rate = move.price.usd_per_hour
         if job.max_usd_per_hour is not None and rate > job.max_usd_per_hour:
-            return f"budget: ${rate:.4f}/h is above the job's max_usd_per_hour ${job.max_usd_per_hour:.4f}"
+            return f"budget: {usd(rate)}/h is above the job's max_usd_per_hour {usd(job.max_usd_per_hour)}"
         now = self.clock()
         assert move.market_id is not None
         with self.db.session() as session:
@@ -860,13 +861,13 @@ class Executor:
         ahead = interval_cost_usd(cloud, rate, now, until) + egress
         if spent + ahead > job.budget_usd:
             return (
-                f"budget: ${spent:.4f} spent + ${ahead:.4f} for the next period and the move's "
-                f"egress would exceed budget_usd ${job.budget_usd:.4f}"
+                f"budget: {usd(spent)} spent + {usd(ahead)} for the next period and the move's "
+                f"egress would exceed budget_usd {usd(job.budget_usd)}"
             )
         if self.max_usd_per_hour is not None and fleet + rate > self.max_usd_per_hour:
             return (
-                f"budget: the fleet would spend ${fleet + rate:.4f}/h, above max_usd_per_hour "
-                f"${self.max_usd_per_hour:.4f}"
+                f"budget: the fleet would spend {usd(fleet + rate)}/h, above max_usd_per_hour "
+                f"{usd(self.max_usd_per_hour)}"
             )
         return ""
 

@@ -37,7 +37,7 @@ from spotopt.errors import ConfigError, InputError, one_line
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, read_yaml
 from spotopt.mover.ledger import spent_usd
-from spotopt.render import shown
+from spotopt.render import shown, usd
 from spotopt.throughput import JobThroughput
 
 __all__ = [
@@ -519,8 +519,8 @@ class BudgetChange:
 
 
 def _budget_text(budget_usd: float, max_usd_per_hour: float | None) -> str:
-    per_hour = f", at most ${max_usd_per_hour:,.2f}/h" if max_usd_per_hour is not None else ""
-    return f"${budget_usd:,.2f}{per_hour}"
+    per_hour = f", at most {usd(max_usd_per_hour)}/h" if max_usd_per_hour is not None else ""
+    return f"{usd(budget_usd)}{per_hour}"
 
 
 def set_budget(
@@ -551,7 +551,7 @@ def set_budget(
         spent = spent_usd(session, job.id, at)
         if budget_usd <= spent:
             raise InputError(
-                f"USD: ${budget_usd:,.2f} is not above the ${spent:,.2f} job {name!r} has already spent; "
+                f"USD: {usd(budget_usd)} is not above the {usd(spent)} job {name!r} has already spent; "
                 "give a larger budget"
             )
         before = _budget_text(job.budget_usd, job.max_usd_per_hour)

@@ -45,6 +45,7 @@ from spotopt.history.throughput_store import import_rows, stored_figures, valida
 from spotopt.jobspec import Job
 from spotopt.mover.billing import interval_cost_usd
 from spotopt.mover.ledger import market_key
+from spotopt.render import usd
 from spotopt.throughput import Figure, JobThroughput
 from spotopt.types import MarketKey
 
@@ -153,7 +154,9 @@ def plan_runs(
             else:
                 work_s = LONGEST_S  # nothing says how fast it goes: the longest a run may take
             expected_s = min(job.restart_s + work_s, LONGEST_S)
-            usd = interval_cost_usd(quote.cloud, quote.usd_per_hour, now, now + timedelta(seconds=expected_s))
+            cost = interval_cost_usd(
+                quote.cloud, quote.usd_per_hour, now, now + timedelta(seconds=expected_s)
+            )
             runs.append(
                 Run(
                     job,
@@ -164,16 +167,16 @@ def plan_runs(
                     market_key(session, quote.market_id),
                     before,
                     expected_s,
-                    usd,
+                    cost,
                 )
             )
     total = sum(r.expected_usd for r in runs)
     if budget_usd is not None and total > budget_usd:
         longest = max(runs, key=lambda r: r.expected_s)
         raise InputError(
-            f"--budget-usd: {len(runs)} profile run(s) would cost about ${total:.4f} "
-            f"(up to {longest.expected_s:.0f} s each at ${longest.quote.usd_per_hour:.4f}/h on "
-            f"{market_label(longest.market)}, minimum billing included), above ${budget_usd:.4f}; "
+            f"--budget-usd: {len(runs)} profile run(s) would cost about {usd(total)} "
+            f"(up to {longest.expected_s:.0f} s each at {usd(longest.quote.usd_per_hour)}/h on "
+            f"{market_label(longest.market)}, minimum billing included), above {usd(budget_usd)}; "
             "raise --budget-usd or profile fewer --steps, --seconds or --counts"
         )
     return runs

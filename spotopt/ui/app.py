@@ -35,16 +35,12 @@ from starlette.staticfiles import StaticFiles
 
 from spotopt.db.engine import Database
 from spotopt.errors import InputError
+from spotopt.render import usd
 from spotopt.ui import views
 from spotopt.webguard import DASHBOARD_CSP, GuardASGI, loopback_hosts
 
 COOKIE = "spotopt_ui_token"
 STATIC = Path(__file__).parent / "static"
-
-
-def usd(value: float | None) -> str:
-    """``$1,234.56``; an unknown amount as an en dash."""
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"${value:,.2f}"
 
 
 def when(value: datetime | None) -> str:

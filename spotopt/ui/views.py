@@ -46,6 +46,7 @@ from spotopt.mover import status as job_status
 from spotopt.mover.jobs import job_spec
 from spotopt.mover.observed import PREEMPTION_ENDS
 from spotopt.mover.progress import progress_points
+from spotopt.render import usd, usd_summed
 from spotopt.reports.availability import heatmap
 from spotopt.reports.base import ReportResult
 from spotopt.reports.frames import dt_us
@@ -108,6 +109,11 @@ def fleet(db: Database, now: datetime) -> dict[str, Any]:
                 }
             )
     counts = Counter(r["state"] for r in rows)
+    totals = {}
+    for key in ("usd_per_hour", "spent_usd", "budget_usd"):
+        cells, totals[key] = added_up([r[key] for r in rows])
+        for row, shown in zip(rows, cells, strict=True):
+            row.setdefault("shown", {})[key] = shown
     return {
         "now": now,
         "jobs": rows,
@@ -115,8 +121,18 @@ def fleet(db: Database, now: datetime) -> dict[str, Any]:
         "usd_per_hour": sum(r["usd_per_hour"] or 0.0 for r in rows),
         "spent_usd": sum(r["spent_usd"] for r in rows),
         "budget_usd": sum(r["budget_usd"] for r in rows),
+        "shown": totals,
         "open_moves": sum(r["open_moves"] for r in rows),
     }
+
+
+def added_up(amounts: list[float | None]) -> tuple[list[str], str]:
+    """A column of amounts and its total as the dashboard shows them: ``render.usd`` at one
+    number of decimals, rounded (``usd_summed``, as ``jobs cost``) so that the amounts shown add
+    up to the total shown; an unknown amount (–) counts as nothing."""
+    rounded, places = usd_summed([a or 0.0 for a in amounts])
+    cells = [usd(None if a is None else r, places) for a, r in zip(amounts, rounded, strict=True)]
+    return cells, usd(sum(rounded), places)
 
 
 def job(db: Database, name: str, now: datetime, state_dir: Path | None = None) -> dict[str, Any]:
@@ -165,11 +181,27 @@ def job(db: Database, name: str, now: datetime, state_dir: Path | None = None) -
         "deadline": _deadline(job_row),
         "eta": _eta(status, now),
         "intervals": intervals,
+        "ledger": _ledger_rows(intervals),
         "total_usd": ledger.total_usd(intervals),
         "egress_usd": ledger.egress_usd(intervals),
         "timeline": timeline,
         "cost_chart": _cost_series(intervals, now),
         "progress_chart": _progress_series(progress, status["progress"]["work_steps"]),
+    }
+
+
+def _ledger_rows(intervals: list[ledger.Interval]) -> dict[str, Any]:
+    """The ledger's money as ``jobs cost`` shows it: each interval's cost and egress and the
+    total and egress total, rounded together so that the cells shown add up to the total shown."""
+    money, places = usd_summed([*(r.cost_usd for r in intervals), *(r.egress_usd for r in intervals)])
+    costs, egress = money[: len(intervals)], money[len(intervals) :]
+    return {
+        "rows": [
+            (row, usd(cost, places), usd(moved, places))
+            for row, cost, moved in zip(intervals, costs, egress, strict=True)
+        ],
+        "total": usd(sum(money), places),
+        "egress": usd(sum(egress), places),
     }
 
 
@@ -364,8 +396,8 @@ def _price_series(db: Database, market_ids: list[int], since: datetime, until: d
     series: dict[int, list[float | None]] = {m: [None] * len(times) for m in drawn}
     for m in drawn:
         series[m][0] = before[m]
-    for market_id, at, usd, gpus in rows:
-        series[market_id][index[at.timestamp()]] = usd / (gpus or 1)
+    for market_id, at, per_hour, gpus in rows:
+        series[market_id][index[at.timestamp()]] = per_hour / (gpus or 1)
     for values in series.values():  # carry each price forward: a point holds until the next
         for i in range(1, len(values)):
             if values[i] is None:
