@@ -209,12 +209,15 @@ def policy_input(
         live = live[~np.isin(live, list(aside))]
     job_of = opts.job[idx]
     remaining = state.remaining_steps[job_of]
-    tput = opts.steps_per_hour[idx]
-    hours = remaining / tput
+    # The policy sees each option at the pessimistic end of its figure (its deadlines and wall
+    # times), priced so that a step costs what it is expected to (the expected figure's cost
+    # spread over the pessimistic hours): deadlines with ``low``, costs with the expected value.
+    tput = opts.low[idx]
+    hours = remaining / opts.steps_per_hour[idx]
     move = move_usd[idx]
     staying = (cur[job_of] == idx) & ~state.notice[job_of] & ~state.lost[job_of]
     move = np.where(staying, 0.0, move)
-    usd = (forecast_usd(opts, idx, hours) + move) / hours
+    usd = (forecast_usd(opts, idx, hours) + move) / (remaining / tput)
     remap = np.full(state.n_jobs, -1, dtype=np.int64)
     remap[live] = np.arange(len(live))
     deadline = due[live]

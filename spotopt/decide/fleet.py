@@ -141,7 +141,10 @@ class Options:
       market, ``capacity[market]`` instances at once, ``inf``: unlimited).
     - ``location``: index into the fleet's ``locations`` (egress is priced between them).
     - ``steps_per_hour``: expected effective throughput (discounted for preemption loss and
-      checkpoint writes at the planning period).
+      checkpoint writes at the planning period); costs are priced with it.
+    - ``steps_per_hour_low``: the same at the pessimistic end of the figure's interval (an
+      estimate's ``low``; ``None``: every figure exact, the expected one): deadline rules plan
+      with it (``low``), so an estimate that may be slow is not trusted to make a deadline.
     - ``usd_per_hour``: what one job slot costs now (NaN: the market is unavailable), the
       market's price by ``spotopt.price.per_slot``. An array, not ``SlotPrice`` objects: a round
       prices every option at once (millions in a large fleet) with one NumPy operation; the
@@ -176,6 +179,12 @@ class Options:
     capacity: Array
     availability: Availability | None = None
     price_age_h: Array | None = None
+    steps_per_hour_low: Array | None = None
+
+    @property
+    def low(self) -> Array:
+        """Steps/hour at the pessimistic end (``steps_per_hour_low``, else the expected)."""
+        return self.steps_per_hour if self.steps_per_hour_low is None else self.steps_per_hour_low
 
     @property
     def n_options(self) -> int:

@@ -184,6 +184,9 @@ class OptionTable:
     """Per job, the GPU models and counts its memory rules out (``memory_shortfall``)."""
     no_option: dict[int, str] = field(default_factory=dict)
     """Per job without any option, why: one line naming the job and the cause (``no_option_why``)."""
+    steps_per_hour_low: Array | None = None
+    """``steps_per_hour`` at the low end of each figure's interval (``Options.steps_per_hour_low``;
+    None: every figure exact)."""
 
 
 class _MarketColumns:
@@ -330,6 +333,7 @@ def enumerate_options(
     for j in sorted(set(leg[:, 0].tolist()) - set(job_of.tolist())):  # every option lost to preemptions
         no_option[j] = no_option_why(spec.jobs[j], excluded[j], period_s, any_leg=True)
     steps_per_hour = np.array([f.steps_per_s * 3600.0 for f in found])[leg_of] * eff
+    low = np.array([f.interval[0] * 3600.0 for f in found])[leg_of] * eff
     ids = np.array([m.quote.market_id for m in markets], dtype=np.int64)
     key = option_key(ids[market], job_of, gpus)
     order = np.argsort(key, kind="stable")
@@ -345,6 +349,7 @@ def enumerate_options(
         deadline_hours=np.asarray(deadlines, dtype=float),
         excluded=excluded,
         no_option=no_option,
+        steps_per_hour_low=low[order],
     )
 
 
@@ -492,6 +497,7 @@ def price_options(
         market=m,
         location=market_loc[m],
         steps_per_hour=table.steps_per_hour,
+        steps_per_hour_low=table.steps_per_hour_low,
         usd_per_hour=per_slot(now[m], slots),
         instances_per_hour=instances_per_slot(slots),
         on_demand=np.array([q.quote.market == "on-demand" for q in markets], dtype=bool)[m],

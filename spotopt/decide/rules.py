@@ -185,7 +185,8 @@ class Round:
             eligible &= opts.usd_per_hour <= guard.max_usd_per_hour
         self.eligible = eligible
         self.od = od = eligible & opts.on_demand.astype(bool)
-        self.need_od = np.where(od, state.restart_h[j_of] + remaining / opts.steps_per_hour, np.inf)
+        low = opts.low  # deadlines are planned at the pessimistic end of an estimate
+        self.need_od = np.where(od, state.restart_h[j_of] + remaining / low, np.inf)
         min_need = np.full(n_jobs, np.inf)
         np.minimum.at(min_need, j_of, self.need_od)
         slack = state.deadline_h - guard.period_h - self.deadline_margin_h
@@ -193,10 +194,10 @@ class Round:
         usable_h = state.deadline_h - self.reserve_h
         fastest = np.zeros(n_jobs)
         fast_pool = eligible & ~opts.on_demand.astype(bool)
-        np.maximum.at(fastest, j_of[fast_pool], opts.steps_per_hour[fast_pool])
-        np.maximum.at(fastest, j_of[od], np.where(fastest[j_of[od]] > 0, 0.0, opts.steps_per_hour[od]))
+        np.maximum.at(fastest, j_of[fast_pool], low[fast_pool])
+        np.maximum.at(fastest, j_of[od], np.where(fastest[j_of[od]] > 0, 0.0, low[od]))
         with np.errstate(invalid="ignore", divide="ignore"):
-            rest_after = np.maximum(remaining - opts.steps_per_hour * guard.period_h, 0.0)
+            rest_after = np.maximum(remaining - low * guard.period_h, 0.0)
             after_h = rest_after / fastest[j_of] + state.restart_h[j_of]
             self.affordable = after_h <= usable_h[j_of] - guard.period_h
         at = np.maximum(cur, 0)
