@@ -109,11 +109,11 @@ def fleet(db: Database, now: datetime) -> dict[str, Any]:
                 }
             )
     counts = Counter(r["state"] for r in rows)
-    totals = {}
-    for key in ("usd_per_hour", "spent_usd", "budget_usd"):
-        cells, totals[key] = added_up([r[key] for r in rows])
-        for row, shown in zip(rows, cells, strict=True):
-            row.setdefault("shown", {})[key] = shown
+    # Money spent adds up (``usd_summed``, as ``jobs cost``); a price per hour or a budget is
+    # each job's own figure as ``jobs show`` prints it.
+    spent, places = usd_summed([r["spent_usd"] for r in rows])
+    for row, amount in zip(rows, spent, strict=True):
+        row["spent_shown"] = usd(amount, places)
     return {
         "now": now,
         "jobs": rows,
@@ -121,18 +121,9 @@ def fleet(db: Database, now: datetime) -> dict[str, Any]:
         "usd_per_hour": sum(r["usd_per_hour"] or 0.0 for r in rows),
         "spent_usd": sum(r["spent_usd"] for r in rows),
         "budget_usd": sum(r["budget_usd"] for r in rows),
-        "shown": totals,
+        "spent_shown": usd(sum(spent), places),
         "open_moves": sum(r["open_moves"] for r in rows),
     }
-
-
-def added_up(amounts: list[float | None]) -> tuple[list[str], str]:
-    """A column of amounts and its total as the dashboard shows them: ``render.usd`` at one
-    number of decimals, rounded (``usd_summed``, as ``jobs cost``) so that the amounts shown add
-    up to the total shown; an unknown amount (–) counts as nothing."""
-    rounded, places = usd_summed([a or 0.0 for a in amounts])
-    cells = [usd(None if a is None else r, places) for a, r in zip(amounts, rounded, strict=True)]
-    return cells, usd(sum(rounded), places)
 
 
 def job(db: Database, name: str, now: datetime, state_dir: Path | None = None) -> dict[str, Any]:
