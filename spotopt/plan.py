@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from spotopt.agent.steady import WARMUP_STEPS
 from spotopt.decide.core import policy_input
 from spotopt.decide.egress import entry_usd
 from spotopt.decide.fleet import FleetState
@@ -144,10 +145,17 @@ def _hours(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
-    """The plan as a JSON-ready dict (schema in docs/guides/plan.md)."""
+PROFILE_STEPS = 100
+"""Steps a profile run measures where a plan's warning names one (``spotopt throughput
+profile``'s default): enough for a steady rate after the warm-up."""
+
+
+def plan_report(problem: PlanProblem, alloc: Allocation, jobs_file: str = "JOBS.yaml") -> dict[str, Any]:
+    """The plan as a JSON-ready dict (schema in docs/guides/plan.md); ``jobs_file`` is named in
+    the profile a warning suggests."""
     inp = problem.input
     jobs = []
+    settle: list[str] = []
     for j, job in enumerate(problem.jobs):
         picked = [e for e in np.flatnonzero(inp.job == j) if alloc.share[e] > 1e-6]
         picked.sort(key=lambda e: inp.usd_per_hour[e] / inp.steps_per_hour[e])  # the order they run in
@@ -158,6 +166,11 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
         cost = float(alloc.cost_usd[j])
         chosen = {id(problem.options[e]) for e in picked}
         runner = next((r for r in problem.ranked.get(j, []) if id(r[1]) not in chosen), None)
+        if picked and runner is not None:
+            first = float(inp.usd_per_hour[picked[0]] / inp.steps_per_hour[picked[0]])
+            why = spanning_estimate(job, (first, problem.options[picked[0]]), runner, jobs_file)
+            if why is not None:
+                settle.append(why)
         allocation = [
             {
                 **_market_fields(problem, problem.options[e]),
@@ -203,8 +216,39 @@ def plan_report(problem: PlanProblem, alloc: Allocation) -> dict[str, Any]:
         "warnings": [
             *problem.set_aside,
             *stale_price_warnings(problem.at, jobs, problem.max_price_age_h / 24.0),
+            *settle,
         ],
     }
+
+
+def spanning_estimate(
+    job: Job, chosen: tuple[float, OptionInfo], runner: tuple[float, OptionInfo], jobs_file: str
+) -> str | None:
+    """Why ``job``'s choice (``chosen`` over the ``runner`` up, each with its expected $/step)
+    rests on an estimate, or None: at the chosen option's low end and the runner-up's high end
+    the runner-up is the cheaper per step. Names the profile run that would settle it (of the
+    estimated one, the chosen first) and what it costs at that option's market price (the
+    job's start-up, the warm-up and ``PROFILE_STEPS`` at the low end)."""
+    (usd_c, c), (usd_r, r) = chosen, runner
+    if not (c.figure.estimated or r.figure.estimated):
+        return None
+    worst_c = usd_c * c.figure.steps_per_s / c.figure.interval[0]
+    best_r = usd_r * r.figure.steps_per_s / r.figure.interval[1]
+    if worst_c <= best_r:
+        return None
+    o = c if c.figure.estimated else r
+    low, high = o.figure.interval
+    seconds = job.restart_s + (WARMUP_STEPS + PROFILE_STEPS) / low
+    cost = o.market.quote.usd_per_hour * seconds / 3600.0
+    counts = f" --counts {o.gpus}" if o.gpus != 1 else ""
+    return (
+        f"job {job.name!r}: the choice of {c.market.quote.gpu} x{c.gpus} over {r.market.quote.gpu} x{r.gpus} "
+        f"rests on an estimate ({o.market.quote.gpu} x{o.gpus}: {o.figure.steps_per_s:.3g} steps/s, "
+        f"80 % interval {low:.3g}-{high:.3g}) whose interval spans it; "
+        f"`spotopt throughput profile {jobs_file} --gpu {o.market.quote.gpu}{counts} "
+        f"--steps {PROFILE_STEPS}` "
+        f"would settle it for about ${cost:,.2f} at ${o.market.quote.usd_per_hour:,.4g}/h"
+    )
 
 
 def stale_price_warnings(at: datetime, jobs: list[dict[str, Any]], max_age_days: float) -> list[str]:
@@ -251,6 +295,8 @@ def _market_fields(problem: PlanProblem, o: OptionInfo) -> dict[str, Any]:
         "stale": age_h > problem.max_price_age_h,
         "steps_per_s": o.figure.steps_per_s * o.efficiency,
         "throughput_source": o.figure.source,
+        "throughput_low": o.figure.interval[0] * o.efficiency,
+        "throughput_high": o.figure.interval[1] * o.efficiency,
         "preemptions_per_hour": o.market.preemptions_per_hour,
         "rate_source": o.market.rate_source,
         "checkpoint_interval_s": o.checkpoint_interval_s,

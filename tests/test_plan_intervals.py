@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from spotopt.agent.steady import WARMUP_STEPS
 from spotopt.history.ingest import run_ingest
 from spotopt.history.setup import open_history
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
@@ -114,3 +115,35 @@ def test_the_same_figure_measured_takes_the_cheap_gpu(world: tuple[str, Path], t
     # (and the start's restart, 300 s of it over the job's 23 h)
     (item,) = job["allocation"]
     assert item["usd_per_step"] == pytest.approx(0.8 / (est["steps_per_s"] * 3600), rel=0.005)
+
+
+def test_plan_marks_the_estimate_and_names_the_profile_that_settles_a_close_choice(
+    world: tuple[str, Path],
+) -> None:
+    db_url, jobs = world
+    jobs.write_text(jobs.read_text().replace("    deadline: 32h\n", "    run: python train.py\n"))
+    est = l4_estimate(db_url, jobs)
+    doc = json.loads(ok(db_url, "plan", jobs, "--at", "2025-03-02T00:00Z", "--format", "json"))
+    (job,) = doc["jobs"]
+    (item,) = job["allocation"]
+    assert (item["gpu"], item["throughput_source"]) == ("L4", "estimated")
+    assert (item["throughput_low"], item["throughput_high"]) == pytest.approx((est["low"], est["high"]))
+    # the H100 at $12/h is dearer per step even were the L4 at its low end: nothing to settle
+    assert not any("profile" in w for w in doc["warnings"])
+    db = open_history(db_url)
+    try:  # the H100 at $5/h: cheaper per step than the L4 at the L4's low end
+        h100 = MarketKey("aws", "us-east-1", None, "test.h100x1", MarketKind.ON_DEMAND)
+        run_ingest(db, "test", "cheaper", [PriceObservation(h100, T0.replace(hour=12), 5.0)])
+    finally:
+        db.dispose()
+    done = spotopt(db_url, "plan", jobs, "--at", "2025-03-02T00:00Z", "--wide")
+    assert done.returncode == 0, done.stderr
+    assert f"estimated {est['low']:.3g}-{est['high']:.3g}/s" in done.stdout
+    warning = " ".join(done.stderr.split())
+    assert "job 'train': the choice of L4 x1 over H100-80GB x1 rests on an estimate" in warning
+    # a profile of 100 steps after the warm-up ones at the low end, plus the job's 300 s start
+    cost = 0.8 * (300 + (WARMUP_STEPS + 100) / est["low"]) / 3600
+    assert (
+        f"`spotopt throughput profile {jobs} --gpu L4 --steps 100` would settle it for about ${cost:,.2f}"
+        in (warning)
+    )

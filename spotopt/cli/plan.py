@@ -37,7 +37,8 @@ COLUMNS = [
 ]
 """Table columns; ``runner_up`` is the best $/step among options the job did not get, ``age_days``
 the price's age and ``stale`` whether it is older than the setting ``price_max_age_days`` (a job
-is planned on a stale price only when it has no fresh one). JSON has all fields."""
+is planned on a stale price only when it has no fresh one); ``throughput`` the figure's source
+and, for an estimate, its 80 % interval. JSON has all fields."""
 
 
 def plan(
@@ -92,7 +93,7 @@ def plan(
         capacity=math.inf if capacity is None else capacity,
         billing=billing,
     )
-    report = plan_report(problem, solve(policy, problem.input))
+    report = plan_report(problem, solve(policy, problem.input), str(jobs_file))
     for warning in report["warnings"]:
         say(warning, label="warning:", style="yellow", err=True)
     if fmt is Format.JSON:
@@ -142,9 +143,16 @@ def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "slack_h": job["slack_hours"] if first else None,
                     "usd_per_step": item["usd_per_step"],
                     "runner_up": runner["usd_per_step"] if first and runner else None,
-                    "throughput": item["throughput_source"],
+                    "throughput": _throughput(item),
                     "age_days": item["price_age_days"],
                     "stale": item["stale"],
                 }
             )
     return rows
+
+
+def _throughput(item: dict[str, Any]) -> str:
+    """The figure's source, with its 80 % interval (effective steps/s) where it is an estimate."""
+    if item["throughput_low"] == item["throughput_high"]:
+        return str(item["throughput_source"])
+    return f"{item['throughput_source']} {item['throughput_low']:.3g}-{item['throughput_high']:.3g}/s"
