@@ -142,7 +142,9 @@ def test_profile_through_the_console_script_stores_a_measured_figure(tmp_path: P
     after = l4_estimate()
     assert (after["source"], after["steps_per_s"]) == ("measured", measured)
     records = _instances(state)
-    assert len(records) == 2 and all(r["tags"] == {"spotopt:profile": "example"} for r in records)
+    assert len(records) == 2 and all(
+        r["tags"]["spotopt:profile"] == "example" and r["tags"]["spotopt:db"] for r in records
+    )
     for record in records:  # every process the provider started is gone, its children too
         assert group_members(int(str(record["pid"]))) == []
         assert (state / "instances" / str(record["instance_id"]) / "exit_code").exists()

@@ -6,7 +6,8 @@ an empty checkpoint store of its own (``profile-<token>``, so it neither resumes
 into the job's real checkpoints), its agent heartbeats every ``BEAT_S``, and the run ends once
 ``steps`` steps (or ``seconds`` seconds) past the warm-up were reported, when the job exits, or
 at the run's time limit (what the budget leaves, at most ``LONGEST_S``). The instance is
-terminated in a ``finally``, so an error or Ctrl-C ends it too.
+terminated in a ``finally``, so an error or Ctrl-C ends it too; one left by a killed command
+(SIGKILL: no ``finally`` runs) is ended by the leak sweep once older than ``LEFTOVER_AFTER_S``.
 
 The steps/s come from the heartbeats' (time, step) pairs through ``spotopt.agent.steady``, the
 rule the agent's own heartbeat rate follows: the first ``warmup_steps`` steps are left out.
@@ -38,7 +39,8 @@ from sqlalchemy.orm import Session
 from spotopt.agent.steady import SteadyRate, steady_rate
 from spotopt.catalog import gpu_matches
 from spotopt.checkpoints import Location, read_heartbeat, store_url
-from spotopt.clouds.common.base import InstanceState, LaunchSpec, Provider, market_label
+from spotopt.clouds.common.base import DATABASE_TAG, InstanceState, LaunchSpec, Provider, market_label
+from spotopt.db.identity import database_id
 from spotopt.db.queries import MarketFilter, Quote, prices_at
 from spotopt.errors import InputError
 from spotopt.history.throughput_store import import_rows, stored_figures, validate_row
@@ -54,6 +56,13 @@ BEAT_S = 1.0
 every second, so the run stops within about a second of having measured enough."""
 LONGEST_S = 900.0
 """No run lasts longer, budget or not: a job that never gets past its warm-up must not bill on."""
+PROFILE_TAG = "spotopt:profile"
+"""The tag on a run's instance (its value: the job's name), beside this database's id
+(``DATABASE_TAG``): what the leak sweep (``spotopt.mover.sweep``) knows a profile's instance by."""
+LEFTOVER_AFTER_S = LONGEST_S + 600.0
+"""A profile's instance older than this is a leftover of a command that was killed (SIGKILL, a
+lost machine) before its ``finally`` could end it: no run lasts past ``LONGEST_S`` from before
+its launch, and ten minutes more cover a cloud's slow launch and terminate."""
 DEFAULT_STEPS = 100
 
 
@@ -71,6 +80,9 @@ class Run:
     """What the model said before the run (the estimate whose error the run shows)."""
     expected_s: float
     expected_usd: float
+    database_id: str
+    """The history's id (``spotopt.db.identity``), tagged on the run's instance so that this
+    database's sweep ends it if the command is killed, and no other database's does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +180,7 @@ def plan_runs(
                     before,
                     expected_s,
                     cost,
+                    database_id(session),
                 )
             )
     total = sum(r.expected_usd for r in runs)
@@ -231,7 +244,7 @@ def profile(
                 "SPOTOPT_GPUS": str(run.gpu_count),
             },
             workdir=str(run.workdir),
-            tags={"spotopt:profile": run.job.name},
+            tags={PROFILE_TAG: run.job.name, DATABASE_TAG: run.database_id},
         )
         reports: list[tuple[float, int]] = []
         ended = "time limit"

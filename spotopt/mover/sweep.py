@@ -9,7 +9,10 @@ under way, or was cut short by a crash and will be re-done with the same key) or
 very instance. Anything of ours that is not owned and still bills (``InstanceStatus.billing``:
 live, or an ended VM, disk or NIC the cloud keeps) is a *leftover*: launched just before a
 crash whose move then failed, a duplicate of a launch, an ended placement's VM that the guest
-powered off, an evicted VM's NIC.
+powered off, an evicted VM's NIC. A profile's instance (``spotopt throughput profile``, tagged
+``profile.PROFILE_TAG`` and with this database's id) has no placement: its command owns it while
+it may still run, and it is a leftover once older than ``profile.LEFTOVER_AFTER_S`` (the
+command was killed before it could end it).
 
 This module only finds them (read-only); ``Executor.sweep`` ends them under the leader's lock.
 """
@@ -17,7 +20,7 @@ This module only finds them (read-only); ``Executor.sweep`` ends them under the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -27,6 +30,7 @@ from spotopt.db.engine import Database
 from spotopt.db.identity import stored_database_id
 from spotopt.db.models import Placement
 from spotopt.db.queries import MarketFilter, prices_at
+from spotopt.mover.profile import LEFTOVER_AFTER_S, PROFILE_TAG
 
 LIVE_PLACEMENT = ("launching", "running")
 
@@ -77,7 +81,7 @@ def find_leftovers(db: Database, provider: Provider, now: datetime) -> list[Left
         tagged = instance.tags.get(DATABASE_TAG)
         if not (tagged == mine if tagged is not None else placement is not None):
             continue  # another database's, or launched outside the daemon
-        why = _unowned(instance, placement)
+        why = _unowned(instance, placement, now)
         if not why:
             continue
         status = provider.status(instance.instance_id)
@@ -99,8 +103,16 @@ def find_leftovers(db: Database, provider: Provider, now: datetime) -> list[Left
     return found
 
 
-def _unowned(instance: Instance, placement: Placement | None) -> str:
-    """Why no live placement owns ``instance`` ('' when one does)."""
+def _unowned(instance: Instance, placement: Placement | None, now: datetime) -> str:
+    """Why no live placement (or, for a profile's instance, its command) owns ``instance`` (''
+    when one does)."""
+    if PROFILE_TAG in instance.tags and placement is None:
+        if now - instance.launched_at <= timedelta(seconds=LEFTOVER_AFTER_S):
+            return ""  # a profile may be measuring it now
+        launched = f"{instance.launched_at:%Y-%m-%d %H:%M} UTC"
+        return (
+            f"a profile run of {instance.tags[PROFILE_TAG]!r} launched {launched}, past the longest one runs"
+        )
     if placement is None:
         return "no placement has its key"
     if placement.state not in LIVE_PLACEMENT:
