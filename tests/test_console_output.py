@@ -39,6 +39,14 @@ jobs:
     checkpoint: {uri: ckpt, every: 10m}
     budget_usd: 50
 """
+PROFILE_JOB = f"""\
+jobs:
+  - name: tiny
+    run: {sys.executable} {EXAMPLES / "train_numpy.py"} --steps 1000000 --out profile-out
+    checkpoint: {{uri: profile-store, every: 10m}}
+    work: {{steps: 1000}}
+"""
+PROFILE_ARGS = ["{work}/profile.yaml", "--gpu", "V100-16GB", "--steps", "3", "--warmup-steps", "1"]
 SMALL_JOBS = """\
 jobs:
   - name: a3c
@@ -72,6 +80,7 @@ COMMANDS: dict[str, tuple[list[str], set[int]]] = {
     "report run": (["cheapest"], {0}),
     "throughput list": ([], {0}),
     "throughput estimate": (["{work}/small.yaml", "--gpus", "V100,A100", "--counts", "1,8"], {0}),
+    "throughput profile": ([*PROFILE_ARGS, "--state-dir", "{work}/profile-state"], {0}),
     "plan": ([str(EXAMPLES / "jobs.yaml")], {0}),
     "whatif": (["--example"], {0}),
     "jobs list": ([], {0}),
@@ -134,6 +143,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
     (work / "availability.csv").write_text(AVAILABILITY)
     (work / "lifetimes.csv").write_text(LIFETIMES)
     (work / "job.yaml").write_text(MANAGED_JOB)
+    (work / "profile.yaml").write_text(PROFILE_JOB)
     # The setup runs in this process (what is tested is each command's output, below): five
     # console-script starts cost ~15 s per worker.
     db = ["--db", env["SPOTOPT_DB_URL"]]
