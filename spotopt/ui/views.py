@@ -109,11 +109,6 @@ def fleet(db: Database, now: datetime) -> dict[str, Any]:
                 }
             )
     counts = Counter(r["state"] for r in rows)
-    # Money spent adds up (``usd_summed``, as ``jobs cost``); a price per hour or a budget is
-    # each job's own figure as ``jobs show`` prints it.
-    spent, places = usd_summed([r["spent_usd"] for r in rows])
-    for row, amount in zip(rows, spent, strict=True):
-        row["spent_shown"] = usd(amount, places)
     return {
         "now": now,
         "jobs": rows,
@@ -121,7 +116,6 @@ def fleet(db: Database, now: datetime) -> dict[str, Any]:
         "usd_per_hour": sum(r["usd_per_hour"] or 0.0 for r in rows),
         "spent_usd": sum(r["spent_usd"] for r in rows),
         "budget_usd": sum(r["budget_usd"] for r in rows),
-        "spent_shown": usd(sum(spent), places),
         "open_moves": sum(r["open_moves"] for r in rows),
     }
 
