@@ -227,6 +227,6 @@ def test_status_lists_the_jobs_waiting_and_why(db_url: str, db: Database, tmp_pa
     assert code == 0, err
     code, out, _ = cli("--db", db_url, "daemon", "status", "--format", "json")
     (waiting,) = strict_json(out)["waiting"]
-    assert waiting["state"] == "over-budget" and "would exceed budget_usd $0.0100" in waiting["why"]
+    assert waiting["state"] == "over-budget" and "would exceed budget_usd $0.01" in waiting["why"]
     code, out, _ = cli("--db", db_url, "daemon", "status")
     assert code == 0 and "Jobs waiting, and why" in out and "poor" in out

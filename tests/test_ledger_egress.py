@@ -395,4 +395,4 @@ def test_a_launch_whose_egress_would_pass_the_budget_is_refused(db: Database, tm
         why = executor._over_budget_for(move, managed, spec)
         assert bool(why) is refused, why
         if refused:
-            assert "egress would exceed budget_usd $10.0000" in why
+            assert "egress would exceed budget_usd $10.00" in why
