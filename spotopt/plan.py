@@ -33,6 +33,7 @@ from spotopt.history.market import MarketState
 from spotopt.jobspec import Job, JobSpec
 from spotopt.policies.base import Allocation, Array, PolicyInput, get_policy
 from spotopt.policies.prune import prune_dominated, select_options
+from spotopt.render import usd
 from spotopt.throughput import (
     StoredFigure,
 )
@@ -247,7 +248,7 @@ def spanning_estimate(
         f"80 % interval {low:.3g}-{high:.3g}) whose interval spans it; "
         f"`spotopt throughput profile {jobs_file} --gpu {o.market.quote.gpu}{counts} "
         f"--steps {PROFILE_STEPS}` "
-        f"would settle it for about ${cost:,.2f} at ${o.market.quote.usd_per_hour:,.4g}/h"
+        f"would settle it for about {usd(cost)} at {usd(o.market.quote.usd_per_hour)}/h"
     )
 
 

@@ -16,6 +16,7 @@ import pytest
 from spotopt.agent.steady import WARMUP_STEPS
 from spotopt.history.ingest import run_ingest
 from spotopt.history.setup import open_history
+from spotopt.render import usd
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
 
 SPOTOPT = Path(sys.executable).parent / "spotopt"
@@ -144,6 +145,6 @@ def test_plan_marks_the_estimate_and_names_the_profile_that_settles_a_close_choi
     # a profile of 100 steps after the warm-up ones at the low end, plus the job's 300 s start
     cost = 0.8 * (300 + (WARMUP_STEPS + 100) / est["low"]) / 3600
     assert (
-        f"`spotopt throughput profile {jobs} --gpu L4 --steps 100` would settle it for about ${cost:,.2f}"
+        f"`spotopt throughput profile {jobs} --gpu L4 --steps 100` would settle it for about {usd(cost)}"
         in (warning)
     )

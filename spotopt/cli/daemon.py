@@ -34,7 +34,7 @@ from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
 from spotopt.mover.executor import Executor, Timeouts
 from spotopt.mover.leader import LeaderRecord, Leadership, read_leader
 from spotopt.mover.sweep import Leftover
-from spotopt.render import Format, iso, render, say, to_json
+from spotopt.render import Format, iso, render, say, to_json, usd
 from spotopt.settings import Settings
 
 app = typer.Typer(
@@ -696,8 +696,8 @@ def _swept(last: dict[str, Any] | None) -> str:
     if not swept:
         return "nothing" if last is not None else "never"
     ended = sum(1 for row in swept if row.get("action") == "terminated")
-    usd = sum(row.get("usd_per_hour") or 0.0 for row in swept)
-    return f"{len(swept)} billing with no live placement, {ended} terminated (${usd:.4f}/h)"
+    hourly = sum(row.get("usd_per_hour") or 0.0 for row in swept)
+    return f"{len(swept)} billing with no live placement, {ended} terminated ({usd(hourly)}/h)"
 
 
 @app.command("replay")

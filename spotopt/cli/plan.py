@@ -17,7 +17,7 @@ from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import load_jobs
 from spotopt.plan import build_problem, plan_report, solve
 from spotopt.policies.base import get_policy
-from spotopt.render import Format, render, say, to_json
+from spotopt.render import Format, render, say, to_json, usd
 
 COLUMNS = [
     "job",
@@ -119,7 +119,7 @@ def plan(
 
 def _title(report: dict[str, Any]) -> str:
     return (
-        f"{report['policy']}: {report['status']}, total ${report['total_cost_usd']:,.2f}, "
+        f"{report['policy']}: {report['status']}, total {usd(report['total_cost_usd'])}, "
         f"makespan {report['makespan_hours'] or math.inf:.1f} h (prices at {report['at']:%Y-%m-%d %H:%M} UTC)"
     )
 

@@ -65,6 +65,7 @@ from spotopt.mover.executor import (
 from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
 from spotopt.mover.market_view import MarketView, market_availability, market_view
 from spotopt.price import SlotPrice
+from spotopt.render import usd
 from spotopt.times import parse_duration
 
 MEMORY_KEY = "mover_memory"
@@ -333,8 +334,8 @@ class Daemon:
             self.executor.open_move(
                 name,
                 "stop",
-                f"budget: ${spent:.4f} spent + ${ahead:.4f} for the next period would exceed "
-                f"budget_usd ${budget:.4f}",
+                f"budget: {usd(spent)} spent + {usd(ahead)} for the next period would exceed "
+                f"budget_usd {usd(budget)}",
                 then_state="over-budget",
             )
 
