@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,9 @@ from spotopt.db.engine import Database
 from spotopt.db.models import InstanceType, Interruption, Market, PricePoint, Run
 from spotopt.history.ingest import RunSummary, run_ingest
 from spotopt.types import MarketKey, MarketKind, PriceObservation
+
+SPOTOPT = Path(sys.executable).parent / "spotopt"
+"""The console script installed beside this interpreter: what a user runs."""
 
 
 def t(text: str) -> datetime:
@@ -61,3 +67,16 @@ def strict_json(text: str) -> Any:
         raise ValueError(f"non-standard JSON constant {name}")
 
     return json.loads(text, parse_constant=refuse)
+
+
+def console(db_url: str, *args: str | Path, columns: int = 200) -> subprocess.CompletedProcess[str]:
+    """``spotopt --db DB_URL ARGS`` through the installed console script, as a user runs it, in a
+    terminal ``columns`` wide."""
+    assert SPOTOPT.exists(), f"{SPOTOPT}: install the package (pip install -e .) into this env"
+    return subprocess.run(
+        [str(SPOTOPT), "--db", db_url, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )

@@ -10,11 +10,9 @@ price filed under a zone).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,9 +23,9 @@ from spotopt.db.models import ManagedJob
 from spotopt.errors import InputError
 from spotopt.files import check_text
 from spotopt.jobspec import read_yaml
+from tests.helpers import console
 from tests.import_helpers import EXAMPLES, counts
 
-SPOTOPT = Path(sys.executable).parent / "spotopt"
 TRACE_OPTIONS = (
     "--start",
     "2022-10-26T22:05:04Z",
@@ -55,15 +53,7 @@ jobs:
 
 
 def spotopt(db_url: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The installed console script, as a user runs it."""
-    assert SPOTOPT.exists(), f"{SPOTOPT}: install the package (pip install -e .) into this env"
-    return subprocess.run(
-        [str(SPOTOPT), "--db", db_url, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "120"},
-    )
+    return console(db_url, *args, columns=120)
 
 
 def refused(db_url: str, *args: str | Path) -> str:

@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,8 @@ from spotopt.history.ingest import run_ingest
 from spotopt.history.setup import open_history
 from spotopt.render import usd
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
+from tests.helpers import console
 
-SPOTOPT = Path(sys.executable).parent / "spotopt"
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 REFERENCES = """workload,gpu_model,gpu_count,steps_per_s
 ref-a,L4,1,1.0
@@ -32,14 +30,7 @@ ref-c,H100-80GB,1,10.5
 
 
 def spotopt(db_url: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    assert SPOTOPT.exists(), f"{SPOTOPT}: install the package (pip install -e .) into this env"
-    return subprocess.run(
-        [str(SPOTOPT), "--db", db_url, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return console(db_url, *args)
 
 
 def ok(db_url: str, *args: str | Path) -> str:

@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,21 +15,13 @@ from spotopt.history.ingest import run_ingest
 from spotopt.history.setup import open_history
 from spotopt.jobspec import parse_jobs
 from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
+from tests.helpers import console
 
-SPOTOPT = Path(sys.executable).parent / "spotopt"
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 
 
 def spotopt(db_url: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The installed console script, as a user runs it."""
-    assert SPOTOPT.exists(), f"{SPOTOPT}: install the package (pip install -e .) into this env"
-    return subprocess.run(
-        [str(SPOTOPT), "--db", db_url, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return console(db_url, *args)
 
 
 def seed(url: str) -> None:
