@@ -150,4 +150,4 @@ def test_daemon_status_shows_what_the_last_round_swept(
         "no placement has its key",
     )
     code, out, _ = cli("--db", db_url, "daemon", "status")
-    assert "1 billing with no live placement, 1 terminated ($0.900/h)" in out
+    assert "1 billing with no live placement, 1 terminated ($0.90/h)" in out
