@@ -25,19 +25,9 @@ from spotopt.files import check_text
 from spotopt.jobspec import read_yaml
 from tests.helpers import console
 from tests.import_helpers import EXAMPLES, counts
+from tests.traces import TRACE_MARKET
 
-TRACE_OPTIONS = (
-    "--start",
-    "2022-10-26T22:05:04Z",
-    "--cloud",
-    "aws",
-    "--region",
-    "us-west-2",
-    "--zone",
-    "us-west-2a",
-    "--instance-type",
-    "p3.2xlarge",
-)
+TRACE_OPTIONS = ("--start", "2022-10-26T22:05:04Z", *TRACE_MARKET)
 AVAILABILITY_HEADER = "timestamp,cloud,region,zone,instance_type,available,launched,requested\n"
 LIFETIMES_HEADER = "cloud,region,zone,instance_type,instance_id,launched_at,ended_at,end_reason\n"
 PRICE_HEADER = "timestamp,cloud,region,zone,instance_type,market,usd_per_hour\n"

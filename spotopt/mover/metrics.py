@@ -228,10 +228,10 @@ def registry(
 
 
 class _Quiet(WSGIRequestHandler):
-    """No access log line per scrape on stderr."""
+    """The exporter's request handler, without wsgiref's access log line per scrape on stderr."""
 
     def log_message(self, format: str, *args: Any) -> None:
-        pass
+        """Scrapes are not logged."""
 
 
 def serve(
