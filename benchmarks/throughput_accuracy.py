@@ -324,8 +324,10 @@ def rubick_cases(data: Path) -> dict[str, list[float]]:
             continue
         config, measured = _rows(folder / "config.csv"), _rows(folder / "data.csv")
         first = config[0]
-        job = plans.Job(
-            float(first["parameter_size"]) * 2**20, float(first["batch_size"]), float(first["seq_hid"])
+        job = plans.Job(  # parameter_size counts millions (2**20) of parameters
+            float(first["parameter_size"]) * 2**20 * plans.BYTES_PER_PARAMETER,
+            float(first["batch_size"]),
+            float(first["seq_hid"]),
         )
         runs = [
             plans.Run(

@@ -79,16 +79,54 @@ def test_fit_forward_recovers_fixed_and_split_parts() -> None:
     assert got.whole == pytest.approx(FORWARD.whole, rel=1e-6)
 
 
+def _sync_ms(plan: Plan, placement: str) -> float:
+    """The modelled backward + all-reduce with no overlap (k = 1) and a 50 ms forward."""
+    p = dataclasses.replace(TRUTH, k_overlap=1.0)
+    return plans.iteration(p, JOB, plan, plans.layout_of(placement), 50.0).backward_sync
+
+
 def test_across_nodes_the_all_reduce_runs_at_the_network_bandwidth() -> None:
     """With no overlap (k = 1), 8 GPUs on two nodes pay the all-reduce over the network instead
-    of NVLink: the difference is exactly that volume's time at the two rates."""
-    p = dataclasses.replace(TRUTH, k_overlap=1.0)
-    inside = plans.iteration(p, JOB, Plan(8), plans.layout_of("8"), 50.0).iteration
-    across = plans.iteration(p, JOB, Plan(8), plans.layout_of("44"), 50.0).iteration
+    of NVLink: the difference is exactly that volume's time at the two rates (two NICs' worth:
+    four GPUs a node reach two NICs)."""
     volume = 2 * JOB.param_bytes * 7 / 8
-    assert across - inside == pytest.approx(
-        volume / (plans.NETWORK_GBS * 1e6) - volume / (plans.NVLINK_GBS * 1e6)
+    assert _sync_ms(Plan(8), "44") - _sync_ms(Plan(8), "8") == pytest.approx(
+        volume / (2 * plans.NIC_GBS * 1e6) - volume / (plans.NVLINK_GBS * 1e6)
     )
+
+
+@pytest.mark.parametrize(
+    ("placement", "nics"), [("11111111", 1), ("2222", 1), ("26", 1), ("35", 2), ("44", 2)]
+)
+def test_the_network_rate_is_the_smallest_nodes_nics(placement: str, nics: int) -> None:
+    """A ring across nodes runs one channel per NIC, and a node's GPUs reach one NIC per pair:
+    the smallest node decides (Rubick's traces: 2222 and 26 as slow as 11111111, 35 and 44
+    twice as fast)."""
+    volume = 2 * JOB.param_bytes * 7 / 8
+    assert _sync_ms(Plan(8), placement) - 2.1 * 50.0 == pytest.approx(volume / (nics * plans.NIC_GBS * 1e6))
+
+
+def test_zero2_reduce_scatters_in_the_backward_and_all_gathers_after_the_step() -> None:
+    """ZeRO-2 moves half a ring all-reduce while the backward runs (reduce-scatter) and the
+    other half after the optimizer step (all-gather of the updated shards)."""
+    p = dataclasses.replace(TRUTH, k_overlap=1.0)
+    layout = plans.layout_of("2222")
+    plain = plans.iteration(p, JOB, Plan(8), layout, 50.0)
+    zero = plans.iteration(p, JOB, Plan(8, zero=True), layout, 50.0)
+    half = JOB.param_bytes * 7 / 8 / (plans.NIC_GBS * 1e6)
+    assert plain.backward_sync - zero.backward_sync == pytest.approx(half)
+    assert zero.optimizer - TRUTH.k_opt * JOB.param_bytes / 1e6 / 8 == pytest.approx(half)
+
+
+def test_tensor_parallel_ranks_share_the_nodes_nics() -> None:
+    """With 2-way tensor parallelism two data-parallel rings (one per tensor rank), each with half
+    the gradients, cross the same NICs at once: the same time as one ring with all of them."""
+    p = dataclasses.replace(TRUTH, k_overlap=1.0)
+    layout = plans.layout_of("4444")
+    one = plans.iteration(p, JOB, Plan(4, 2, 1), layout, 50.0)
+    volume = 2 * (JOB.param_bytes / 2) * 3 / 4
+    tp_ms = 4 * 8 * JOB.batch / 4 * JOB.seq_hidden / 2 / (plans.NVLINK_GBS * 1e6)
+    assert one.backward_sync - 2.1 * 50.0 - tp_ms == pytest.approx(2 * volume / (2 * plans.NIC_GBS * 1e6))
 
 
 def test_checkpointing_recomputes_one_forward() -> None:

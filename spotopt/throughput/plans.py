@@ -29,6 +29,7 @@ optimizer, iteration), as Rubick fits its RMSLE.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,10 +41,19 @@ from spotopt.errors import InputError
 
 NVLINK_GBS = 400.0
 """A800 NVLink, one direction, GB/s (Rubick's cluster, seed 001 §6; the catalog has no A800)."""
-NETWORK_GBS = 12.5
-"""One 100 Gbit/s RDMA NIC, GB/s: what one ring crossing Rubick's servers gets. The paper's
-"100 GB/s RDMA" (seed 001 §6) read as GB/s makes every run across nodes in its traces 1.5-6x
-slower than modelled; one fitted run across nodes puts the link at 4-10 GB/s."""
+NIC_GBS = 12.5
+"""One 100 Gbit/s RDMA NIC, GB/s. Rubick's DeepSpeed runs across nodes move their fp16
+gradients at 11.8-13.7 GB/s whenever the smallest node holds one or two of the job's GPUs
+(bert's and roberta's traces: ``11``, ``1111``, ``2222``, ``26``, ``233``; the paper's "100 GB/s
+RDMA", seed 001 §6, read as one link is 8x too fast), and at about twice that with three or
+four (``35``, ``44``): one NIC per pair of GPUs."""
+GPUS_PER_NIC = 2
+"""GPUs sharing one NIC (an A800 HGX server pairs two GPUs and a NIC on each PCIe switch)."""
+NICS_PER_NODE = 4
+"""NICs per 8-GPU server: 4 × 100 Gbit/s, 100 GB/s counting both directions."""
+BYTES_PER_PARAMETER = 2
+"""fp16 gradients and parameters (Rubick's DeepSpeed and Megatron runs train in mixed precision):
+what the all-reduce, all-gather and offload move per parameter."""
 PCIE_GBS = 32.0
 """PCIe Gen4 x16, one direction, GB/s: ZeRO-offload's path between GPU and host memory."""
 
@@ -109,8 +119,15 @@ class Layout:
     nodes: int
     per_node: int
     nvlink_gbs: float = NVLINK_GBS
-    network_gbs: float = NETWORK_GBS
+    nic_gbs: float = NIC_GBS
     pcie_gbs: float = PCIE_GBS
+
+    @property
+    def network_gbs(self) -> float:
+        """What one ring crossing the nodes gets: a channel per NIC, and the smallest node's
+        GPUs reach ``ceil(per_node / GPUS_PER_NIC)`` of its NICs (NCCL pins each GPU to the
+        NIC on its PCIe switch)."""
+        return self.nic_gbs * min(NICS_PER_NODE, math.ceil(self.per_node / GPUS_PER_NIC))
 
 
 def layout_of(placement: str) -> Layout:
@@ -167,13 +184,20 @@ def iteration(p: Params, job: Job, plan: Plan, layout: Layout, forward_ms: float
     """The modelled iteration of ``job`` under ``plan`` on ``layout`` (see the module doc)."""
     P = job.param_bytes
 
-    def link(group_spans_gpus: int) -> float:
-        """NVLink where the group fits in the smallest node, else the network."""
+    def link(group_spans_gpus: int, rings: int = 1) -> float:
+        """NVLink where the group fits in the smallest node, else the network, shared by the
+        ``rings`` collectives that cross it at once."""
         inside = layout.nodes == 1 or group_spans_gpus <= layout.per_node
-        return layout.nvlink_gbs if inside else layout.network_gbs
+        return layout.nvlink_gbs if inside else layout.network_gbs / rings
 
     bwd = (p.k_bwd + plan.checkpointing) * forward_ms
-    sync = p.k_sync * _ms(2 * P * (plan.dp - 1) / plan.dp, link(plan.dp * plan.tp))
+    # each rank all-reduces its own shard's gradients, P / (tp · pp), with its data-parallel peers:
+    # one ring per tensor-parallel rank, all crossing the same nodes' NICs at once. ZeRO-2
+    # reduce-scatters them (half a ring all-reduce) and all-gathers the updated shards after the step
+    rings = min(plan.tp, layout.per_node)
+    shard = P / (plan.tp * plan.pp)
+    sync_volume = (1 if plan.zero else 2) * shard * (plan.dp - 1) / plan.dp
+    sync = p.k_sync * _ms(sync_volume, link(plan.dp * plan.tp, rings))
     comm = 0.0
     if plan.tp > 1:
         v_tp = 4 * 8 * job.batch / plan.dp * job.seq_hidden * (plan.tp - 1) / plan.tp
@@ -181,11 +205,11 @@ def iteration(p: Params, job: Job, plan: Plan, layout: Layout, forward_ms: float
     if plan.pp > 1:
         comm += p.k_sync * _ms(2 * 8 * job.seq_hidden * plan.pp, link(plan.gpus))
     if plan.offload:  # each replica's gradient shard goes to host memory during backward
-        sync += p.k_swap * _ms(4 * P / plan.dp, layout.pcie_gbs)
+        sync += p.k_swap * _ms(2 * P / plan.dp, layout.pcie_gbs)
     cc = _overlap(bwd, sync, p.k_overlap) + comm
     opt = p.k_opt * P / 1e6 / (plan.tp * plan.pp * (plan.dp if plan.zero else 1))
     if plan.zero:  # the updated shards are all-gathered back to every replica
-        opt += p.k_sync * _ms(P * (plan.dp - 1) / plan.dp, link(plan.dp))
+        opt += p.k_sync * _ms(shard * (plan.dp - 1) / plan.dp, link(plan.dp * plan.tp, rings))
     if plan.offload:  # the CPUs update the shard; the GPU part (copying it back) stays
         opt += p.k_offload * P / 1e6 / (plan.dp * job.cpu_threads)
     return Parts(forward_ms, cc, opt, forward_ms + cc + opt + p.k_const)
