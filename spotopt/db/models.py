@@ -581,3 +581,60 @@ class WhatifPlacement(Base):
 # Index: the what-if page reads one run's results and placements.
 Index("ix_whatif_results_run_id", WhatifResult.run_id)
 Index("ix_whatif_placements_run_id", WhatifPlacement.run_id)
+
+
+class Notification(Base):
+    """The outbox (issue 40): one row per event a person may want to hear of, written in the same
+    transaction as the state change that causes it, so an event is never sent for a change that
+    was rolled back nor lost for one that was committed (``spotopt.notify``).
+
+    ``key`` is the event's stable id, sent as ``X-Spotopt-Event-Id`` and in the body: a receiver
+    drops a repeat by it (delivery is at least once). ``payload`` is JSON (what the event says:
+    reason, cost, saving...), never a secret. ``job_id``/``job_name`` are NULL for the daemon's
+    own events (``daemon.*``)."""
+
+    __tablename__ = "notifications"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("managed_jobs.id"))
+    job_name: Mapped[str | None] = mapped_column(String(128))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    payload: Mapped[str] = mapped_column(Text)
+
+
+class NotifySink(Base):
+    """A sink (``webhook``, ``slack``, ``email``, ``command``) as the deliverer has seen it:
+    ``since_id`` is the first event it takes (a sink set up today is not sent the history's
+    backlog), and its run of failures (``daemon status`` and the metrics report a sink failing
+    ``notify_failures_alert`` times in a row)."""
+
+    __tablename__ = "notify_sinks"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    since_id: Mapped[int] = mapped_column(Integer)
+    failures_in_a_row: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class NotifyDelivery(Base):
+    """One event's delivery to one sink: tried ``attempts`` times, next tried at ``next_try_at``
+    (exponential backoff), acknowledged at ``delivered_at`` (NULL: not yet); ``last_error`` is
+    one line (the sink's URL and secrets never in it)."""
+
+    __tablename__ = "notify_deliveries"
+
+    notification_id: Mapped[int] = mapped_column(ForeignKey("notifications.id"), primary_key=True)
+    sink: Mapped[str] = mapped_column(String(32), primary_key=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    next_try_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+# Index: "one job's events in order" (a job's notifications; the budget thresholds already sent).
+Index("ix_notifications_job_id", Notification.job_id, Notification.id)
+# Index: "a sink's undelivered events" (every round's delivery step, ``notify list --failed``).
+Index("ix_notify_deliveries_sink_delivered", NotifyDelivery.sink, NotifyDelivery.delivered_at)
