@@ -291,8 +291,6 @@ RUBICK = {  # profile folder -> its trace folder (llama30b's profile is a copy o
 }
 RUBICK_STRATEGY = {"1100": "ga", "1111": "zero-offload", "1102": "zero-dp"}
 """Rubick's profile strategy codes (plain data parallel, ZeRO-offload, ZeRO-2) as trace plan names."""
-RUBICK_ACROSS = ("ga", "44")
-"""The one run across nodes added in the second case: data parallel on two 4-GPU nodes."""
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -300,22 +298,12 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _trace_run(row: dict[str, str]) -> plans.Run:
-    """A trace row as a measured run; its parts are in ms in most models' files, in seconds in
-    vit's and roberta's (whose parts then sum to about the iteration's seconds)."""
-    seconds = float(row["iter_time"])
-    forward, cc, opt = (float(row[k]) for k in ("forward", "overlap_sync", "optimize"))
-    scale = 1000.0 if forward + cc + opt < 10 * seconds else 1.0
-    gpus = sum(int(ch) for ch in row["placement"])
-    measured = plans.Parts(forward * scale, cc * scale, opt * scale, seconds * 1000)
-    return plans.Run(plans.parse_plan(row["exec_plan"], gpus), plans.layout_of(row["placement"]), measured)
-
-
 def rubick_cases(data: Path) -> dict[str, list[float]]:
-    """Rubick's A800 models: ``plans.fit`` on each model's profiled runs (one node), then
+    """Rubick's A800 models: ``plans.fit`` on each model's profiled runs (all on one node), then
     ``|predicted / measured - 1|`` of the iteration time of every trace configuration the
-    profile does not contain (the forward from ``plans.fit_forward``: 3D rows record none);
-    once from the profile alone and once with one run across nodes (``RUBICK_ACROSS``) added."""
+    profile does not contain (the forward from ``plans.fit_forward``: 3D rows record none): all
+    of them, then those on one node (the paper's Table 2 protocol: 1-8 GPUs of one server) and
+    those across nodes apart."""
     root = data / "rubick"
     res: dict[str, list[float]] = {}
     for profile, trace in RUBICK.items():
@@ -340,28 +328,18 @@ def rubick_cases(data: Path) -> dict[str, list[float]]:
         profiled = {
             (RUBICK_STRATEGY[m["strategy"]], c["gpus"]) for c, m in zip(config, measured, strict=True)
         }
-        rows = [
-            r
-            for r in _rows(root / "simulator" / "traces" / trace / "placements.csv")
-            if float(r["iter_time"]) > 0
-        ]
-        across = [r for r in rows if (r["exec_plan"], r["placement"]) == RUBICK_ACROSS]
-        for label, extra in (("the profile", []), (f"the profile + {'/'.join(RUBICK_ACROSS)}", across)):
-            if label != "the profile" and not extra:
+        params, forward = plans.fit(job, runs), plans.fit_forward(runs)
+        for r in _rows(root / "simulator" / "traces" / trace / "placements.csv"):
+            if float(r["iter_time"]) <= 0 or (r["exec_plan"], r["placement"]) in profiled:
                 continue
-            fitted = runs + [_trace_run(r) for r in extra]
-            params, forward = plans.fit(job, fitted), plans.fit_forward(fitted)
-            seen = profiled | {(r["exec_plan"], r["placement"]) for r in extra}
-            for r in rows:
-                if (r["exec_plan"], r["placement"]) in seen:
-                    continue
-                layout = plans.layout_of(r["placement"])
-                plan = plans.parse_plan(r["exec_plan"], sum(int(ch) for ch in r["placement"]))
-                predicted = plans.predict(params, job, forward, plan, layout)
-                res.setdefault(f"{profile}, from {label}", []).append(
-                    abs(predicted / float(r["iter_time"]) - 1)
-                )
-    return res
+            layout = plans.layout_of(r["placement"])
+            plan = plans.parse_plan(r["exec_plan"], sum(int(ch) for ch in r["placement"]))
+            predicted = plans.predict(params, job, forward, plan, layout)
+            error = abs(predicted / float(r["iter_time"]) - 1)
+            for where in ("all", "one node" if layout.nodes == 1 else "across nodes"):
+                res.setdefault(f"{profile}, {where}", []).append(error)
+    order = ("all", "one node", "across nodes")
+    return dict(sorted(res.items(), key=lambda kv: (kv[0].split(", ")[0], order.index(kv[0].split(", ")[1]))))
 
 
 def _q(values: list[float], q: float) -> float:

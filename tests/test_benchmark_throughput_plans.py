@@ -15,7 +15,7 @@ from spotopt.throughput import plans
 from spotopt.throughput.plans import Forward, Job, Params, Plan
 
 ROOT = Path(__file__).resolve().parent.parent
-JOB = Job(param_bytes=320 * 2**20, batch=1, seq_hidden=12582912)
+JOB = Job(param_bytes=320 * 2**20 * plans.BYTES_PER_PARAMETER, batch=1, seq_hidden=12582912)
 TRUTH = Params(k_bwd=1.8, k_sync=1.0, k_overlap=2.0, k_opt=0.08, k_offload=4.0, k_swap=2.5, k_const=15.0)
 FORWARD = Forward(fixed=10.0, whole=220.0)
 PROFILE = [  # (GPUs, strategy code, plan)
@@ -90,21 +90,20 @@ def _table(root: Path) -> dict[str, list[str]]:
 
 def test_rubick_case_predicts_the_unprofiled_configurations(tmp_path: Path) -> None:
     """Six of the seven trace rows are not profiled (ga on 8 GPUs is the profile's 1100 on 8):
-    each is predicted within 0.05 %, from the profile and with ga/44 added (then five)."""
+    each is predicted within 0.05 %, two on one node and four across nodes, each set apart."""
     table = _table(_rubick(tmp_path, TRUTH))
-    assert table["bert, from the profile"][:2] == ["6", "0.0%"]
-    assert table["bert, from the profile + ga/44"][:2] == ["5", "0.0%"]
+    assert table["bert, all"][:2] == ["6", "0.0%"]
+    assert table["bert, one node"][:2] == ["2", "0.0%"]
+    assert table["bert, across nodes"][:2] == ["4", "0.0%"]
 
 
 def test_rubick_case_reports_links_slower_than_the_profile_shows(tmp_path: Path) -> None:
     """Links at a tenth of the stated rate: one node's profile hides the all-reduce behind the
-    backward pass, so it cannot see them and the error is reported (not hidden); the one run
-    across nodes added cuts it by more than half (the overlap still blurs the rest)."""
+    backward pass, so it cannot see them; the error is reported where it is, across nodes (one
+    node's rows stay within 2 %)."""
     slow = _table(_rubick(tmp_path, dataclasses.replace(TRUTH, k_sync=10.0)))
-    alone = float(slow["bert, from the profile"][1].rstrip("%"))
-    helped = float(slow["bert, from the profile + ga/44"][1].rstrip("%"))
-    assert alone > 5.0
-    assert helped < alone / 2
+    assert float(slow["bert, one node"][1].rstrip("%")) < 2.0
+    assert float(slow["bert, across nodes"][1].rstrip("%")) > 5.0
 
 
 def test_no_data_folder_is_refused_naming_it(tmp_path: Path) -> None:
