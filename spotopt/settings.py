@@ -93,6 +93,80 @@ class Settings(BaseSettings, AwsSettings, GcpSettings, AzureSettings):
     """Token every request to ``spotopt ui`` must carry; required to serve on any address but
     loopback; unset: ``spotopt ui`` serves loopback only, with no token."""
 
+    # -- notifications (docs/guides/notifications.md) -----------------------------------------
+    notify_webhook_url: str | None = None
+    """URL the generic webhook POSTs each event to (JSON: ``id``, ``event``, ``job``, ``at``...);
+    unset: no webhook."""
+
+    notify_webhook_secret: SecretStr | None = None
+    """Shared secret the webhook signs each body with: ``X-Spotopt-Signature: sha256=<hex
+    HMAC-SHA256 of the raw body>``; unset: requests are not signed."""
+
+    notify_webhook_events: str | None = None
+    """Event kinds the webhook gets, separated by commas, ``*`` wildcards allowed
+    (``job.failed,budget.*``); unset: all."""
+
+    notify_webhook_jobs: str | None = None
+    """Job names the webhook gets events of, separated by commas, ``*`` wildcards allowed; unset: all."""
+
+    notify_slack_url: SecretStr | None = None
+    """Slack incoming-webhook URL (a secret: whoever has it may post); unset: no Slack."""
+
+    notify_slack_events: str | None = None
+    """Event kinds Slack gets (as ``notify_webhook_events``); unset: all."""
+
+    notify_slack_jobs: str | None = None
+    """Job names Slack gets events of (as ``notify_webhook_jobs``); unset: all."""
+
+    notify_smtp_host: str | None = None
+    """SMTP server that e-mails each event; unset: no e-mail."""
+
+    notify_smtp_port: int = Field(default=587, gt=0, lt=65536)
+    """Port of ``notify_smtp_host`` (587: submission with STARTTLS)."""
+
+    notify_smtp_starttls: bool = True
+    """Upgrade the SMTP connection with STARTTLS before logging in (off only for a relay on
+    localhost)."""
+
+    notify_smtp_cafile: str | None = None
+    """CA certificate file that signs the SMTP server's certificate; unset: the system's CAs."""
+
+    notify_smtp_user: str | None = None
+    """SMTP login; unset: send without logging in."""
+
+    notify_smtp_password: SecretStr | None = None
+    """SMTP password of ``notify_smtp_user``."""
+
+    notify_smtp_from: str | None = None
+    """Sender address of the e-mails (required with ``notify_smtp_host``)."""
+
+    notify_smtp_to: str | None = None
+    """Addresses the e-mails go to, separated by commas (required with ``notify_smtp_host``)."""
+
+    notify_email_events: str | None = None
+    """Event kinds e-mailed (as ``notify_webhook_events``); unset: all."""
+
+    notify_email_jobs: str | None = None
+    """Job names whose events are e-mailed (as ``notify_webhook_jobs``); unset: all."""
+
+    notify_command: str | None = None
+    """Local command run for each event with its JSON on standard input (exit 0 acknowledges
+    it); unset: none."""
+
+    notify_command_events: str | None = None
+    """Event kinds the command gets (as ``notify_webhook_events``); unset: all."""
+
+    notify_command_jobs: str | None = None
+    """Job names the command gets events of (as ``notify_webhook_jobs``); unset: all."""
+
+    notify_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """Seconds one delivery may take (a request, an SMTP session, the command) before it counts
+    as failed: the daemon's round waits at most this per sink that is down."""
+
+    notify_failures_alert: int = Field(default=3, ge=1)
+    """Failed deliveries in a row after which a sink is reported as failing (``daemon status``,
+    the metric ``spotopt_notify_sink_failing``)."""
+
     def require(self, name: str, what: str) -> str:
         """The value of the string setting ``name``; unset or blank is a ``ConfigError`` naming the
         setting, its environment variable and ``what`` it should hold, before any cloud call."""

@@ -26,7 +26,7 @@ from spotopt.clouds.common.base import Provider
 from spotopt.clouds.common.router import CloudsProvider
 from spotopt.clouds.registry import MARKET_CLOUDS, PROVIDERS, get_provider
 from spotopt.db.engine import Database
-from spotopt.db.models import DaemonTick, InstanceType, JobEvent, JobMove, ManagedJob, Market
+from spotopt.db.models import DaemonTick, InstanceType, JobEvent, JobMove, ManagedJob, Market, NotifySink
 from spotopt.decide.guardrails import Guardrails
 from spotopt.errors import ConfigError, InputError, ProviderError
 from spotopt.jobspec import MAX_USD
@@ -34,6 +34,8 @@ from spotopt.mover.daemon import Daemon, DaemonSettings, TickReport
 from spotopt.mover.executor import Executor, Timeouts
 from spotopt.mover.leader import LeaderRecord, Leadership, read_leader
 from spotopt.mover.sweep import Leftover
+from spotopt.notify.deliver import undelivered
+from spotopt.notify.sinks import configured
 from spotopt.render import Format, iso, render, say, to_json, usd
 from spotopt.settings import Settings
 
@@ -293,8 +295,15 @@ def run(
         store_s=_hours(store_outage, "--store-outage", zero=True) * 3600.0,
     )
     router, clouds = _clouds(db, provider) if provider in PROVIDERS and provider != "local" else (None, None)
+    notify = Settings()
     settings = DaemonSettings(
-        period_h=period_h, guardrails=guardrails, timeouts=timeouts, dry_run=dry_run, clouds=clouds
+        period_h=period_h,
+        guardrails=guardrails,
+        timeouts=timeouts,
+        dry_run=dry_run,
+        clouds=clouds,
+        sinks=tuple(configured(notify)),
+        notify_timeout_s=notify.notify_timeout_s,
     )
     _logging()
     if dry_run:
@@ -567,6 +576,7 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
             else None
         )
         waiting = _waiting(session)
+        sinks = _sinks(session)
     alive = None if leader is None else _alive(leader)
     data = {
         "leader": None
@@ -576,6 +586,7 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         "jobs": by_state,
         "open_moves": open_moves,
         "waiting": waiting,
+        "notify_sinks": sinks,
     }
     if fmt is Format.JSON:
         sys.stdout.write(to_json(data) + "\n")
@@ -603,6 +614,7 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         {"field": "last round", "value": round_},
         {"field": "jobs", "value": ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"},
         {"field": "swept last round", "value": _swept(last)},
+        {"field": "notifications", "value": _sinks_line(sinks)},
     ]
     if fmt is Format.CSV:  # one CSV document: the moves as rows of the same two columns
         rows += [
@@ -630,6 +642,36 @@ def status(ctx: typer.Context, fmt: FormatOption = Format.TABLE) -> None:
         title="Moves under way (next actions)",
         empty="none",
         columns=("job", "kind", "step", "reason", "since"),
+    )
+
+
+def _sinks(session: Session) -> list[dict[str, Any]]:
+    """Each notification sink the daemon has used: its run of failures, whether that run is long
+    enough to report (``notify_failures_alert``), its last error and what it has yet to get."""
+    alert = Settings().notify_failures_alert
+    return [
+        {
+            "sink": row.name,
+            "failing": row.failures_in_a_row >= alert,
+            "failures_in_a_row": row.failures_in_a_row,
+            "last_error": row.last_error,
+            "last_delivered_at": row.last_delivered_at,
+            "undelivered": undelivered(session, row.name),
+        }
+        for row in session.scalars(select(NotifySink).order_by(NotifySink.name))
+    ]
+
+
+def _sinks_line(sinks: list[dict[str, Any]]) -> str:
+    """The sinks in one line: each one's state, a failing one with its last error."""
+    if not sinks:
+        return "no sink has been used (docs/guides/notifications.md)"
+    return "; ".join(
+        f"{s['sink']} FAILING ({s['failures_in_a_row']} in a row: {s['last_error']}), "
+        f"{s['undelivered']} waiting"
+        if s["failing"]
+        else f"{s['sink']} ok, {s['undelivered']} waiting"
+        for s in sinks
     )
 
 

@@ -64,6 +64,9 @@ from spotopt.mover.executor import (
 )
 from spotopt.mover.ledger import slot_usd_per_hour, spent_by_job
 from spotopt.mover.market_view import MarketView, market_availability, market_view
+from spotopt.notify import outbox
+from spotopt.notify.deliver import deliver
+from spotopt.notify.sinks import Sink
 from spotopt.price import SlotPrice
 from spotopt.render import usd
 from spotopt.times import parse_duration
@@ -88,6 +91,10 @@ class DaemonSettings:
     clouds: tuple[str, ...] | None = None
     """Plan with the markets of these clouds only (None: every market). The CLI leaves out a
     cloud whose provider cannot be built (no credentials, a setting missing)."""
+    sinks: tuple[Sink, ...] = ()
+    """Where the outbox's events are delivered at the end of each round (``spotopt.notify``)."""
+    notify_timeout_s: float = 5.0
+    """Seconds one delivery may take (the setting ``notify_timeout_s``)."""
     recover_at_poll: bool = True
     """Place a job that lost its instance or got a notice at the next poll (seconds), not the
     next tick. The replay turns it off while the what-if engine still places a preempted job
@@ -181,6 +188,7 @@ class Daemon:
         if self.settings.recover_at_poll and self._must_place(observed):
             self._place(TickReport(self.clock()), observed, forced_only=True)
         self.executor.advance_all()
+        self.notify()
 
     def tick(self) -> TickReport:
         """One reconcile + rebalance round (see the module docstring)."""
@@ -211,6 +219,8 @@ class Daemon:
                 tick.summary = json.dumps(report.to_dict(), default=str)
         for note in report.notes:
             log_event("warning", note=note)
+        if not self.dry_run:
+            self.notify()
         log_event(
             "tick",
             dry_run=self.dry_run,
@@ -220,6 +230,16 @@ class Daemon:
             jobs=" ".join(f"{k}:{v}" for k, v in sorted(report.jobs.items())),
         )
         return report
+
+    def notify(self) -> None:
+        """The round's last, bounded step: deliver the outbox's events to the sinks
+        (``spotopt.notify.deliver``); a sink that is down costs at most one timeout and never
+        fails the round."""
+        for outcome in deliver(
+            self.db, self.settings.sinks, self.clock(), timeout_s=self.settings.notify_timeout_s
+        ):
+            if outcome.delivered or outcome.failed:
+                log_event("notify", sink=outcome.sink, delivered=outcome.delivered, failed=outcome.failed)
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -327,6 +347,7 @@ class Daemon:
                 spec = jobstore.job_spec(job)
                 rate = slot_usd_per_hour(session, placement, now, now)
                 spent = spent_by[job.id]
+                _budget_thresholds(session, job, spent, now)
                 ahead = rate * (self.settings.period_h + spec.checkpoint_seconds / 3600.0)
                 if spent + ahead > job.budget_usd:
                     over.append((job.name, spent, ahead, job.budget_usd))
@@ -625,6 +646,25 @@ class Daemon:
     def _memory(self, session: Session) -> Memory:
         row = session.get(Meta, MEMORY_KEY)
         return Memory.from_dict(json.loads(row.value)) if row is not None else Memory()
+
+
+BUDGET_THRESHOLDS = (50, 80)
+"""Percentages of a job's budget whose crossing is told (``budget.threshold``); 100 % is told
+when the job is stopped at its budget (``jobs.record_transition``)."""
+
+
+def _budget_thresholds(session: Session, job: ManagedJob, spent_usd: float, now: datetime) -> None:
+    """Tell of each threshold of ``job``'s budget that ``spent_usd`` has reached, once per budget."""
+    for percent in BUDGET_THRESHOLDS:
+        if spent_usd >= job.budget_usd * percent / 100.0:
+            outbox.add(
+                session,
+                "budget.threshold",
+                now,
+                job=job,
+                payload={"percent": percent, "spent_usd": round(spent_usd, 6), "budget_usd": job.budget_usd},
+                dedupe=jobstore.budget_dedupe(job, percent),
+            )
 
 
 def _save_memory(session: Session, memory: Memory) -> None:

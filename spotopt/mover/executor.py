@@ -85,6 +85,7 @@ from spotopt.mover.ledger import (
 from spotopt.mover.observed import PREEMPTION_ENDS, record_capacity, record_lifetime, record_throughput
 from spotopt.mover.progress import record_progress
 from spotopt.mover.sweep import Leftover, find_leftovers
+from spotopt.notify import outbox
 from spotopt.price import SlotPrice, per_instance
 from spotopt.render import usd
 from spotopt.times import parse_duration
@@ -111,6 +112,9 @@ STEPS: dict[str, tuple[str, ...]] = {
 
 JOB_STATE_DURING = {"start": "launching", "move": "moving", "recover": "recovering"}
 UNAVAILABLE_KEY = "mover_unavailable"
+DEADLINE_REASON = "deadline: "
+"""How the reason of a move the decision core's deadline rule made begins (the daemon writes
+``<reason>: <market>``): such a move tells of a deadline at risk (``deadline.at_risk``)."""
 NO_CAPACITY = "no capacity: "
 """How the detail of a move whose launch was refused for capacity begins (the daemon decides
 such a job again in the same round)."""
@@ -275,6 +279,14 @@ class Executor:
             session.flush()
             move_id = move.id
             market = market_label(market_key(session, market_id)) if market_id is not None else None
+            if reason.startswith(DEADLINE_REASON):
+                outbox.add(
+                    session,
+                    "deadline.at_risk",
+                    now,
+                    job=job,
+                    payload={"reason": reason, **_move_facts(session, move)},
+                )
         log_event(
             "move-open",
             job=job_name,
@@ -442,7 +454,16 @@ class Executor:
             after = after or _state_after(move, job, outcome)
             if after is not None and after != job.state and job.state not in jobstore.TERMINAL:
                 why = move.reason if outcome == "done" else f"{move.kind} {outcome}: {detail}"
-                jobstore.record_transition(session, job, after, why, now)
+                jobstore.record_transition(
+                    session,
+                    job,
+                    after,
+                    why,
+                    now,
+                    # a voluntary move aborted leaves the job where it ran: no news
+                    announce=not (move.kind == "move" and outcome == "aborted"),
+                    payload=_move_facts(session, move),
+                )
             name, kind = job.name, move.kind
         log_event("move-" + outcome, job=name, move=move_id, kind=kind, detail=detail or None)
 
@@ -980,6 +1001,14 @@ class Executor:
                 log_event("terminate-leaked", instance=leftover.instance_id, outcome="failed", error=str(exc))
                 done.append(replace(leftover, error=str(exc)))
                 continue
+            with self.db.session() as session:
+                outbox.add(
+                    session,
+                    "daemon.leaked_instance",
+                    self.clock(),
+                    payload={**leftover.as_row(), "instance": leftover.instance_id},
+                    dedupe=f"daemon.leaked_instance:{leftover.cloud}:{leftover.instance_id}",
+                )
             log_event(
                 "terminate-leaked",
                 job=leftover.job,
@@ -1008,6 +1037,16 @@ def _open_move(session: Session, job_id: int) -> JobMove | None:
 def open_move_jobs(session: Session) -> set[int]:
     """Ids of the jobs that have a move under way."""
     return set(session.scalars(select(JobMove.job_id).where(JobMove.outcome.is_(None))))
+
+
+def _move_facts(session: Session, move: JobMove) -> dict[str, Any]:
+    """What a notification of ``move`` tells: its kind, where to, at what price, what it saves."""
+    return {
+        "move": move.kind,
+        "to": market_label(market_key(session, move.market_id)) if move.market_id is not None else None,
+        "usd_per_hour": move.usd_per_hour,
+        "saving_usd": move.saving_usd,
+    }
 
 
 def _state_after(move: JobMove, job: ManagedJob, outcome: str) -> str | None:

@@ -37,6 +37,7 @@ from spotopt.errors import ConfigError, InputError, one_line
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, read_yaml
 from spotopt.mover.ledger import spent_usd
+from spotopt.notify import outbox
 from spotopt.render import shown, usd
 from spotopt.throughput import JobThroughput
 
@@ -114,9 +115,19 @@ def check_transition(from_state: str, to_state: str) -> None:
 
 
 def record_transition(
-    session: Session, job: ManagedJob, to_state: str, reason: str, at: datetime | None = None
+    session: Session,
+    job: ManagedJob,
+    to_state: str,
+    reason: str,
+    at: datetime | None = None,
+    *,
+    announce: bool = True,
+    payload: dict[str, Any] | None = None,
 ) -> JobEvent:
-    """Move ``job`` to ``to_state`` and record the event, inside the caller's transaction."""
+    """Move ``job`` to ``to_state`` and record the event, inside the caller's transaction, with
+    the notification it calls for (``notice_kind``) in the outbox of that same transaction.
+    ``announce=False``: the change is no news (a voluntary move aborted where the job runs);
+    ``payload``: what the caller knows beyond the state (the move's saving, a log's tail)."""
     if not reason.strip():
         raise InputError("reason: give a reason for the state change")
     try:
@@ -125,10 +136,47 @@ def record_transition(
         raise TransitionError(f"job {job.name!r}: {exc}") from None
     at = at or datetime.now(UTC)
     event = JobEvent(job_id=job.id, at=at, from_state=job.state, to_state=to_state, reason=reason)
+    kind = notice_kind(job.state, to_state, reason) if announce else None
     job.state = to_state
     job.updated_at = at
     session.add(event)
+    if kind is not None:
+        facts = {"reason": reason, "from_state": event.from_state, "to_state": to_state, **(payload or {})}
+        if kind in ("job.done", "job.failed", "job.cancelled"):
+            facts["total_usd"] = round(spent_usd(session, job.id, at), 6)
+        if kind == "budget.threshold":
+            facts.update(percent=100, budget_usd=job.budget_usd)
+        outbox.add(session, kind, at, job=job, payload=facts, dedupe=_dedupe(kind, job))
     return event
+
+
+def _dedupe(kind: str, job: ManagedJob) -> str | None:
+    """The 100 % threshold is the one the 50 and 80 % checks share a key scheme with
+    (``budget_dedupe``): a job stopped at its budget is told once per budget."""
+    return budget_dedupe(job, 100) if kind == "budget.threshold" else None
+
+
+def budget_dedupe(job: ManagedJob, percent: int) -> str:
+    """The dedupe string of ``job``'s ``percent`` threshold of its current budget: raising the
+    budget makes its thresholds news again."""
+    return f"budget.threshold:{job.id}:{job.budget_usd!r}:{percent}"
+
+
+def notice_kind(from_state: str, to_state: str, reason: str) -> str | None:
+    """The notification a transition calls for (None: none): up after a start, a move or a
+    recovery; a placement lost (preempted) or a try retried (an automatic retry's reason begins
+    ``RETRY_REASON``); the final states; a job stopped at its budget (its 100 % threshold)."""
+    if to_state == "running":
+        return {"launching": "job.started", "moving": "job.moved", "recovering": "job.recovered"}.get(
+            from_state
+        )
+    if to_state in ("recovering", "pending") and reason.startswith(RETRY_REASON):
+        return "job.retried"
+    if to_state == "recovering":
+        return "job.preempted"
+    if to_state == "over-budget":
+        return "budget.threshold"
+    return {"failed": "job.failed", "done": "job.done", "cancelled": "job.cancelled"}.get(to_state)
 
 
 def _load(spec: str | Path, check_store: bool = True) -> tuple[Job, str | None, str]:
@@ -469,9 +517,28 @@ def after_failure(
             reason = f"{why} (not retried: a retry does not cure that status)"
     if log_path is not None:
         reason += f"; its log: {log_path}"
-    record_transition(session, job, to_state, reason, at)
+    tail = log_tail(log_path) if log_path is not None else None
+    record_transition(
+        session, job, to_state, reason, at, payload=None if tail is None else {"log_tail": tail}
+    )
     log.info("job %s: %s", job.name, reason)
     return to_state
+
+
+LOG_TAIL_BYTES = 4000
+"""How much of the end of a failed try's log its notification carries."""
+
+
+def log_tail(path: str) -> str | None:
+    """The last ``LOG_TAIL_BYTES`` of the log at ``path`` when this machine can read it (the local
+    provider's; a cloud instance's log lives on the instance: None)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return None
 
 
 def resume(db: Database, name: str, reason: str = "", now: datetime | None = None) -> ManagedJob:
