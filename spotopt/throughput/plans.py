@@ -2,29 +2,33 @@
 §4, seed 000 appendix A), fitted to a few profiled runs, for plans beside plain data parallel.
 
 ``scaling`` answers "how fast on d GPUs" for data-parallel jobs whose per-GPU batch is fixed
-(weak scaling). Rubick's jobs keep the *global* batch fixed and split it over the data-parallel
-replicas (strong scaling), and choose among plans: data parallel (with gradient accumulation to
-keep the batch), gradient checkpointing, ZeRO-2, ZeRO-offload, and 3D (data × tensor × pipeline)
-parallel. One iteration, in milliseconds:
+(weak scaling). Rubick's DeepSpeed jobs keep the *global* batch fixed and split it over the
+data-parallel replicas (strong scaling), and choose among plans: data parallel (with gradient
+accumulation to keep the batch), gradient checkpointing, ZeRO-2, ZeRO-offload, and 3D (data ×
+tensor × pipeline) parallel, whose Megatron runs keep each replica's batch instead
+(``Plan.replica_batch``). One iteration, in milliseconds:
 
     fwd                                  forward (measured, or ``Forward`` from the profile)
     bwd   = (k_bwd + gc) · fwd           backward; checkpointing recomputes one more forward
-    sync  = k_sync · 2 P (dp-1)/dp / B_dp          data-parallel gradient all-reduce
+    sync  = k_sync · 2 S (dp-1)/dp / B_dp          data-parallel all-reduce of a rank's shard
+                                                   S = P / (tp·pp); ZeRO-2 reduce-scatters: S (dp-1)/dp
     comm  = k_sync · (V_tp / B_tp + V_pp / B_pp)   tensor / pipeline activations (not overlapped)
     cc    = (bwd^k + sync^k)^(1/k) + comm          backward overlaps the all-reduce (k ≥ 1)
     opt   = k_opt · P / shards                     on the GPU; shards = tp·pp (× dp under ZeRO)
-          + k_sync · P (dp-1)/dp / B_dp            ZeRO-2: the updated shards all-gathered
+          + k_sync · S (dp-1)/dp / B_dp            ZeRO-2: the updated shards all-gathered
           + k_offload · P / (dp · threads)         ZeRO-offload: the host CPUs' update
     ZeRO-offload also sends each replica's gradient shard to the host during backward:
-    sync += k_swap · 4 P / dp / B_pcie (what one node's offloaded runs show beside plain ones).
+    sync += k_swap · 2 P / dp / B_pcie (what one node's offloaded runs show beside plain ones).
     iter  = fwd + cc + opt + k_const
 
-``P`` is the parameters' bytes, ``V_tp = 4 · 8 · (batch/dp) · seq·hidden · (tp-1)/tp`` and
-``V_pp = 2 · 8 · seq·hidden · pp`` (Rubick's volumes), each over the slowest link its group
-crosses: NVLink inside a node, the network across nodes (tensor parallel innermost, then data
-parallel, pipeline stages outermost, as Megatron orders ranks). The seven ``k`` are fitted by
-least squares on the logs of three measured parts of each profiled run (backward+sync,
-optimizer, iteration), as Rubick fits its RMSLE.
+``P`` is the parameters' fp16 bytes (``BYTES_PER_PARAMETER``), ``V_tp = 4 · 8 · b · seq·hidden
+· (tp-1)/tp`` with ``b`` one replica's batch and ``V_pp = 2 · 8 · seq·hidden · pp`` (Rubick's
+volumes), each over the slowest link its group crosses: NVLink inside a node, else the NICs the
+smallest node's GPUs reach (``Layout.network_gbs``), shared by the data-parallel rings of a
+node's tensor ranks (tensor parallel innermost, then data parallel, pipeline stages outermost,
+as Megatron orders ranks). The seven ``k`` are fitted by least squares on the logs of three
+measured parts of each profiled run (backward+sync, optimizer, iteration), as Rubick fits its
+RMSLE.
 """
 
 from __future__ import annotations
@@ -42,15 +46,15 @@ from spotopt.errors import InputError
 NVLINK_GBS = 400.0
 """A800 NVLink, one direction, GB/s (Rubick's cluster, seed 001 §6; the catalog has no A800)."""
 NIC_GBS = 12.5
-"""One 100 Gbit/s RDMA NIC, GB/s. Rubick's DeepSpeed runs across nodes move their fp16
-gradients at 11.8-13.7 GB/s whenever the smallest node holds one or two of the job's GPUs
-(bert's and roberta's traces: ``11``, ``1111``, ``2222``, ``26``, ``233``; the paper's "100 GB/s
-RDMA", seed 001 §6, read as one link is 8x too fast), and at about twice that with three or
-four (``35``, ``44``): one NIC per pair of GPUs."""
+"""One 100 Gbit/s RDMA NIC, GB/s. bert's DeepSpeed runs across nodes (trace, read with no
+overlap) move their fp16 gradients at 11.8-13.7 GB/s whenever the smallest node holds one or two
+of the job's GPUs (``11``, ``1111``, ``11111111``, ``2222``, ``26``, ``233``) and at 28-36 GB/s
+with three or four (``35``, ``44``); roberta's iterations step the same way. Our reading: one
+NIC per pair of GPUs. The paper's "100 GB/s RDMA" (seed 001 §6) as one link is 8x too fast."""
 GPUS_PER_NIC = 2
 """GPUs sharing one NIC (an A800 HGX server pairs two GPUs and a NIC on each PCIe switch)."""
 NICS_PER_NODE = 4
-"""NICs per 8-GPU server: 4 × 100 Gbit/s, 100 GB/s counting both directions."""
+"""NICs per 8-GPU server: 4 × 100 Gbit/s (the paper's 100 GB/s if both directions count)."""
 BYTES_PER_PARAMETER = 2
 """fp16 gradients and parameters (Rubick's DeepSpeed and Megatron runs train in mixed precision):
 what the all-reduce, all-gather and offload move per parameter."""
@@ -70,10 +74,18 @@ class Plan:
     offload: bool = False
     """ZeRO-offload: the optimizer runs on the host's CPUs."""
     checkpointing: bool = False
+    replica_batch: bool = False
+    """Each data-parallel replica keeps the whole batch (the global batch grows with ``dp``), as
+    Rubick's Megatron 3D runs do; otherwise the replicas split the global batch."""
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp
+
+    @property
+    def batch_share(self) -> int:
+        """The GPUs one batch is split over: all of them, or one replica's ``tp · pp``."""
+        return self.tp * self.pp if self.replica_batch else self.gpus
 
 
 _NAMED = {"dp", "ga", "gc", "zero-dp", "zero-offload"}
@@ -91,7 +103,7 @@ def parse_plan(name: str, gpus: int) -> Plan:
                 f"plan {name!r}: dp × tp × pp = {dp * tp * pp} but the placement has {gpus} GPUs; "
                 "give the code whose digits multiply to the GPU count"
             )
-        return Plan(dp, tp, pp)
+        return Plan(dp, tp, pp, replica_batch=True)
     parts = set(name.split("+"))
     unknown = parts - _NAMED - {"tp"}
     if not name or unknown:
@@ -200,7 +212,8 @@ def iteration(p: Params, job: Job, plan: Plan, layout: Layout, forward_ms: float
     sync = p.k_sync * _ms(sync_volume, link(plan.dp * plan.tp, rings))
     comm = 0.0
     if plan.tp > 1:
-        v_tp = 4 * 8 * job.batch / plan.dp * job.seq_hidden * (plan.tp - 1) / plan.tp
+        replica = job.batch if plan.replica_batch else job.batch / plan.dp
+        v_tp = 4 * 8 * replica * job.seq_hidden * (plan.tp - 1) / plan.tp
         comm += p.k_sync * _ms(v_tp, link(plan.tp))
     if plan.pp > 1:
         comm += p.k_sync * _ms(2 * 8 * job.seq_hidden * plan.pp, link(plan.gpus))
@@ -297,4 +310,4 @@ def fit_forward(runs: Sequence[Run]) -> Forward:
 
 def predict(p: Params, job: Job, forward: Forward, plan: Plan, layout: Layout) -> float:
     """Iteration seconds of ``plan`` on ``layout``, its forward from ``forward``."""
-    return iteration(p, job, plan, layout, forward.at(plan.gpus)).iteration / 1000
+    return iteration(p, job, plan, layout, forward.at(plan.batch_share)).iteration / 1000
