@@ -70,7 +70,7 @@ def _rubick(root: Path, truth: Params) -> Path:
     rows = []
     for name, placement in TRACE:
         plan = plans.parse_plan(name, sum(int(ch) for ch in placement))
-        parts = plans.iteration(truth, JOB, plan, plans.layout_of(placement), FORWARD.at(plan.gpus))
+        parts = plans.iteration(truth, JOB, plan, plans.layout_of(placement), FORWARD.at(plan.batch_share))
         rows.append(
             [name, placement, parts.iteration / 1000, parts.forward, parts.backward_sync, parts.optimizer]
         )
