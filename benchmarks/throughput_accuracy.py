@@ -236,11 +236,13 @@ def count_cases(data: dict[str, dict[str, dict[str, float]]], jobs: Iterable[str
         )
 
     def predict(points: list[Point], cluster: str, placement: str, case: str, measured: float) -> float:
-        """The fitted model's figure at ``placement``, its 80 % interval's hit counted under ``case``."""
+        """The fitted model's figure at ``placement``, its 80 % interval's hit counted under ``case``:
+        scaled from the job's measured one-GPU figure, as ``JobThroughput`` scales it (the fit's
+        own one-GPU time differs from it where no model passes through every point)."""
         model = fit(points)
         gpu = CLUSTERS[cluster]
         gpus, nodes = sum(int(ch) for ch in placement), len(placement)
-        one = 1.0 / model.step_s[gpu]
+        one = next(p.steps_per_s for p in points if p.gpus == 1)
         value = model.steps_per_s(one, gpu, gpus, nodes, topo[cluster])
         spread = across.Z80 * model.log_sigma(gpus, nodes)  # the one-GPU figure is measured: exact
         low, high = value * math.exp(-spread), value * math.exp(spread)
