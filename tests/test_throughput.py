@@ -58,8 +58,9 @@ def test_missing_gpu_estimated_from_the_references() -> None:
     book = JobThroughput(one_job(throughput={"K80": 0.5, "P100": 1.85}), refs)
     fig = book.at("V100-16GB", 1)
     assert fig is not None and fig.estimated and "cnn" in fig.references
-    # the job's P100/K80 ratio is the CNN's: the rank-one term carries it towards 0.5 x 9.6
-    assert 3.0 < fig.steps_per_s < 4.8
+    # the job's P100/K80 ratio is the CNN's: its slope on the GPU speeds carries it to about
+    # 0.5 x 9.6 (7 % over: the CNN is not straight in them; the shrunk rank-one term was 18 % under)
+    assert fig.steps_per_s == pytest.approx(4.8, rel=0.1)
     assert fig.low is not None and fig.high is not None and fig.low < fig.steps_per_s < fig.high
 
 

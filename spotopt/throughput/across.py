@@ -3,15 +3,17 @@
 Log steps/s as a matrix, workloads × GPU models (the job one of its rows), completed by a
 low-rank model (Gavel's matrix completion, seed 002 §5.3.3, with a hardware prior):
 
-    y[w, g] = a[w] + b[g] + u[w]·v[g]
+    y[w, g] = a[w] + s[w]·b[g]
 
-``a`` is a workload's size, ``b`` a GPU model's speed, ``u·v`` the rank-one interaction (a
-workload bound by memory bandwidth gains less from a GPU with more FLOP/s). ``b`` is pulled
+``b`` is a GPU model's speed, fitted (robustly) on the references as ``a[w] + b[g]`` and pulled
 towards the GPU's datasheet prior ``c + beta·h[g]``, ``h`` the log of the geometric mean of its
 peak compute and memory bandwidth (half of each, compute split between 16-bit and FP32 as the
 job's precision is unknown), so a GPU model with no reference still has a speed; ``beta`` is
-fitted where three or more GPU models have references. The job's own ``u`` comes from its
-residuals on the kinds it has (none with one kind known: then it is the additive model).
+fitted where three or more GPU models have references. ``a`` is the job's size and ``s`` how
+much it gains from a faster GPU (the rank-one interaction with ``b`` as the GPU factor: a
+host-bound workload gains nothing, ``s`` near 0): a regression on the job's own known figures,
+``s`` shrunk towards the references' 1 by how far apart its known kinds are in ``b`` (one kind
+known: ``s = 1``, the additive model) and kept within the references' own slopes.
 
 The interval: the same estimate made for each reference workload that has the target GPU,
 from its figures on the job's known GPUs only, without it (leave one out), gives log errors;
@@ -37,8 +39,10 @@ PRIOR_WEIGHT = 0.1
 BETA = 0.7
 """Slope of speed on the hardware prior where too few GPU models have references to fit it
 (tuned on the dev split; datasheet peaks overstate real speed-ups)."""
-RANK_RIDGE = 1.0
-"""Shrinkage of the rank-one interaction (the job's ``u`` and the references')."""
+SLOPE_RIDGE = 0.1
+"""Prior weight on a job's slope being the references' (1), against its known figures' spread in
+``b`` (squared): the noise variance of one log figure over the variance of workloads' slopes
+(about 0.04 / 0.4 over the dev references' own fits; 0.1 chosen on the tune split)."""
 SIGMA_PRIOR = 0.45
 """Log-error sigma where too few references allow leave-one-out (tuned on the dev split)."""
 MIN_RESIDUALS = 3
@@ -88,28 +92,25 @@ def table(refs: Mapping[str, Mapping[str, float]]) -> Table:
     )
 
 
-def _fit(rows: Table, job: tuple[tuple[str, float], ...], target: str) -> float | None:
-    """The job's log steps/s on ``target`` from the reference rows and its own known figures."""
-    gpus = sorted({g for _, figs in rows for g, _ in figs} | {g for g, _ in job} | {target})
-    prior = {g: hardware_prior(g) for g in gpus}
-    if target not in {g for _, figs in rows for g, _ in figs} and prior[target] is None:
-        return None
+def _gpu_speeds(rows: Table, gpus: list[str], prior: dict[str, float | None]) -> dict[str, float]:
+    """``b``: each GPU model's log speed from the references' additive fit ``a[w] + b[g]``, pulled
+    towards its datasheet prior; only the GPU models a reference or a datasheet pins down."""
     col = {g: i for i, g in enumerate(gpus)}
-    all_rows = [*rows, ("", job)]
-    n_w, n_g = len(all_rows), len(gpus)
+    n_w, n_g = len(rows), len(gpus)
     with_prior = [g for g in gpus if prior[g] is not None]
-    observed_gpus = {g for _, figs in all_rows for g, _ in figs}
+    observed_gpus = {g for _, figs in rows for g, _ in figs}
     fit_beta = len(observed_gpus & set(with_prior)) >= 3
     n_x = n_w + n_g + 1 + (1 if fit_beta else 0)  # a, b, c[, beta]
     design: list[np.ndarray] = []
     rhs: list[float] = []
-    for i, (_, figs) in enumerate(all_rows):
+    for i, (_, figs) in enumerate(rows):
         for g, y in figs:
             row = np.zeros(n_x)
             row[i] = 1.0
             row[n_w + col[g]] = 1.0
             design.append(row)
             rhs.append(y)
+    n_obs = len(rhs)
     root = math.sqrt(PRIOR_WEIGHT)
     for g in with_prior:
         row = np.zeros(n_x)
@@ -129,47 +130,43 @@ def _fit(rows: Table, job: tuple[tuple[str, float], ...], target: str) -> float 
         design.append(row)
         rhs.append(root * BETA)
     A, values = np.asarray(design), np.asarray(rhs)
-    n_obs = len(rhs) - len(with_prior) - (1 if fit_beta else 0)
     weight = np.ones(len(rhs))
     for _ in range(20):  # Huber by reweighting: one odd figure must not move a GPU model's speed
         x, *_ = np.linalg.lstsq(A * weight[:, None], values * weight, rcond=None)
         r = np.abs(A[:n_obs] @ x - values[:n_obs])
         weight[:n_obs] = np.sqrt(np.minimum(1.0, HUBER / np.maximum(r, 1e-12)))
-    a, b = x[:n_w], x[n_w : n_w + n_g]
-    if target not in observed_gpus and prior[target] is None:
+    pinned = observed_gpus | set(with_prior)
+    return {g: float(x[n_w + col[g]]) for g in gpus if g in pinned}
+
+
+def _slope_range(rows: Table, b: Mapping[str, float]) -> tuple[float, float]:
+    """The least-squares slopes of the references' log figures on ``b``, as (lowest but at
+    least 0, highest): a job gains from a faster GPU no less than nothing and no more than some
+    reference does (two known figures, one of them odd, can imply any slope)."""
+    slopes = [1.0]  # the references' own slope on b, which one known kind takes
+    for _, figs in rows:
+        x = np.array([b[g] for g, _ in figs])
+        if len(x) > 1 and np.ptp(x) > 1e-9:
+            slopes.append(float(np.polyfit(x, [y for _, y in figs], 1)[0]))
+    return max(0.0, min(slopes)), max(slopes)
+
+
+def _fit(rows: Table, job: tuple[tuple[str, float], ...], target: str) -> float | None:
+    """The job's log steps/s on ``target``: its own intercept and slope on the GPU speeds ``b``
+    fitted to its known figures, the slope shrunk towards the references' 1 by ``SLOPE_RIDGE``
+    (so one known kind is the additive model, and two close GPU models barely tilt it) and kept
+    within the references' range (``_slope_range``); None when ``target`` or every known kind
+    has neither references nor a datasheet prior."""
+    gpus = sorted({g for _, figs in rows for g, _ in figs} | {g for g, _ in job} | {target})
+    b = _gpu_speeds(rows, gpus, {g: hardware_prior(g) for g in gpus})
+    mine = [(b[g], y) for g, y in job if g in b]
+    if target not in b or not mine:
         return None
-    base = float(a[-1] + b[col[target]])
-    return base + _interaction(all_rows, a, b, col, target)
-
-
-def _interaction(
-    rows: list[tuple[str, tuple[tuple[str, float], ...]]],
-    a: np.ndarray,
-    b: np.ndarray,
-    col: dict[str, int],
-    target: str,
-) -> float:
-    """``u_job · v_target`` of the rank-one fit of the references' residuals (0 when the job has
-    one known kind, the target no reference, or nothing to fit)."""
-    job = rows[-1][1]
-    if len(job) < 2:
-        return 0.0
-    resid = np.full((len(rows) - 1, len(col)), np.nan)
-    for i, (_, figs) in enumerate(rows[:-1]):
-        for g, y in figs:
-            resid[i, col[g]] = y - a[i] - b[col[g]]
-    seen = ~np.isnan(resid)
-    if not seen[:, col[target]].any():
-        return 0.0
-    r = np.where(seen, resid, 0.0)
-    u = np.ones(len(rows) - 1)
-    v = np.zeros(len(col))
-    for _ in range(30):  # alternating least squares on the observed cells, ridge RANK_RIDGE
-        v = (r * u[:, None]).sum(0) / ((seen * u[:, None] ** 2).sum(0) + RANK_RIDGE)
-        u = (r * v[None, :]).sum(1) / ((seen * v[None, :] ** 2).sum(1) + RANK_RIDGE)
-    mine = [(col[g], y - a[-1] - b[col[g]]) for g, y in job]
-    u_job = sum(e * v[j] for j, e in mine) / (sum(v[j] ** 2 for j, _ in mine) + RANK_RIDGE)
-    return float(u_job * v[col[target]])
+    x, y = np.array(mine).T
+    dx, dy = x - x.mean(), y - y.mean()
+    slope = (float(dx @ dy) + SLOPE_RIDGE) / (float(dx @ dx) + SLOPE_RIDGE)
+    slope = float(np.clip(slope, *_slope_range(rows, b)))
+    return float(y.mean() + slope * (b[target] - x.mean()))
 
 
 @lru_cache(maxsize=4096)
