@@ -36,6 +36,7 @@ COLUMNS = [
     "moves",
     "preemptions",
     "unfinished_starts",
+    "throughput_source",
 ]
 SYNTHETIC = "these prices come from spotopt's example generator, not measurements"
 PLACEMENT_COLUMNS = [
@@ -50,6 +51,7 @@ PLACEMENT_COLUMNS = [
     "market",
     "gpu",
     "gpus",
+    "throughput_source",
 ]
 
 
@@ -185,8 +187,11 @@ def whatif(
 
 
 def _table_columns(rows: list[dict[str, Any]]) -> list[str]:
-    """The table leaves out columns that say nothing for these rows (CSV keeps them all)."""
+    """The table leaves out columns that say nothing for these rows (CSV keeps them all); the
+    figures' source is shown where some job ran on an estimate."""
     empty = {c for c in ("bound_usd", "deadline_met") if all(r.get(c) is None for r in rows)}
+    if not any("estimated" in (r["throughput_source"] or "") for r in rows):
+        empty.add("throughput_source")
     if all(r["unfinished_starts"] == 0 for r in rows):
         empty.add("unfinished_starts")
     return [c for c in COLUMNS if c not in empty]
@@ -239,7 +244,7 @@ def _show(
                 fmt,
                 title="Where each job ran (one start)",
                 columns=PLACEMENT_COLUMNS,
-                wide_only=("zone", "gpu", "gpus"),
+                wide_only=("zone", "gpu", "gpus", "throughput_source"),
                 wide=wide,
             )
         elif where:

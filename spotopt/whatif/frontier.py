@@ -7,14 +7,15 @@ policy and the planner see them makes a tick cost O(frontier) instead of O(optio
 changes no decision (``tests/test_whatif_frontier.py`` replays random histories both ways).
 
 Rule (exact, per window of ``window`` ticks): option ``e`` of job ``j`` in region ``l`` is
-dropped when another option ``e'`` of ``j`` in ``l`` is at least as fast (expected steps/h),
-priced throughout the window, and its dearest price in the window is strictly below ``e``'s
-lowest *forecast baseline* in it (``spotopt.decide.forecast``; the baseline is never above the
-price, and every forecast cost of ``e`` is at least its baseline); an on-demand option is only
-dropped for another on-demand one (deadline safety looks at on-demand options alone) and a spot
-option for another spot one (the deadline reserve and the planner's affordability look at the
-job's fastest spot option: a spot option dropped for an on-demand one could be it). Options
-without any price in the window are dropped too.
+dropped when another option ``e'`` of ``j`` in ``l`` is at least as fast (expected steps/h, and
+at the low end of its figure's interval, which deadlines are planned with), priced throughout
+the window, and its dearest price in the window is strictly below ``e``'s lowest *forecast
+baseline* in it (``spotopt.decide.forecast``; the baseline is never above the price, and every
+forecast cost of ``e`` is at least its baseline); an on-demand option is only dropped for
+another on-demand one (deadline safety looks at on-demand options alone) and a spot option for
+another spot one (the deadline reserve and the planner's affordability look at the job's
+fastest spot option: a spot option dropped for an on-demand one could be it). Options without
+any price in the window are dropped too.
 Then at every tick of the window ``e'`` is strictly cheaper per hour now and over any forecast
 horizon, per step, to finish and to enter (same region: same egress; the restart is billed at a
 lower price), so
@@ -57,8 +58,19 @@ class OptionFrontier:
     """The options worth considering at tick ``t`` (``candidates(t)``), one window at a time."""
 
     def __init__(
-        self, tl: Timeline, sim: SimJobs, steps_per_hour: Array, floor: Array, window: int = DEFAULT_WINDOW
+        self,
+        tl: Timeline,
+        sim: SimJobs,
+        steps_per_hour: Array,
+        floor: Array,
+        window: int = DEFAULT_WINDOW,
+        *,
+        low: Array | None = None,
     ) -> None:
+        """``low``: ``steps_per_hour`` at the low end of each figure's interval (None: every
+        figure exact). The running minimum finds the cheapest option at least as fast at the
+        expected speed; it drops ``e`` only if that option is at least as fast at the low end
+        too (else ``e`` is kept: exact, if a little less narrow where estimates cross)."""
         self.tl, self.sim, self.window = tl, sim, max(1, window)
         self.floor = floor
         n = sim.n_options
@@ -84,6 +96,7 @@ class OptionFrontier:
         self.read_col = col[block_end] if n else col
         self.shape = (len(starts), int(sizes.max(initial=0)))
         self.on_demand = sim.on_demand[order].astype(bool)
+        self.low = (steps_per_hour if low is None else low)[order]
         self._window_index: int | None = None
         self._keep = self._dropped = self._dominator = np.zeros(0, dtype=np.int64)
 
@@ -116,10 +129,11 @@ class OptionFrontier:
         hi = per_slot(hi_m[sim.market[self.order]], slots)
         best_od, by_od = self._running_min(np.where(self.on_demand, hi, np.inf))
         best_spot, by_spot = self._running_min(np.where(self.on_demand, np.inf, hi))
-        dominated = np.where(self.on_demand, best_od, best_spot) < lo
+        by = np.where(self.on_demand, by_od, by_spot)
+        dominated = (np.where(self.on_demand, best_od, best_spot) < lo) & (self.low[by] >= self.low)
         keep = np.isfinite(lo) & ~dominated
         dropped = np.isfinite(lo) & dominated
-        dominator = np.where(self.on_demand, by_od, by_spot)[dropped]
+        dominator = by[dropped]
         return np.sort(self.order[keep]), self.order[dropped], self.order[dominator]
 
     def _running_min(self, values: Array) -> tuple[Array, Array]:

@@ -50,7 +50,12 @@ class SimJobs:
     gpus: Array
     slots: Array
     steps_per_hour: Array
-    """Undiscounted steps per hour of running (the simulator applies preemptions itself)."""
+    """Undiscounted steps per hour of running (the simulator applies preemptions itself): the
+    figure's point, the replay's true speed."""
+    steps_per_hour_low: Array
+    """The same at the low end of the figure's 80 % interval (an estimate's; an exact figure:
+    the point): the ``spotopt`` strategy plans deadlines with it, as ``spotopt plan`` does
+    (``spotopt.decide.options.OptionTable.steps_per_hour_low``)."""
     expected_eff: Array
     """Expected fraction of paid time that advances training (the policy's discount)."""
     tau_h: Array
@@ -62,6 +67,7 @@ class SimJobs:
     cloud: Array
     gpu: list[str]
     figure_source: list[str]
+    """Per option: where its figure came from (``spotopt.throughput.Figure.source``)."""
 
     @property
     def n_jobs(self) -> int:
@@ -74,6 +80,11 @@ class SimJobs:
     @property
     def expected_steps_per_hour(self) -> Array:
         return self.steps_per_hour * self.expected_eff
+
+    @property
+    def expected_steps_per_hour_low(self) -> Array:
+        """``expected_steps_per_hour`` at the low end of each figure's interval."""
+        return self.steps_per_hour_low * self.expected_eff
 
     def bounds(self) -> Array:
         """``bounds[j]:bounds[j+1]`` are job ``j``'s options."""
@@ -157,6 +168,9 @@ def build_jobs(
         gpus=np.array([o.gpus for o in infos])[keep] if infos else np.zeros(0, dtype=np.int64),
         slots=np.array([o.slots for o in infos])[keep] if infos else np.zeros(0, dtype=np.int64),
         steps_per_hour=np.array([o.figure.steps_per_s * 3600.0 for o in infos])[keep]
+        if infos
+        else np.zeros(0),
+        steps_per_hour_low=np.array([o.figure.interval[0] * 3600.0 for o in infos])[keep]
         if infos
         else np.zeros(0),
         expected_eff=expected[keep],

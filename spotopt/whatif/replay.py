@@ -53,6 +53,15 @@ MAX_STARTS = 1_000
 so a thousand starts are hours of work; a million were years, with nothing said."""
 
 
+ESTIMATED = (
+    "throughput_source estimated: the job ran on a GPU it has no figure for; every strategy replays "
+    "it at the estimate's point, the spotopt strategy plans its deadline at the low end of the "
+    "estimate's 80 % interval, as `spotopt plan` does (`spotopt throughput estimate JOBS.yaml` "
+    "lists them; a short `spotopt throughput profile` measures one)"
+)
+"""The note of a replay where some job ran on an estimated figure (issue 37: estimates marked)."""
+
+
 @dataclass(frozen=True)
 class ReplayRequest:
     """What to replay. ``start`` None: one window before the history's latest price, so the
@@ -173,6 +182,8 @@ def replay(
     notes.extend(f"{why}; not replayed" for why in aside)
     if not (~tl.on_demand).any():
         notes.append("no spot prices in this window: the spot strategies ran on on-demand markets")
+    if any("estimated" in (row["throughput_source"] or "") for row in rows):
+        notes.append(ESTIMATED)
     if request.billing == "gpu":
         notes.append(
             "billing gpu: a job on k of an instance's n GPUs pays k/n of it (packed, as in the thesis)"

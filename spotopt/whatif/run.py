@@ -207,15 +207,20 @@ def _mean(values: list[float]) -> float | None:
 
 
 def summarise(runs: Sequence[StrategyRun], sim: SimJobs, strategies: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per (job, strategy): means over starts (the ``results`` of the JSON output)."""
+    """One row per (job, strategy): means over starts (the ``results`` of the JSON output).
+
+    ``throughput_source``: where the figures of the options the job ran on came from (``spec``,
+    ``measured``, ``imported``, ``estimated``; several joined by ``, ``; None: it never ran), so
+    a result that rests on an estimate says so."""
     rows = []
     for j, name in enumerate(sim.names):
         per: dict[str, dict[str, list[Any]]] = {}
         for run in runs:
             d = per.setdefault(
-                run.strategy, {k: [] for k in ("cost", "bound", "finish", "met", "moves", "pre")}
+                run.strategy, {k: [] for k in ("cost", "bound", "finish", "met", "moves", "pre", "source")}
             )
             res = run.result
+            d["source"].extend(sim.figure_source[e] for e in np.unique(res.trace[j]).tolist() if e >= 0)
             finished = math.isfinite(res.finish_h[j])
             cost = res.cost_usd[j] if finished else math.inf
             if run.lower_bound_usd is not None:
@@ -244,6 +249,7 @@ def summarise(runs: Sequence[StrategyRun], sim: SimJobs, strategies: Sequence[st
                 "moves": float(np.mean(d["moves"])),
                 "preemptions": float(np.mean(d["pre"])),
                 "unfinished_starts": unfinished,
+                "throughput_source": ", ".join(sorted(set(d["source"]))) or None,
             }
             if d["bound"]:
                 row["bound_usd"] = _mean(d["bound"])
@@ -279,6 +285,7 @@ def placements(run: StrategyRun, tl: Timeline, sim: SimJobs) -> list[dict[str, A
                         "gpu": sim.gpu[e],
                         "gpus": int(sim.gpus[e]),
                         "jobs_per_instance": int(sim.slots[e]),
+                        "throughput_source": sim.figure_source[e],
                     }
                 )
             k = end

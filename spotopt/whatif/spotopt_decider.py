@@ -53,11 +53,16 @@ class SpotoptDecider:
         self.memory = Memory()
         self.start: int | None = None
         self.steps_per_hour = sim.expected_steps_per_hour
+        self.steps_per_hour_low = sim.expected_steps_per_hour_low
         self.baseline, self.revert_h = forecast(tl.price, tl.tick_h)
         # The frontier keeps one of two twins (two zones at one price): with capacity replayed the
         # other is where a job fails over to, so every option is handed over.
         narrow = narrow and tl.capacity is None
-        self.frontier = OptionFrontier(tl, sim, self.steps_per_hour, self.baseline) if narrow else None
+        self.frontier = (
+            OptionFrontier(tl, sim, self.steps_per_hour, self.baseline, low=self.steps_per_hour_low)
+            if narrow
+            else None
+        )
         self.capacity = np.full(tl.n_markets, np.inf)
         self.start_rates = np.asarray(tl.rate, dtype=float)
         self.price_age_h = (
@@ -116,19 +121,20 @@ class SpotoptDecider:
             cap.observed, cap.seen[:, : t + 1], self.tl.tick_h, st.refused.copy(), running
         )
 
-    def speeds(self, sub: Array, rates: Array) -> Array:
-        """Expected steps/h of options ``sub`` at the markets' preemption ``rates``: only the
+    def speeds(self, sub: Array, rates: Array, *, low: bool = False) -> Array:
+        """Expected steps/h of options ``sub`` at the markets' preemption ``rates`` (``low``: at
+        the low end of each figure's interval, what deadlines are planned with): only the
         options of markets whose rate moved since the start need theirs again."""
         sim = self.sim
         market = sim.market[sub]
-        speed = self.steps_per_hour[sub].copy()
+        speed = (self.steps_per_hour_low if low else self.steps_per_hour)[sub].copy()
         moved = np.flatnonzero(rates[market] != self.start_rates[market])
         if len(moved):
             e = sub[moved]
             _, eff = checkpoint_terms(
                 sim.save_h * 3600.0, sim.restart_h * 3600.0, sim.job[e], rates, sim.market[e], self.tl.tick_h
             )
-            speed[moved] = sim.steps_per_hour[e] * eff
+            speed[moved] = (sim.steps_per_hour_low if low else sim.steps_per_hour)[e] * eff
         return speed
 
     def options(self, t: int, sub: Array, rates: Array | None = None) -> Options:
@@ -144,6 +150,7 @@ class SpotoptDecider:
             market=market,
             location=sim.location[sub],
             steps_per_hour=self.speeds(sub, rates),
+            steps_per_hour_low=self.speeds(sub, rates, low=True),
             usd_per_hour=per_slot(tl.price[market, t], slots),
             instances_per_hour=instances_per_slot(slots),
             on_demand=sim.on_demand[sub],
@@ -173,8 +180,9 @@ class SpotoptDecider:
 
     def _revived(self, t: int, rates: Array) -> Array:
         """Dropped options no longer dominated by the option the frontier dropped them for: it
-        is slower than them at ``rates``. Only pairs with a market whose rate moved can be; they
-        are found again only when the window or the set of such markets changes."""
+        is slower than them at ``rates`` (expected or at the low end). Only pairs with a market
+        whose rate moved can be; they are found again only when the window or the set of such
+        markets changes."""
         assert self.frontier is not None
         dropped, dominator = self.frontier.dominators(t)
         moved = rates != self.start_rates
@@ -184,7 +192,8 @@ class SpotoptDecider:
             hit = moved[market[dropped]] | moved[market[dominator]]
             self._pairs_for, self._pairs = key, (dropped[hit], dominator[hit])
         e, d = self._pairs
-        return e[self.speeds(d, rates) < self.speeds(e, rates)]
+        slower = self.speeds(d, rates) < self.speeds(e, rates)
+        return e[slower | (self.speeds(d, rates, low=True) < self.speeds(e, rates, low=True))]
 
     def __call__(self, t: int, st: SimState) -> Array:
         if self.start is None:
