@@ -22,6 +22,7 @@ from spotopt.cli import (
     db,
     imports,
     jobs,
+    notify,
     plan,
     prices,
     report,
@@ -143,6 +144,7 @@ app.command("whatif")(whatif.whatif)
 app.add_typer(agent.app, name="agent")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(daemon.app, name="daemon")
+app.add_typer(notify.app, name="notify")
 app.command("ui")(ui.ui)
 
 
