@@ -245,7 +245,7 @@ SYNC_PRIOR = 1.0
 """Weight holding ``ln k_sync`` at 0 (the links' stated bandwidths) against one log residual
 when no run crosses nodes: one node's runs hide the all-reduce behind the backward pass, so
 they barely pin ``k_sync``, and a drifted one multiplies every figure across nodes (the network
-is 4x slower than NVLink). Runs across nodes pin it, and then they alone decide it."""
+is 8-32x slower than NVLink). Runs across nodes pin it, and then they alone decide it."""
 
 
 def fit(job: Job, runs: Sequence[Run]) -> Params:
