@@ -118,6 +118,15 @@ def test_zero2_reduce_scatters_in_the_backward_and_all_gathers_after_the_step() 
     assert zero.optimizer - TRUTH.k_opt * JOB.param_bytes / 1e6 / 8 == pytest.approx(half)
 
 
+def test_zero2_all_gathers_in_buckets_slower_than_nvlink() -> None:
+    """On one node ZeRO-2's all-gather after the step runs at ``ZERO_GATHER_GBS`` (DeepSpeed's
+    bucketed calls), not at NVLink's rate."""
+    p = dataclasses.replace(TRUTH, k_overlap=1.0)
+    zero = plans.iteration(p, JOB, Plan(8, zero=True), plans.layout_of("8"), 50.0)
+    gather = JOB.param_bytes * 7 / 8 / (plans.ZERO_GATHER_GBS * 1e6)
+    assert zero.optimizer - TRUTH.k_opt * JOB.param_bytes / 1e6 / 8 == pytest.approx(gather)
+
+
 def test_tensor_parallel_ranks_share_the_nodes_nics() -> None:
     """With 2-way tensor parallelism two data-parallel rings (one per tensor rank), each with half
     the gradients, cross the same NICs at once: the same time as one ring with all of them."""

@@ -15,7 +15,7 @@ tensor × pipeline) parallel, whose Megatron runs keep each replica's batch inst
     comm  = k_sync · (V_tp / B_tp + V_pp / B_pp)   tensor / pipeline activations (not overlapped)
     cc    = (bwd^k + sync^k)^(1/k) + comm          backward overlaps the all-reduce (k ≥ 1)
     opt   = k_opt · P / shards                     on the GPU; shards = tp·pp (× dp under ZeRO)
-          + k_sync · S (dp-1)/dp / B_dp            ZeRO-2: the updated shards all-gathered
+          + k_sync · S (dp-1)/dp / min(B_dp, 50)   ZeRO-2: the updated shards all-gathered
           + k_offload · P / (dp · threads)         ZeRO-offload: the host CPUs' update
     ZeRO-offload also sends each replica's gradient shard to the host during backward:
     sync += k_swap · 2 P / dp / B_pcie (what one node's offloaded runs show beside plain ones).
@@ -55,6 +55,11 @@ GPUS_PER_NIC = 2
 """GPUs sharing one NIC (an A800 HGX server pairs two GPUs and a NIC on each PCIe switch)."""
 NICS_PER_NODE = 4
 """NICs per 8-GPU server: 4 × 100 Gbit/s (the paper's 100 GB/s if both directions count)."""
+ZERO_GATHER_GBS = 50.0
+"""What ZeRO-2's all-gather of the updated fp16 parameters reaches at best, GB/s: DeepSpeed runs
+it after the step in 200 MB buckets (``allgather_bucket_size``), one NCCL call each, not
+overlapped. bert's and roberta's zero-dp runs on one node take 30-56 GB/s for it (an eighth of
+NVLink; the paper sets roberta's "NVLink" to 50 GB/s); chosen on those two models' traces."""
 BYTES_PER_PARAMETER = 2
 """fp16 gradients and parameters (Rubick's DeepSpeed and Megatron runs train in mixed precision):
 what the all-reduce, all-gather and offload move per parameter."""
@@ -221,8 +226,9 @@ def iteration(p: Params, job: Job, plan: Plan, layout: Layout, forward_ms: float
         sync += p.k_swap * _ms(2 * P / plan.dp, layout.pcie_gbs)
     cc = _overlap(bwd, sync, p.k_overlap) + comm
     opt = p.k_opt * P / 1e6 / (plan.tp * plan.pp * (plan.dp if plan.zero else 1))
-    if plan.zero:  # the updated shards are all-gathered back to every replica
-        opt += p.k_sync * _ms(shard * (plan.dp - 1) / plan.dp, link(plan.dp * plan.tp, rings))
+    if plan.zero:  # the updated shards are all-gathered back to every replica, bucket by bucket
+        gather = min(ZERO_GATHER_GBS, link(plan.dp * plan.tp, rings))
+        opt += p.k_sync * _ms(shard * (plan.dp - 1) / plan.dp, gather)
     if plan.offload:  # the CPUs update the shard; the GPU part (copying it back) stays
         opt += p.k_offload * P / 1e6 / (plan.dp * job.cpu_threads)
     return Parts(forward_ms, cc, opt, forward_ms + cc + opt + p.k_const)
