@@ -112,12 +112,11 @@ def _summary(d: dict[str, Any]) -> list[dict[str, Any]]:
     done = f"{prog['steps']:,} of {work:,.0f} steps" if work else f"{prog['steps']:,} steps (work unknown)"
     if prog["done_fraction"] is not None:
         done += f" ({prog['done_fraction']:.0%})"
-    measured, expected = prog["steps_per_s_measured"], prog["steps_per_s_expected"]
-    source = prog["expected_source"]
-    rate = (
-        f"{'–' if measured is None else f'{measured:.3g}'} measured, "
-        f"{'–' if expected is None else f'{expected:.3g}'} expected" + (f" ({source})" if source else "")
-    )
+    measured, expected = prog["steps_per_s_measured"], "– expected"
+    if d["throughput"] is not None:  # an estimate marked as such (issue 37)
+        number, source = job_status.throughput_words(d["throughput"])
+        expected = f"{number} expected ({source})"
+    rate = f"{'–' if measured is None else f'{measured:.3g}'} measured, {expected}"
     cap = f", at most {usd(d['max_usd_per_hour'])}/h" if d["max_usd_per_hour"] is not None else ""
     outcomes = Counter(m["outcome"] or "open" for m in d["moves"])
     rows = {

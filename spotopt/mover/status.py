@@ -76,8 +76,9 @@ def newest_placement(db: Database, name: str) -> Placement | None:
 
 
 def job_status(session: Session, job: ManagedJob, spec: Job, now: datetime) -> dict[str, Any]:
-    """The live part of ``jobs show``: ``placement``, ``progress``, ``checkpoint_verified``,
-    ``moves``, ``preemptions``, ``spent_usd`` and ``expected_cost_to_finish_usd``.
+    """The live part of ``jobs show``: ``placement``, ``progress``, ``throughput``,
+    ``checkpoint_verified``, ``moves``, ``preemptions``, ``spent_usd`` and
+    ``expected_cost_to_finish_usd``.
 
     ``placement`` is None while the job runs nowhere, and so are the expected steps/s and the
     cost to finish (there is no GPU and no price to base them on). Running instances are billed
@@ -109,12 +110,38 @@ def job_status(session: Session, job: ManagedJob, spec: Job, now: datetime) -> d
             "expected_source": None if expected is None else expected.source,
             "heartbeat_at": job.heartbeat_at,
         },
+        "throughput": None if expected is None else throughput(expected),
         "checkpoint_verified": _newest_checkpoint(job, moved),
         "moves": moved,
         "preemptions": preemptions(session, job.id),
         "spent_usd": spent_usd(session, job.id, now),
         "expected_cost_to_finish_usd": to_finish,
     }
+
+
+def throughput(figure: Figure) -> dict[str, Any]:
+    """The planner's figure for a placement as ``jobs show`` and the dashboard give it: steps/s,
+    its 80 % interval (``low``/``high``; a figure as given is its own), its ``source`` (spec,
+    measured, imported, estimated) and the reference workloads an estimate was made from."""
+    low, high = figure.interval
+    return {
+        "steps_per_s": figure.steps_per_s,
+        "low": low,
+        "high": high,
+        "source": figure.source,
+        "references": list(figure.references),
+    }
+
+
+def throughput_words(figure: dict[str, Any]) -> tuple[str, str]:
+    """A ``throughput`` as words: the number (an estimate's marked ``≈``) and where it came from
+    (an estimate: its interval and references), so every place that prints one marks an
+    estimate the same way: ``("≈ 2.5", "estimated, 1.9–3.1, from bert, cifar10")``."""
+    if figure["source"] != "estimated":
+        return f"{figure['steps_per_s']:.3g}", figure["source"]
+    refs = ", ".join(figure["references"])
+    detail = f"estimated, {figure['low']:.3g}–{figure['high']:.3g}" + (f", from {refs}" if refs else "")
+    return f"≈ {figure['steps_per_s']:.3g}", detail
 
 
 def measured_steps_per_s(session: Session, job: ManagedJob, running: bool) -> float | None:

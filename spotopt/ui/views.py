@@ -163,6 +163,9 @@ def job(db: Database, name: str, now: datetime, state_dir: Path | None = None) -
         "failure": _failure(job_row, events),
         "log": _log_tail(db, name, state_dir),
         "status": status,
+        "throughput": None
+        if status["throughput"] is None
+        else job_status.throughput_words(status["throughput"]),
         "deadline": _deadline(job_row),
         "eta": _eta(status, now),
         "intervals": intervals,
