@@ -36,11 +36,12 @@ from sqlalchemy.orm import Session
 
 from spotopt.clouds.common.base import market_label
 from spotopt.db.engine import Database
-from spotopt.db.models import JOB_STATES, DaemonTick, JobMove, ManagedJob, Placement
+from spotopt.db.models import JOB_STATES, DaemonTick, JobMove, ManagedJob, NotifySink, Placement
 from spotopt.mover.eventlog import parse
 from spotopt.mover.leader import read_leader
 from spotopt.mover.ledger import market_key, slot_usd_per_hour, spent_by_job
 from spotopt.mover.observed import PREEMPTION_ENDS
+from spotopt.notify.deliver import undelivered
 from spotopt.webguard import PLAIN_CSP, guard_wsgi, loopback_hosts
 
 LIVE_PLACEMENTS = ("launching", "running")
@@ -139,7 +140,25 @@ class HistoryCollector(Collector):
             yield preemptions
 
             yield from _rounds(session)
+            yield from _sinks(session)
         yield from _leader(self.db)
+
+
+def _sinks(session: Session) -> Iterator[Metric]:
+    """Each notification sink's run of failed deliveries and the events it has yet to get
+    (``spotopt.notify``): an alert on the first says a sink keeps failing, on the second that
+    people are not being told."""
+    failures = GaugeMetricFamily(
+        "spotopt_notify_failures_in_a_row", "Failed deliveries in a row, by sink.", labels=["sink"]
+    )
+    waiting = GaugeMetricFamily(
+        "spotopt_notify_undelivered", "Events the sink has yet to acknowledge.", labels=["sink"]
+    )
+    for row in session.scalars(select(NotifySink).order_by(NotifySink.name)):
+        failures.add_metric([row.name], row.failures_in_a_row)
+        waiting.add_metric([row.name], undelivered(session, row.name))
+    yield failures
+    yield waiting
 
 
 def _rounds(session: Session) -> Iterator[Metric]:
