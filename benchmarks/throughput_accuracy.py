@@ -38,13 +38,14 @@ import csv
 import itertools
 import math
 import statistics
+import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from spotopt.catalog import instance_types, interconnects, list_prices
 from spotopt.db.queries import Quote
-from spotopt.errors import InfeasibleError
+from spotopt.errors import InfeasibleError, InputError
 from spotopt.history.market import MarketState
 from spotopt.jobspec import parse_jobs
 from spotopt.plan import build_problem, solve
@@ -140,18 +141,22 @@ def _true_plan_cost(
     at: datetime,
 ) -> tuple[float, float]:
     """min-cost-slo's plan for ``job`` known by ``throughput``, re-run at the ``truth`` (GPU kind
-    -> steps/s): (what finishing the work on the picked options costs, how many hours it takes)."""
+    -> steps/s): (what finishing the work on the picked options costs, how many hours it takes).
+    An hour of an option costs its market's price per job slot: the policy's ``usd_per_hour`` is
+    the expected cost spread over the pessimistic hours (its deadlines read the low end), not
+    what an hour is billed."""
     deadline = f"{REGRET_HOURS * REGRET_SLACK:g}h"
     spec = parse_jobs(
         {"jobs": [{"name": job, "throughput": throughput, "work": {"steps": steps}, "deadline": deadline}]}
     )
     problem = build_problem(spec, markets, at, refs)
     alloc = solve("min-cost-slo", problem.input)
-    inp, paid, done, hours = problem.input, 0.0, 0.0, 0.0
-    for e in range(inp.n_options):
+    paid, done, hours = 0.0, 0.0, 0.0
+    for e, info in enumerate(problem.options):
         if alloc.hours[e] > 1e-9:
-            paid += float(inp.usd_per_hour[e] * alloc.hours[e])
-            done += float(alloc.hours[e]) * 3600 * truth[problem.options[e].market.quote.gpu or ""]
+            quote = info.market.quote
+            paid += quote.usd_per_hour / info.slots * float(alloc.hours[e])
+            done += float(alloc.hours[e]) * 3600 * truth[quote.gpu or ""] * info.efficiency
             hours += float(alloc.hours[e])
     return paid * steps / done, hours * steps / done
 
@@ -305,7 +310,8 @@ def rubick_cases(data: Path) -> dict[str, list[float]]:
     ``|predicted / measured - 1|`` of the iteration time of every trace configuration the
     profile does not contain (the forward from ``plans.fit_forward``: 3D rows record none): all
     of them, then those on one node (the paper's Table 2 protocol: 1-8 GPUs of one server) and
-    those across nodes apart."""
+    those across nodes apart. A profile the model refuses (``plans.fit``'s InputError) is named
+    on stderr and gets no rows."""
     root = data / "rubick"
     res: dict[str, list[float]] = {}
     for profile, trace in RUBICK.items():
@@ -330,7 +336,11 @@ def rubick_cases(data: Path) -> dict[str, list[float]]:
         profiled = {
             (RUBICK_STRATEGY[m["strategy"]], c["gpus"]) for c, m in zip(config, measured, strict=True)
         }
-        params, forward = plans.fit(job, runs), plans.fit_forward(runs)
+        try:
+            params, forward = plans.fit(job, runs), plans.fit_forward(runs)
+        except InputError as err:  # a profile the model cannot be fitted to: said, not scored
+            print(f"rubick {profile}: not fitted: {err}", file=sys.stderr)
+            continue
         for r in _rows(root / "simulator" / "traces" / trace / "placements.csv"):
             if float(r["iter_time"]) <= 0 or (r["exec_plan"], r["placement"]) in profiled:
                 continue
