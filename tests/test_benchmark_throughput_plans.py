@@ -106,6 +106,24 @@ def test_rubick_case_reports_links_slower_than_the_profile_shows(tmp_path: Path)
     assert float(slow["bert, across nodes"][1].rstrip("%")) > 5.0
 
 
+def test_a_profile_the_model_cannot_fit_is_named_not_scored(tmp_path: Path) -> None:
+    """A profile whose runs' parts add up above their iterations (llama7b's) gets no rows and
+    is named on stderr, and the script still prints the others."""
+    root = _rubick(tmp_path, TRUTH)
+    data = root / "rubick" / "artifact" / "71_performance_model" / "model" / "profile" / "bert" / "data.csv"
+    with data.open(encoding="utf-8-sig") as fh:
+        rows = list(csv.reader(fh))
+    rows[1][3] = str(float(rows[1][0]) + float(rows[1][1]))  # the iteration below its parts
+    _write(data, rows[0], rows[1:], bom=True)
+    script = str(ROOT / "benchmarks" / "throughput_accuracy.py")
+    out = subprocess.run(
+        [sys.executable, script, "--data", str(root)], capture_output=True, text=True, check=True
+    )
+    assert "| bert" not in out.stdout
+    assert "| model, fitted on |" in out.stdout
+    assert "rubick bert: not fitted: fit: 1 profiled run(s) whose forward" in out.stderr
+
+
 def test_no_data_folder_is_refused_naming_it(tmp_path: Path) -> None:
     script = str(ROOT / "benchmarks" / "throughput_accuracy.py")
     out = subprocess.run([sys.executable, script, "--data", str(tmp_path)], capture_output=True, text=True)

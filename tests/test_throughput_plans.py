@@ -206,3 +206,22 @@ def test_layout_refuses_a_malformed_placement() -> None:
 def test_fit_refuses_too_few_runs() -> None:
     with pytest.raises(InputError, match="2 profiled run"):
         plans.fit(JOB, _profile(TRUTH)[:2])
+
+
+def test_fit_refuses_runs_whose_parts_exceed_their_iteration() -> None:
+    """The model's iteration is forward + backward/sync + optimizer + a non-negative constant:
+    a run recorded above that (llama7b's profile: 381 + 9379 + 1 > 9400 ms) is refused by name,
+    not fitted into nonsense constants; parts within their rounding (1 %) are fitted."""
+    runs = _profile(TRUTH)
+    m = runs[0].measured
+    over = dataclasses.replace(
+        runs[0], measured=dataclasses.replace(m, iteration=0.97 * (m.iteration - TRUTH.k_const))
+    )
+    with pytest.raises(
+        InputError, match=r"1 profiled run\(s\) whose forward \+ backward/sync \+ optimizer exceed"
+    ):
+        plans.fit(JOB, [over, *runs[1:]])
+    rounded = dataclasses.replace(
+        runs[0], measured=dataclasses.replace(m, iteration=0.995 * (m.iteration - TRUTH.k_const))
+    )
+    plans.fit(JOB, [rounded, *runs[1:]])
