@@ -141,18 +141,22 @@ def _true_plan_cost(
     at: datetime,
 ) -> tuple[float, float]:
     """min-cost-slo's plan for ``job`` known by ``throughput``, re-run at the ``truth`` (GPU kind
-    -> steps/s): (what finishing the work on the picked options costs, how many hours it takes)."""
+    -> steps/s): (what finishing the work on the picked options costs, how many hours it takes).
+    An hour of an option costs its market's price per job slot: the policy's ``usd_per_hour`` is
+    the expected cost spread over the pessimistic hours (its deadlines read the low end), not
+    what an hour is billed."""
     deadline = f"{REGRET_HOURS * REGRET_SLACK:g}h"
     spec = parse_jobs(
         {"jobs": [{"name": job, "throughput": throughput, "work": {"steps": steps}, "deadline": deadline}]}
     )
     problem = build_problem(spec, markets, at, refs)
     alloc = solve("min-cost-slo", problem.input)
-    inp, paid, done, hours = problem.input, 0.0, 0.0, 0.0
-    for e in range(inp.n_options):
+    paid, done, hours = 0.0, 0.0, 0.0
+    for e, info in enumerate(problem.options):
         if alloc.hours[e] > 1e-9:
-            paid += float(inp.usd_per_hour[e] * alloc.hours[e])
-            done += float(alloc.hours[e]) * 3600 * truth[problem.options[e].market.quote.gpu or ""]
+            quote = info.market.quote
+            paid += quote.usd_per_hour / info.slots * float(alloc.hours[e])
+            done += float(alloc.hours[e]) * 3600 * truth[quote.gpu or ""] * info.efficiency
             hours += float(alloc.hours[e])
     return paid * steps / done, hours * steps / done
 
