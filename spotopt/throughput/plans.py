@@ -267,7 +267,8 @@ def _parts_exceed_iteration(m: Parts) -> bool:
 def fit(job: Job, runs: Sequence[Run]) -> Params:
     """Rubick's constants for ``job`` from its profiled runs: least squares on the log of each
     run's backward+sync, optimizer and iteration time (the sum of three RMSLE terms), with each
-    run's measured forward as the input. Positive constants, overlap exponent at least 1."""
+    run's measured forward as the input. Positive constants, overlap exponent at least 1.
+    Refuses runs the model cannot be: parts adding up above their iteration (``PARTS_SLACK``)."""
     if len(runs) < MIN_RUNS:
         raise InputError(f"fit: {len(runs)} profiled run(s); Rubick's model needs at least {MIN_RUNS}")
     over = [r.measured for r in runs if _parts_exceed_iteration(r.measured)]
