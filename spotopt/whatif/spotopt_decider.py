@@ -3,7 +3,9 @@
 Each tick it turns the simulator's state into a ``FleetState`` and the tick's prices into
 ``Options`` (with the causal forecast of ``spotopt.decide.forecast``), calls
 ``spotopt.decide.core.decide`` — the function the daemon calls — and applies the returned moves
-as the simulated provider. Options are keyed by their index in ``SimJobs``.
+as the simulated provider. Options are keyed by their index in ``SimJobs``. Each carries its
+figure's low end too (``Options.steps_per_hour_low``): the core plans deadlines with it, as for
+``spotopt plan``, while the simulator runs the job at the figure's point.
 
 Only each job's frontier (``spotopt.whatif.frontier``) plus its current option, its target and
 the dropped options that the rates learnt since the start make faster than their dominator are
