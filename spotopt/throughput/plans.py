@@ -10,8 +10,8 @@ tensor × pipeline) parallel, whose Megatron runs keep each replica's batch inst
 
     fwd                                  forward (measured, or ``Forward`` from the profile)
     bwd   = (k_bwd + gc) · fwd           backward; checkpointing recomputes one more forward
-    sync  = k_sync · 2 S (dp-1)/dp / B_dp          data-parallel all-reduce of a rank's shard
-                                                   S = P / (tp·pp); ZeRO-2 reduce-scatters: S (dp-1)/dp
+    sync  = k_sync · 2 S (dp-1)/dp / B_dp          data-parallel all-reduce of a rank's shard,
+                                                   S = P / (tp·pp) (ZeRO-2's reductions too)
     comm  = k_sync · (V_tp / B_tp + V_pp / B_pp)   tensor / pipeline activations (not overlapped)
     cc    = (bwd^k + sync^k)^(1/k) + comm          backward overlaps the all-reduce (k ≥ 1)
     opt   = k_opt · P / shards                     on the GPU; shards = tp·pp (× dp under ZeRO)
@@ -209,12 +209,12 @@ def iteration(p: Params, job: Job, plan: Plan, layout: Layout, forward_ms: float
 
     bwd = (p.k_bwd + plan.checkpointing) * forward_ms
     # each rank all-reduces its own shard's gradients, P / (tp · pp), with its data-parallel peers:
-    # one ring per tensor-parallel rank, all crossing the same nodes' NICs at once. ZeRO-2
-    # reduce-scatters them (half a ring all-reduce) and all-gathers the updated shards after the step
+    # one ring per tensor-parallel rank, all crossing the same nodes' NICs at once. ZeRO-2 moves
+    # as much in its bucketed reductions (the paper's V_dp holds for the ZeRO series too: bert's
+    # and roberta's zero-dp runs spend about what ga's do here) and all-gathers after the step
     rings = min(plan.tp, layout.per_node)
     shard = P / (plan.tp * plan.pp)
-    sync_volume = (1 if plan.zero else 2) * shard * (plan.dp - 1) / plan.dp
-    sync = p.k_sync * _ms(sync_volume, link(plan.dp * plan.tp, rings))
+    sync = p.k_sync * _ms(2 * shard * (plan.dp - 1) / plan.dp, link(plan.dp * plan.tp, rings))
     comm = 0.0
     if plan.tp > 1:
         replica = job.batch if plan.replica_batch else job.batch / plan.dp
