@@ -61,10 +61,14 @@ def run_forever(daemon: Daemon, schedule: Schedule, collect: Callable[[], None] 
                     round_()
                 except LostLeadership as exc:
                     log_event("leadership-lost", detail=str(exc))
+                    daemon.round_ended(name, exc)
                     threading.Thread(target=shut_down, daemon=True).start()
                 except Exception as exc:  # one failed round must not end the daemon: log and go on
                     log_event(f"{name}-failed", error=f"{type(exc).__name__}: {exc}")
                     log.exception("round %s failed", name)
+                    daemon.round_ended(name, exc)
+                else:
+                    daemon.round_ended(name, None)
 
         return run
 
