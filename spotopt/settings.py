@@ -163,6 +163,14 @@ class Settings(BaseSettings, AwsSettings, GcpSettings, AzureSettings):
     """Seconds one delivery may take (a request, an SMTP session, the command) before it counts
     as failed: the daemon's round waits at most this per sink that is down."""
 
+    notify_round_failures: int = Field(default=3, ge=1)
+    """Daemon rounds (ticks or polls) failing in a row that are told (``daemon.rounds_failing``),
+    once per run of failures."""
+
+    notify_prices_stale_h: float = Field(default=24.0, gt=0)
+    """Hours without a successful collector or import run after which the daemon tells that
+    prices are going stale (``daemon.prices_stale``), once per newest run."""
+
     notify_failures_alert: int = Field(default=3, ge=1)
     """Failed deliveries in a row after which a sink is reported as failing (``daemon status``,
     the metric ``spotopt_notify_sink_failing``)."""

@@ -304,6 +304,8 @@ def run(
         clouds=clouds,
         sinks=tuple(configured(notify)),
         notify_timeout_s=notify.notify_timeout_s,
+        round_failures=notify.notify_round_failures,
+        prices_stale_h=notify.notify_prices_stale_h,
     )
     _logging()
     if dry_run:

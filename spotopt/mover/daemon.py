@@ -34,7 +34,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -43,12 +43,13 @@ from sqlalchemy.orm import Session
 
 from spotopt.clouds.common.base import Provider
 from spotopt.db.engine import Database
-from spotopt.db.models import DaemonTick, JobMove, ManagedJob, Meta, Placement
+from spotopt.db.models import DaemonTick, JobMove, ManagedJob, Meta, Placement, Run
 from spotopt.db.queries import MarketFilter
 from spotopt.decide.core import Memory, decide
 from spotopt.decide.fleet import FleetState, Move
 from spotopt.decide.guardrails import Guardrails
 from spotopt.decide.options import location_index, option_key, price_age_h
+from spotopt.errors import one_line
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import Job, JobSpec
 from spotopt.mover import jobs as jobstore
@@ -95,6 +96,11 @@ class DaemonSettings:
     """Where the outbox's events are delivered at the end of each round (``spotopt.notify``)."""
     notify_timeout_s: float = 5.0
     """Seconds one delivery may take (the setting ``notify_timeout_s``)."""
+    round_failures: int = 3
+    """Rounds failing in a row that are told (the setting ``notify_round_failures``)."""
+    prices_stale_h: float | None = None
+    """Hours without a successful collector or import run that are told (the setting
+    ``notify_prices_stale_h``); None: not watched (the replay, the what-if engine)."""
     recover_at_poll: bool = True
     """Place a job that lost its instance or got a notice at the next poll (seconds), not the
     next tick. The replay turns it off while the what-if engine still places a preempted job
@@ -153,6 +159,8 @@ class Daemon:
         self.settings = settings
         self.clock = clock
         self.dry_run = settings.dry_run or provider is None
+        self._failing: dict[str, tuple[int, datetime]] = {}
+        """Per round (``tick``, ``poll``): how many in a row failed, since when."""
         self.executor = (
             Executor(
                 db,
@@ -220,6 +228,7 @@ class Daemon:
         for note in report.notes:
             log_event("warning", note=note)
         if not self.dry_run:
+            self._check_prices(now)
             self.notify()
         log_event(
             "tick",
@@ -240,6 +249,54 @@ class Daemon:
         ):
             if outcome.delivered or outcome.failed:
                 log_event("notify", sink=outcome.sink, delivered=outcome.delivered, failed=outcome.failed)
+
+    def round_ended(self, name: str, error: BaseException | None) -> None:
+        """The scheduler's report of round ``name``: a failure is counted, and the
+        ``round_failures``-th in a row is told (``daemon.rounds_failing``), once per run; a lost
+        leadership is told at once (``daemon.leadership_lost``). Telling is best effort: the
+        database may be what fails."""
+        if error is None:
+            self._failing.pop(name, None)
+            return
+        now = self.clock()
+        if isinstance(error, LostLeadership):
+            kind, facts, dedupe = "daemon.leadership_lost", {}, None
+        else:
+            count, since = self._failing.get(name, (0, now))
+            self._failing[name] = (count + 1, since)
+            if count + 1 != self.settings.round_failures:
+                return
+            kind, facts = "daemon.rounds_failing", {"round": name, "failures": count + 1}
+            dedupe = f"daemon.rounds_failing:{socket.gethostname()}:{os.getpid()}:{name}:{since.isoformat()}"
+        facts.update(host=socket.gethostname(), pid=os.getpid(), reason=one_line(error))
+        try:
+            with self.db.session() as session:
+                outbox.add(session, kind, now, payload=facts, dedupe=dedupe)
+        except Exception as exc:  # the database itself may be why the round failed
+            log_event("notify-failed", kind=kind, error=one_line(exc))
+
+    def _check_prices(self, now: datetime) -> None:
+        """Tell, once per newest run, that no collector or import has succeeded for
+        ``prices_stale_h`` (a history that never had a run is not watched)."""
+        if self.settings.prices_stale_h is None:
+            return
+        with self.db.session() as session:
+            newest = session.execute(
+                select(Run.id, Run.source, Run.finished_at)
+                .where(Run.status == "ok", Run.finished_at.is_not(None))
+                .order_by(Run.finished_at.desc(), Run.id.desc())
+                .limit(1)
+            ).first()
+            if newest is None or now - newest.finished_at < timedelta(hours=self.settings.prices_stale_h):
+                return
+            facts = {
+                "reason": f"no collector or import has succeeded since {newest.finished_at:%Y-%m-%dT%H:%MZ}",
+                "last_run": newest.source,
+                "last_run_at": newest.finished_at,
+            }
+            outbox.add(
+                session, "daemon.prices_stale", now, payload=facts, dedupe=f"daemon.prices_stale:{newest.id}"
+            )
 
     # -- watching ----------------------------------------------------------------------------
 

@@ -30,6 +30,9 @@ KINDS = (
     "budget.threshold",
     "deadline.at_risk",
     "daemon.leaked_instance",
+    "daemon.rounds_failing",
+    "daemon.leadership_lost",
+    "daemon.prices_stale",
 )
 """Every event kind the outbox holds (a sink's ``events`` filter names some of them)."""
 
