@@ -278,3 +278,23 @@ def test_a_failing_sink_is_reported_on_daemon_status_and_notify_list(
         ]
         is False
     )
+
+
+def test_job_done_tells_the_total_and_the_saving_against_on_demand(
+    db: Database, tmp_path: Path, receiver: Receiver
+) -> None:
+    seed_markets(db)  # AWS V100: spot $0.90/h, on-demand $3.06/h
+    job = _submit(db, tmp_path, "thrifty")
+    _walk(db, "thrifty", ("launching", "start"), ("running", "start: up"))
+    place(db, job.id, market_id(db, AWS_V100), T0, T0 + timedelta(hours=10), "exited", usd_per_hour=0.9)
+    with db.session() as session:
+        row = jobstore.find_job(session, "thrifty", lock=True)
+        jobstore.record_transition(session, row, "done", "finished", T0 + timedelta(hours=10))
+    Daemon(
+        db, None, DaemonSettings(sinks=(Webhook(receiver.url, None),)), clock=lambda: T0 + timedelta(days=1)
+    ).notify()
+    done = receiver.bodies()[-1]
+    assert done["event"] == "job.done"
+    assert done["total_usd"] == pytest.approx(9.0)
+    assert done["on_demand_usd"] == pytest.approx(30.6)
+    assert done["saving_vs_on_demand_usd"] == pytest.approx(21.6)

@@ -36,8 +36,9 @@ from spotopt.db.models import JOB_STATES, InstanceType, JobEvent, ManagedJob, Ma
 from spotopt.errors import ConfigError, InputError, one_line
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import MAX_USD, Job, Retry, load_jobs, parse_jobs, read_yaml
-from spotopt.mover.ledger import spent_usd
+from spotopt.mover.ledger import interval, price_in_effect, spent_usd
 from spotopt.notify import outbox
+from spotopt.price import per_slot, usd_for
 from spotopt.render import shown, usd
 from spotopt.throughput import JobThroughput
 
@@ -144,10 +145,45 @@ def record_transition(
         facts = {"reason": reason, "from_state": event.from_state, "to_state": to_state, **(payload or {})}
         if kind in ("job.done", "job.failed", "job.cancelled"):
             facts["total_usd"] = round(spent_usd(session, job.id, at), 6)
+        if kind == "job.done":
+            on_demand = on_demand_usd(session, job.id, at)
+            facts["on_demand_usd"] = None if on_demand is None else round(on_demand, 6)
+            facts["saving_vs_on_demand_usd"] = (
+                None if on_demand is None else round(on_demand - facts["total_usd"], 6)
+            )
         if kind == "budget.threshold":
             facts.update(percent=100, budget_usd=job.budget_usd)
         outbox.add(session, kind, at, job=job, payload=facts, dedupe=_dedupe(kind, job))
     return event
+
+
+def on_demand_usd(session: Session, job_id: int, at: datetime) -> float | None:
+    """What the job's billed time would have cost on the on-demand market of each placement's
+    instance type and region, at its price then, slot for slot (None: one of them has no
+    on-demand price in the history). ``job.done`` tells the saving against it: the total the
+    ledger billed, egress included, an on-demand run that never moved would not have paid."""
+    total = 0.0
+    placements = session.scalars(
+        select(Placement).where(Placement.job_id == job_id, Placement.started_at.is_not(None))
+    ).all()
+    for placement, row in zip(placements, [interval(session, p, at) for p in placements], strict=True):
+        market = session.get(Market, placement.market_id)
+        assert market is not None
+        on_demand = session.scalar(
+            select(Market.id).where(
+                Market.instance_type_id == market.instance_type_id,
+                Market.region == market.region,
+                Market.kind == "on-demand",
+            )
+        )
+        if on_demand is None:
+            return None
+        end = row.ended_at or max(at, row.started_at)
+        usd = price_in_effect(session, on_demand, row.started_at, end, math.nan)
+        if math.isnan(usd):
+            return None
+        total += usd_for(per_slot(usd, placement.price.jobs_per_instance), row.billed_s)
+    return total
 
 
 def _dedupe(kind: str, job: ManagedJob) -> str | None:
