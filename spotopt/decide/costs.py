@@ -39,14 +39,23 @@ def forecast_usd(opts: Options, idx: Array, hours: Array) -> Array:
     return np.asarray(opts.usd_per_hour[idx] * now + opts.baseline_usd_per_hour[idx] * (hours - now))
 
 
-def move_cost_usd(state: FleetState, opts: Options, cur: Array) -> Array:
-    """Expected dollars of putting each option's job on it now (``cur``: positions of the jobs'
-    current options in ``opts``, -1 none); see the module docstring."""
+def move_h(state: FleetState, opts: Options, cur: Array) -> Array:
+    """Hours each option's job spends without progress when put on it now (``cur`` as in
+    ``move_cost_usd``): the restart plus the shorter of writing a checkpoint first or redoing the
+    work since the last one (a lost instance can only redo). What a move costs in dollars at the
+    option's price, and in time before a deadline (``spotopt.decide.rules``)."""
     j = opts.job
     c = cur[j]
     cur_steps = np.where(c >= 0, opts.steps_per_hour[np.maximum(c, 0)], 0.0)
     redo_h = state.since_checkpoint_h[j] * cur_steps / opts.steps_per_hour
     redo_h = np.where(state.lost[j], redo_h, np.minimum(redo_h, state.save_h[j]))
+    return np.asarray(state.restart_h[j] + redo_h)
+
+
+def move_cost_usd(state: FleetState, opts: Options, cur: Array) -> Array:
+    """Expected dollars of putting each option's job on it now (``cur``: positions of the jobs'
+    current options in ``opts``, -1 none); see the module docstring."""
+    j = opts.job
     egress = entry_usd(
         opts.transfer,
         state.location[j],
@@ -55,7 +64,7 @@ def move_cost_usd(state: FleetState, opts: Options, cur: Array) -> Array:
         state.dataset_gb[j],
         state.dataset_location[j],
     )
-    return np.asarray((state.restart_h[j] + redo_h) * opts.usd_per_hour + egress)
+    return np.asarray(move_h(state, opts, cur) * opts.usd_per_hour + egress)
 
 
 RESERVE_SIGMAS = 3.0

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from spotopt.decide.costs import forecast_usd, round_costs
+from spotopt.decide.costs import forecast_usd, move_h, round_costs
 from spotopt.decide.fleet import FleetState, Move, Options
 from spotopt.decide.guardrails import Guardrails
 
@@ -163,6 +163,22 @@ class Round:
         speed = self.opts.steps_per_hour[pool]
         return np.asarray(pool[speed >= speed.max() * (1 - SAME_LEG_SPREAD)])
 
+    def in_time(self, j: int) -> Array:
+        """Job ``j``'s options that finish by its deadline (``done_h``, at the pessimistic end of
+        each figure, counting a move's restart and lost work), on-demand ones if any does (never
+        preempted); none in time: the quickest to finish of all. Which kind of GPU or market the
+        job runs on now does not matter: a slow on-demand instance is no safety net."""
+        mine = self.options_of(j)
+        mine = mine[self.eligible[mine]]
+        done = self.done_h[mine]
+        ok = done <= self.state.deadline_h[j]
+        od_ok = ok & self.od[mine]
+        if od_ok.any():
+            return np.asarray(mine[od_ok])
+        if ok.any():
+            return np.asarray(mine[ok])
+        return np.asarray(mine[done <= done.min(initial=np.inf)])
+
     def cheapest(self, pool: Array, cost: Array, j: int) -> int | None:
         """The option of ``pool`` with the lowest ``cost`` that fits the budget for job ``j``."""
         for e in pool[np.argsort(cost[pool], kind="stable")].tolist():
@@ -192,10 +208,12 @@ class Round:
         slack = state.deadline_h - guard.period_h - self.deadline_margin_h
         self.safe = ~np.isfinite(min_need) | (slack >= min_need)
         usable_h = state.deadline_h - self.reserve_h
+        spot = eligible & ~od
+        has_spot = np.zeros(n_jobs, dtype=bool)
+        has_spot[j_of[spot]] = True
+        self.leg = spot | (od & ~has_spot[j_of])
         fastest = np.zeros(n_jobs)
-        fast_pool = eligible & ~opts.on_demand.astype(bool)
-        np.maximum.at(fastest, j_of[fast_pool], low[fast_pool])
-        np.maximum.at(fastest, j_of[od], np.where(fastest[j_of[od]] > 0, 0.0, low[od]))
+        np.maximum.at(fastest, j_of[self.leg], low[self.leg])
         with np.errstate(invalid="ignore", divide="ignore"):
             rest_after = np.maximum(remaining - low * guard.period_h, 0.0)
             after_h = rest_after / fastest[j_of] + state.restart_h[j_of]
@@ -204,6 +222,11 @@ class Round:
         on_one = cur >= 0
         self.behind = on_one & np.isfinite(state.deadline_h) & ~np.where(on_one, self.affordable[at], True)
         self.cur_ok = on_one & ~state.notice & ~state.lost & np.where(on_one, avail[at], False)
+        here = self.cur_ok[j_of] & (cur[j_of] == np.arange(opts.n_options))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.done_h = np.where(
+                eligible, np.where(here, 0.0, move_h(state, opts, cur)) + remaining / low, np.inf
+            )
         self.cur_finish = np.where(self.cur_ok, self.finish[at], 0.0)
         self._committed_base = float(np.sum(state.spent_usd)) + float(np.sum(self.cur_finish[state.active]))
 
@@ -217,17 +240,17 @@ class Rule:
 
 
 def _deadline_safety(rnd: Round) -> None:
-    """An unsafe job not on a working on-demand instance goes to on-demand (module docstring)."""
+    """An unsafe job runs on an option that finishes in time, on-demand first (module docstring)."""
     for j in rnd.undecided():
-        c = int(rnd.cur[j])
-        if rnd.safe[j] or (rnd.cur_ok[j] and rnd.od[c]):
+        if rnd.safe[j]:
             continue
-        mine = rnd.options_of(j)
-        cand = mine[rnd.od[mine]]
-        need = rnd.need_od[cand]
-        in_time = cand[need <= rnd.state.deadline_h[j]]
-        quickest = cand[need <= need.min(initial=np.inf)]
-        pick = rnd.cheapest(in_time if len(in_time) else quickest, rnd.finish + rnd.move, j)
+        pool = rnd.in_time(j)
+        c = int(rnd.cur[j])
+        if rnd.cur_ok[j] and c in set(pool.tolist()):
+            if not rnd.od[c]:
+                rnd.settle(j)  # spot in time where no on-demand is: no later rule may take it off
+            continue
+        pick = rnd.cheapest(pool, rnd.finish + rnd.move, j)
         if pick is None:
             rnd.settle(j)
         else:
@@ -269,8 +292,8 @@ def _replace(rnd: Round) -> None:
 
 
 def _catch_up(rnd: Round) -> None:
-    """A safe job behind its deadline plan moves to a faster affordable spot option (none
-    affordable: its fast leg)."""
+    """A safe job behind its deadline plan moves to a faster affordable option of its legs' kind
+    (spot; on-demand for a job without spot): none affordable, its fast leg."""
     opts = rnd.opts
     for j in rnd.undecided():
         if not (rnd.behind[j] and rnd.safe[j]):
@@ -280,8 +303,8 @@ def _catch_up(rnd: Round) -> None:
         # discount: a twin reads faster whenever the job's own market just preempted it (its
         # learnt rate rose), and hopping to it paid a restart each period for nothing.
         faster = opts.steps_per_hour[mine] > opts.steps_per_hour[int(rnd.cur[j])] * (1 + SAME_LEG_SPREAD)
-        spot = mine[rnd.eligible[mine] & faster & ~rnd.od[mine]]
-        ok = spot[rnd.affordable[spot]] if rnd.affordable[spot].any() else rnd.fast_leg(spot)
+        legs = mine[faster & rnd.leg[mine]]
+        ok = legs[rnd.affordable[legs]] if rnd.affordable[legs].any() else rnd.fast_leg(legs)
         t = int(rnd.target[j])
         pick = t if t in set(ok.tolist()) and rnd.fits(j, t) else rnd.cheapest(ok, rnd.per_step_now, j)
         if pick is not None:
