@@ -370,10 +370,8 @@ def _print(result: dict[str, Any], strategies: tuple[str, ...]) -> None:
         print(f"  {name:18} {r['ratio']:8.3f} {r['od_h']:6.1f} {r['spot_h']:6.1f} {r['met']:5.2f}")
     rows = result["strategies"]
     if "prices" in result and {"spotopt", "oracle", "up-failover"} <= set(rows):
-        mine = rows["spotopt"]["ratio"]
-        print(
-            f"  spotopt ÷ oracle {mine / rows['oracle']['ratio']:.3f}, ÷ up-failover {mine / rows['up-failover']['ratio']:.3f}"
-        )
+        mine, oracle, failover = (rows[k]["ratio"] for k in ("spotopt", "oracle", "up-failover"))
+        print(f"  spotopt ÷ oracle {mine / oracle:.3f}, ÷ up-failover {mine / failover:.3f}")
     sys.stdout.flush()
 
 
