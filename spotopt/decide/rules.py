@@ -165,19 +165,18 @@ class Round:
 
     def in_time(self, j: int) -> Array:
         """Job ``j``'s options that finish by its deadline (``done_h``, at the pessimistic end of
-        each figure, counting a move's restart and lost work), on-demand ones if any does (never
-        preempted); none in time: the quickest to finish of all. Which kind of GPU or market the
-        job runs on now does not matter: a slow on-demand instance is no safety net."""
+        each figure, counting a move's restart and lost work); none in time: the quickest to
+        finish, within ``SAME_LEG_SPREAD``. Of either, the on-demand ones if any (never
+        preempted). What kind of GPU or market the job runs on now does not matter: a slow
+        on-demand instance is no safety net, and a faster spot option beats one that misses."""
         mine = self.options_of(j)
         mine = mine[self.eligible[mine]]
         done = self.done_h[mine]
         ok = done <= self.state.deadline_h[j]
-        od_ok = ok & self.od[mine]
-        if od_ok.any():
-            return np.asarray(mine[od_ok])
-        if ok.any():
-            return np.asarray(mine[ok])
-        return np.asarray(mine[done <= done.min(initial=np.inf)])
+        if not ok.any():
+            ok = done <= done.min(initial=np.inf) * (1 + SAME_LEG_SPREAD)
+        od = ok & self.od[mine]
+        return np.asarray(mine[od] if od.any() else mine[ok])
 
     def cheapest(self, pool: Array, cost: Array, j: int) -> int | None:
         """The option of ``pool`` with the lowest ``cost`` that fits the budget for job ``j``."""
