@@ -12,6 +12,7 @@ from spotopt.agent.steady import WARMUP_STEPS
 from spotopt.catalog import gpu_matches, gpu_models
 from spotopt.cli.common import FormatOption, state
 from spotopt.cli.daemon import StateDirOption, _clouds, _provider
+from spotopt.clouds.common.base import Provider, market_label
 from spotopt.clouds.registry import PROVIDERS
 from spotopt.decide.options import memory_shortfall
 from spotopt.errors import InputError
@@ -180,6 +181,12 @@ def profile(
     gpu_counts = _whole_numbers("--counts", counts)
     db = state(ctx).db()
     now = datetime.now(UTC)
+    placements: Provider
+    clouds: tuple[str, ...] | None
+    if provider in PROVIDERS and provider != "local":  # only its clouds' markets can be launched
+        placements, clouds = _clouds(db, provider)
+    else:
+        placements, clouds = _provider(provider, state_dir), None
     with db.session() as session:
         runs = profiling.plan_runs(
             session,
@@ -192,12 +199,8 @@ def profile(
             warmup_steps=warmup_steps,
             budget_usd=budget_usd,
             now=now,
+            clouds=clouds,
         )
-    placements = (
-        _clouds(db, provider)[0]
-        if provider in PROVIDERS and provider != "local"
-        else _provider(provider, state_dir)
-    )
     spent, rows = 0.0, []
     for i, run in enumerate(runs):
         limit_s = profiling.LONGEST_S
@@ -217,9 +220,14 @@ def profile(
         with db.session() as session:
             profiling.store_result(session, result, warmup_steps, datetime.now(UTC))
         if result.rate is None:
+            why = (
+                f"fewer than two heartbeats past {warmup_steps} warm-up steps"
+                if result.heartbeats
+                else f"no heartbeat arrived from the job's agent on {market_label(run.market)}"
+            )
             say(
                 f"{run.job.name} on {run.gpu_count}x {run.gpu_model}: nothing measured ({result.ended} "
-                f"after {result.ran_s:.0f} s: fewer than two heartbeats past {warmup_steps} warm-up steps)",
+                f"after {result.ran_s:.0f} s: {why}); nothing stored",
                 label="warning:",
                 err=True,
             )

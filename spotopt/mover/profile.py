@@ -5,9 +5,20 @@ job as a process on this machine, a cloud provider on the market's instance): th
 an empty checkpoint store of its own (``profile-<token>``, so it neither resumes from nor writes
 into the job's real checkpoints), its agent heartbeats every ``BEAT_S``, and the run ends once
 ``steps`` steps (or ``seconds`` seconds) past the warm-up were reported, when the job exits, or
-at the run's time limit (what the budget leaves, at most ``LONGEST_S``). The instance is
-terminated in a ``finally``, so an error or Ctrl-C ends it too; one left by a killed command
+at the run's time limit (what the budget leaves, at most ``LONGEST_S``, less ``STOP_S`` to end
+the instance). The instance is terminated in a ``finally``, so an error or Ctrl-C ends it too
+(by the id its launch returned: a cloud may not list it yet); one left by a killed command
 (SIGKILL: no ``finally`` runs) is ended by the leak sweep once older than ``LEFTOVER_AFTER_S``.
+
+On a cloud the instance is launched by the provider the daemon uses, so it carries what the
+daemon's launches carry (the start-up script's pinned, sha256-checked install of the daemon's
+own wheel and lock: ``spotopt.clouds.common.bootstrap``), and its agent's heartbeats come
+through the job's checkpoint store. Before terminating, the profile fences the agent (a lease
+of epoch 1 over its epoch 0), so the SIGTERM of the instance's shutdown writes no checkpoint,
+and the store's ``profile-<token>`` prefix is removed only once the agent has fallen silent
+(a cloud's terminate returns while the guest still runs). Runs are priced on the provider's
+own clouds only: the history holds every cloud's list prices, and ``--provider aws`` cannot
+launch a GCP market.
 
 The steps/s come from the heartbeats' (time, step) pairs through ``spotopt.agent.steady``, the
 rule the agent's own heartbeat rate follows: the first ``warmup_steps`` steps are left out.
@@ -27,7 +38,7 @@ from __future__ import annotations
 import shlex
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,7 +49,7 @@ from sqlalchemy.orm import Session
 
 from spotopt.agent.steady import SteadyRate, steady_rate
 from spotopt.catalog import gpu_matches
-from spotopt.checkpoints import Location, read_heartbeat, store_url
+from spotopt.checkpoints import Location, grant_lease, read_heartbeat, store_url
 from spotopt.clouds.common.base import DATABASE_TAG, InstanceState, LaunchSpec, Provider, market_label
 from spotopt.db.identity import database_id
 from spotopt.db.queries import MarketFilter, Quote, prices_at
@@ -64,6 +75,15 @@ LEFTOVER_AFTER_S = LONGEST_S + 600.0
 lost machine) before its ``finally`` could end it: no run lasts past ``LONGEST_S`` from before
 its launch, and ten minutes more cover a cloud's slow launch and terminate."""
 DEFAULT_STEPS = 100
+STOP_S = 5.0
+"""A run stops measuring this long before its time limit: ending the instance (the last status
+call, the terminate; a cloud's API answers in about a second, more with a retry) is billed too,
+and the budget's limit is on what is billed."""
+QUIET_S = 3 * BEAT_S
+"""A cloud instance's agent that wrote no heartbeat for this long after the fence has stopped
+writing (it polls the lease every ``BEAT_S``): only then is the profile's store removed."""
+QUIET_LIMIT_S = 60.0
+"""The longest the removal waits for that silence (an agent stuck in a write)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +113,9 @@ class Result:
     cost_usd: float
     ended: str
     """Why the run ended: ``measured``, ``job exited``, ``time limit``."""
+    heartbeats: int
+    """Distinct heartbeats read: none means the job never reported (an instance that did not
+    boot, install or start it), as opposed to too few past the warm-up."""
 
     def row(self, warmup_steps: int) -> dict[str, object]:
         run, before = self.run, self.run.before
@@ -115,22 +138,29 @@ class Result:
             "usd_per_hour": run.quote.usd_per_hour,
             "cost_usd": self.cost_usd,
             "ended": self.ended,
+            "heartbeats": self.heartbeats,
         }
 
 
-def cheapest_quote(session: Session, gpu_model: str, gpu_count: int, now: datetime) -> Quote:
-    """The cheapest market in the history whose instance holds ``gpu_count`` GPUs of ``gpu_model``."""
+def cheapest_quote(
+    session: Session, gpu_model: str, gpu_count: int, now: datetime, clouds: Collection[str] | None = None
+) -> Quote:
+    """The cheapest market in the history whose instance holds ``gpu_count`` GPUs of ``gpu_model``,
+    on one of ``clouds`` (None: any; a cloud provider can only launch in its own clouds' markets,
+    and the history holds every cloud's list prices)."""
     quotes = [
         q
         for q in prices_at(session, now, MarketFilter())
         if q.gpu is not None
         and (gpu_matches(q.gpu, gpu_model) or gpu_matches(gpu_model, q.gpu))  # a family row, or exact
         and (q.gpu_count or 0) >= gpu_count
+        and (clouds is None or q.cloud in clouds)
     ]
     if not quotes:
+        where = "" if clouds is None else f" on {', '.join(sorted(clouds))}"
         raise InputError(
-            f"--gpu {gpu_model}: the history has no price of an instance with {gpu_count} such GPU(s); "
-            "run spotopt collect or spotopt import first"
+            f"--gpu {gpu_model}: the history has no price of an instance with {gpu_count} such GPU(s)"
+            f"{where}; run spotopt collect or spotopt import first"
         )
     return min(quotes, key=lambda q: (q.usd_per_hour, q.market_id))
 
@@ -147,9 +177,10 @@ def plan_runs(
     warmup_steps: int,
     budget_usd: float | None,
     now: datetime,
+    clouds: Collection[str] | None = None,
 ) -> list[Run]:
-    """Every (job, count) run, priced; an ``InputError`` when they would cost more than
-    ``budget_usd`` or a job has no command."""
+    """Every (job, count) run, priced on the cheapest market of ``clouds`` (None: any); an
+    ``InputError`` when they would cost more than ``budget_usd`` or a job has no command."""
     figures = stored_figures(session)
     runs = []
     for i, job in enumerate(jobs):
@@ -157,7 +188,7 @@ def plan_runs(
             raise InputError(f"jobs[{i}].run: {job.name} has no command; profiling runs the job")
         book = JobThroughput(job, figures)
         for count in counts:
-            quote = cheapest_quote(session, gpu_model, count, now)
+            quote = cheapest_quote(session, gpu_model, count, now, clouds)
             before = book.at(gpu_model, count)
             if seconds is not None:
                 work_s = seconds
@@ -212,7 +243,24 @@ def _store(run: Run, provider: Provider, name: str) -> Iterator[Location]:
     try:
         yield loc
     finally:
+        _await_silence(loc, name)
         loc.remove(loc.path(name))
+
+
+def _await_silence(loc: Location, name: str) -> None:
+    """Wait (at most ``QUIET_LIMIT_S``) until the run's heartbeat has not changed for ``QUIET_S``.
+
+    A cloud's terminate returns while the instance's processes still run (EC2: ``shutting-down``);
+    its agent stops writing once it has read the fence ``profile`` leaves, and one that saw it
+    never writes again, fence or not. A store removed before that would get the agent's last
+    heartbeat, or the checkpoint its SIGTERM asks for, written into it afterwards, for good."""
+    start = changed = time.monotonic()
+    last = read_heartbeat(loc, name, 0)
+    while time.monotonic() - changed < QUIET_S and time.monotonic() - start < QUIET_LIMIT_S:
+        time.sleep(BEAT_S / 4)
+        beat = read_heartbeat(loc, name, 0)
+        if beat != last:
+            last, changed = beat, time.monotonic()
 
 
 def profile(
@@ -254,10 +302,12 @@ def profile(
             if beat is not None and (not reports or beat.at.timestamp() > reports[-1][0]):
                 reports.append((beat.at.timestamp(), beat.step))
 
+        launched: list[str] = []
         started_at, start = datetime.now(UTC), clock()
         try:
             instance = provider.launch(spec, run.market, name)
-            while clock() - start < limit_s:
+            launched.append(instance.instance_id)
+            while clock() - start < limit_s - STOP_S:
                 heard()
                 rate = steady_rate(reports, 0, warmup_steps)
                 if rate is not None and (
@@ -272,13 +322,26 @@ def profile(
                     break
                 wait(BEAT_S / 4)
         finally:
-            for leftover in provider.list_instances(job=name):
-                provider.terminate(leftover.instance_id)
+            try:  # fence the agent (its epoch 0 superseded): nothing more, no SIGTERM checkpoint
+                grant_lease(loc, name, datetime.now(UTC), epoch=1)
+            finally:
+                _terminate(provider, name, launched)
             ended_at = datetime.now(UTC)
         heard()  # the last word: a stopped or finished agent's final heartbeat
     cost = interval_cost_usd(run.quote.cloud, run.quote.usd_per_hour, started_at, ended_at)
     rate = steady_rate(reports, 0, warmup_steps)
-    return Result(run, rate, (ended_at - started_at).total_seconds(), cost, ended)
+    return Result(run, rate, (ended_at - started_at).total_seconds(), cost, ended, len(reports))
+
+
+def _terminate(provider: Provider, name: str, launched: list[str]) -> None:
+    """End every instance of the run: first the launched id itself (it bills until then; and a
+    cloud may not list an instance launched moments ago: EC2's eventual consistency), then any
+    other the listing shows (one a launch started before it failed)."""
+    for instance_id in launched:
+        provider.terminate(instance_id)
+    for instance in provider.list_instances(job=name):
+        if instance.instance_id not in launched:
+            provider.terminate(instance.instance_id)
 
 
 def store_result(session: Session, result: Result, warmup_steps: int, at: datetime) -> None:
