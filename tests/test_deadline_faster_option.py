@@ -9,14 +9,15 @@ and catch-up looked at spot options only. Each test here fails on that code.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
-from spotopt.decide.core import Memory, decide
-from spotopt.decide.fleet import FleetState, Move, Options
+from spotopt.decide.core import RULES, Memory, decide
+from spotopt.decide.fleet import Availability, FleetState, Move, Options
 from spotopt.decide.guardrails import Guardrails
-from spotopt.decide.rules import plan_moves
+from spotopt.decide.rules import Round, apply_rules, plan_moves
 
 L4_H = 5400.0
 """The L4's steps per hour (1.5 steps/s, the job's own figure: exact)."""
@@ -149,3 +150,20 @@ def test_of_the_options_in_time_the_cheapest_counting_the_move_is_taken() -> Non
         [0, 0, 1],
     )
     assert moves(job(0, 5.5), opts) == [(1, "deadline")]
+
+
+def test_the_capacity_rule_moves_a_job_off_a_slower_on_demand_than_its_tables_own() -> None:
+    # 0: the L4 on demand the job runs on; 1: the H100 on demand; 2: an H100 spot market whose
+    # capacity is learnt (on and off every hour for a day, out since) and refused just now. With
+    # 5.5 h left the tables pay for on-demand: theirs is the fastest, the H100, not the L4 (on
+    # which the capacity rule used to leave the job, as "on demand" already).
+    opts = options(
+        [L4_H, 31_000.0, 30_000.0], [L4_H, 18_000.0, 17_000.0], [0.8, 12.0, 4.0], [True, True, False]
+    )
+    seen = np.ones((3, 48))
+    seen[2] = np.r_[np.tile([1.0, 0.0], 12), np.zeros(24)]
+    learnt = Availability(np.array([False, False, True]), seen, 1.0, np.array([False, False, True]))
+    opts = dataclasses.replace(opts, availability=learnt)
+    state = job(0, 5.5)
+    rnd = Round.build(state, opts, opts.position(state.option), np.array([-1]), Guardrails())
+    assert [(m.to, m.reason) for m in apply_rules(rnd, RULES)] == [(1, "deadline")]

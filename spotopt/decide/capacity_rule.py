@@ -66,7 +66,12 @@ def _capacity(rnd: Round) -> None:
             continue
         c = int(rnd.cur[j])
         live = c >= 0 and not state.notice[j] and not state.lost[j]
+        # The tables' on-demand is the fastest: a job on a slower on-demand instance restarts
+        # to run on either of their legs, as one without an instance does (left on it, it missed
+        # deadlines the fastest on-demand made).
         mode = waiting.IDLE if not live else (waiting.ON_DEMAND if on_demand[c] else waiting.SPOT)
+        if mode == waiting.ON_DEMAND and c not in set(od.tolist()):
+            mode = waiting.IDLE
         open_pool = pool[~av.refused[opts.market[pool]]]
         tick_h = waiting.table_tick_h(guard.period_h, float(state.deadline_h[j]), float(state.restart_h[j]))
         history = _pool_history(av, opts.market[pool])
