@@ -16,10 +16,15 @@ The price rules, after the capacity rule (``spotopt.decide.capacity_rule``):
 1. **Deadline safety** (``DEADLINE_SAFETY``, the safety net of Can't-Be-Late's uniform
    progress): a job is *safe* while, after one more period anywhere (where a preemption could
    erase the period's progress), an on-demand run plus a restart still fits before its
-   deadline. When that no longer holds, the job moves to the on-demand option that finishes
-   cheapest in time (none in time: the cheapest of the fastest) and stays there. On-demand
-   capacity is never preempted, so a job that was safe at the previous period finishes in time
-   whenever some on-demand market stays available.
+   deadline. When that no longer holds, the job must run on an option that finishes in time
+   (``Round.in_time``: at the pessimistic end of its figure, counting a move's restart and the
+   work lost since the checkpoint; on-demand ones first, never preempted): it stays on its
+   working option if that is one, else it moves (reason ``deadline``) to the one cheapest to
+   finish including the move. Whether it runs on spot or on-demand now does not matter: a
+   slow on-demand instance is no safety net. None in time: the quickest (within
+   ``SAME_LEG_SPREAD``, on-demand among them if any), the deadline at risk. On-demand capacity
+   is never preempted, so a job that was safe at the previous period finishes in time whenever
+   some on-demand market stays available.
 2. **Replacement** (``REPLACE``): a job not yet started, with a preemption notice, a lost
    instance or a market gone is placed now, bypassing dwell and the saving test but never the
    budget or the spend-rate cap: the policy's target if allowed, else the option cheapest to
@@ -27,16 +32,17 @@ The price rules, after the capacity rule (``spotopt.decide.capacity_rule``):
    leg (``SAME_LEG_SPREAD``), and prefers affordable options (below); with none affordable
    it takes its fast leg (``Round.fast_leg``), never the plan's slow one.
 3. **Catch-up** (``CATCH_UP``): keeping to the policy's deadline plan. ``min-cost-slo`` may mix
-   a cheap slow option with a fast one, to be run one after the other. The time a job may plan
-   with is its deadline less a reserve (``spotopt.decide.costs.deadline_reserve_h``); an option
-   is *affordable* when the job can run one more period on it, move (a restart) and still
-   finish in that time on its fastest spot option (on-demand if it has none), so that deadline
-   safety holds along the way. A job on an option that is no longer affordable moves at once
-   (reason ``deadline``) to the policy's target if a faster affordable spot option, else to the
-   faster affordable spot option cheapest per step now (none affordable: the fastest spot
-   options, for each period on a slower one brings deadline safety's on-demand nearer; none
-   faster: the price rule still looks, and deadline safety is the last resort). So the switch
-   from the slow to the fast leg happens in time whatever the policy's re-solve period.
+   a cheap slow option with a fast one, to be run one after the other. A plan's legs are the
+   job's spot options, its on-demand ones if it has no spot (``Round.leg``). The time a job may
+   plan with is its deadline less a reserve (``spotopt.decide.costs.deadline_reserve_h``); an
+   option is *affordable* when the job can run one more period on it, move (a restart) and
+   still finish in that time on its fastest leg, so that deadline safety holds along the way.
+   A job on an option that is no longer affordable (spot or on-demand) moves at once (reason
+   ``deadline``) to the policy's target if a faster affordable leg, else to the faster
+   affordable leg cheapest per step now (none affordable: the fastest legs, for each period
+   on a slower one brings deadline safety nearer; none faster: the price rule still looks, and
+   deadline safety is the last resort). So the switch from the slow to the fast leg happens
+   in time whatever the policy's re-solve period.
 4. **Dwell** (``DWELL``): a job that arrived less than ``min_dwell_h`` ago stays (the
    guardrails are per job where a spec sets them: ``Guardrails.per_job``).
 5. **Price** (``PRICE``): a voluntary move of ``j`` from ``c`` to ``e`` needs a forecast
@@ -81,7 +87,10 @@ class Round:
     ``cur[j]`` and ``target[j]`` are positions in ``opts`` (-1: none) of job ``j``'s current
     option and the policy's choice; ``move_usd`` and ``reserve_h`` as ``move_cost_usd`` and
     ``deadline_reserve_h`` give them. The arrays derived from the usable options (``finish``,
-    ``safe``, ``affordable``, ...) are computed once and again after a ``narrow``.
+    ``safe``, ``affordable``, ...) are computed once and again after a ``narrow``; among them
+    ``done_h`` (per option, the hours its job needs to finish there at the pessimistic end of
+    the figure, with the move's restart and lost work unless it runs there now) and ``leg``
+    (the options a deadline plan's legs run on: spot, on-demand for a job without spot).
     """
 
     state: FleetState
