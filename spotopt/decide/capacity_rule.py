@@ -12,10 +12,12 @@ capacity, not price, is what such a market's decisions turn on. Per job:
 - ``spotopt.decide.waiting.decide`` on its ticks and slack left (the planning period is the
   tick), what it runs on and the restart it still pays: spot (stay, or the pool's option
   cheapest per step now), on-demand (stay, or the fastest on-demand option, cheapest of those),
-  or wait. No fallback is permanent: a job on on-demand goes back to spot when its slack is
-  worth more than the restart, which the tables weigh. A job the tables keep on spot is left
-  to the price rules with its options narrowed to its pool: which spot market of the pool it
-  runs on is a question of price (a job with a deadline still moves to a cheaper zone).
+  or wait (a job on a slower on-demand instance than that is as one without an instance: it
+  restarts to run on either leg). No fallback is permanent: a job on on-demand goes back to
+  spot when its slack is worth more than the restart, which the tables weigh. A job the
+  tables keep on spot is left to the price rules with its options narrowed to its pool: which
+  spot market of the pool it runs on is a question of price (a job with a deadline still moves
+  to a cheaper zone).
 
 A job is placed only within the spend-rate cap and the round's budget (``Round.fits``); a job
 that cannot be placed waits, as with the price rules.
