@@ -217,7 +217,7 @@ def test_on_aws_nothing_reporting_ends_at_the_time_limit_and_the_instance_carrie
     assert out.returncode == 1, out.stderr
     (row,) = strict_json(out.stdout)
     assert (row["ended"], row["steps_per_s"], row["market"]) == ("time limit", None, f"{MARKET}/on-demand")
-    assert 0 < row["cost_usd"] <= 0.0125 and 60 <= took < 120
+    assert 0 < row["cost_usd"] <= 0.0125 and took >= 60  # the budget paid for the time it waited
     assert row["heartbeats"] == 0
     warning = out.stderr.splitlines()[-1]
     assert warning.startswith("warning: example on 1x L4: nothing measured (time limit after ")
