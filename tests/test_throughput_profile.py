@@ -195,3 +195,28 @@ def test_a_job_that_fails_at_once_measures_nothing_and_stores_nothing(db: Databa
     with db.session() as session:
         profiling.store_result(session, result, 2, datetime.now(UTC))
         assert profiling.stored_figures(session) == []
+
+
+def test_a_spot_instance_the_market_takes_back_in_its_first_hour_costs_the_profile_nothing(
+    db: Database, tmp_path: Path
+) -> None:
+    """AWS charges nothing for a spot instance it interrupts in its first hour
+    (``spotopt.clouds.aws.billing``): a profile whose instance is reclaimed reports $0, not the
+    60 s minimum (old code), so the runs after it keep that budget."""
+    ingest(db, [price("g5.xlarge", (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%d %H:%M"), 1.0)])
+    jobs = parse_jobs(yaml.safe_load(_job_file(tmp_path).read_text()), "job.yaml").jobs
+    with db.session() as session:
+        (run,) = profiling.plan_runs(
+            session, jobs, tmp_path, "A10G", [1], steps=5, seconds=None, warmup_steps=2,
+            budget_usd=None, now=datetime.now(UTC),
+        )  # fmt: skip
+    assert str(run.market.kind) == "spot"
+    provider = LocalProvider(tmp_path / "state", grace_s=10.0)
+
+    def reclaim(_s: float) -> None:  # the market takes it back at the loop's first pause
+        for instance in provider.list_instances():
+            provider.reclaim(instance.instance_id)
+
+    result = profiling.profile(provider, run, steps=10**9, seconds=None, warmup_steps=2, limit_s=60.0,
+                               wait=reclaim)  # fmt: skip
+    assert (result.ended, result.cost_usd) == ("job exited (preempted)", 0.0)

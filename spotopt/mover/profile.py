@@ -303,6 +303,7 @@ def profile(
                 reports.append((beat.at.timestamp(), beat.step))
 
         launched: list[str] = []
+        reclaimed = False  # the market took the instance back: a spot interruption bills by its own rule
         started_at, start = datetime.now(UTC), clock()
         try:
             instance = provider.launch(spec, run.market, name)
@@ -317,6 +318,7 @@ def profile(
                     break
                 status = provider.status(instance.instance_id)
                 if status.state not in (InstanceState.PENDING, InstanceState.RUNNING):
+                    reclaimed = status.state is InstanceState.PREEMPTED
                     code = "" if status.exit_code is None else f", status {status.exit_code}"
                     ended = f"job exited ({status.state}{code})"
                     break
@@ -328,7 +330,9 @@ def profile(
                 _terminate(provider, name, launched)
             ended_at = datetime.now(UTC)
         heard()  # the last word: a stopped or finished agent's final heartbeat
-    cost = interval_cost_usd(run.quote.cloud, run.quote.usd_per_hour, started_at, ended_at)
+    cost = interval_cost_usd(
+        run.quote.cloud, run.quote.usd_per_hour, started_at, ended_at, interrupted_by_cloud=reclaimed
+    )
     rate = steady_rate(reports, 0, warmup_steps)
     return Result(run, rate, (ended_at - started_at).total_seconds(), cost, ended, len(reports))
 
