@@ -27,14 +27,7 @@ from spotopt.decide.core import policy_input
 from spotopt.decide.egress import entry_usd
 from spotopt.decide.fleet import FleetState
 from spotopt.decide.guardrails import Guardrails
-from spotopt.decide.options import (
-    Excluded,
-    OptionInfo,
-    enumerate_options,
-    initial_state,
-    price_age_h,
-    stale_price,
-)
+from spotopt.decide.options import Excluded, OptionInfo, enumerate_options, initial_state, price_age_h
 from spotopt.errors import InputError
 from spotopt.history.market import MarketState
 from spotopt.jobspec import Job, JobSpec
@@ -300,7 +293,7 @@ def _market_fields(problem: PlanProblem, o: OptionInfo) -> dict[str, Any]:
         "price_observed_at": q.observed_at,
         "price_source": q.source,
         "price_age_days": age_h / 24.0,
-        "stale": stale_price(age_h, q.market, problem.max_price_age_h),
+        "stale": age_h > problem.max_price_age_h,
         "steps_per_s": o.figure.steps_per_s * o.efficiency,
         "throughput_source": o.figure.source,
         "throughput_low": o.figure.interval[0] * o.efficiency,

@@ -51,8 +51,7 @@ class Settings(BaseSettings, AwsSettings, GcpSettings, AzureSettings):
     """Days after which a market's newest price is *stale*: every listing shows a price's age and
     marks a stale one, and a stale price never wins over a fresh one in ``plan``, the what-if
     engine or the daemon (a market known only by stale prices is used, with a warning, only when
-    a job has no fresh one). Decisions never set an on-demand list price aside for its age: it
-    is in force until the cloud lists another, and on-demand is where a deadline falls back to."""
+    a job has no fresh one)."""
 
     # -- the instances' start-up script (docs/guides/clouds.md) ------------------------------------
     bootstrap_python: str = "python3"

@@ -145,15 +145,14 @@ def fresh_first(opts: Options, max_age_h: float, working: Array | None = None) -
     unavailable (NaN price), so neither the policy nor a rule picks a price the history may have
     stopped recording over one observed lately (a 941-day-old price got 96 % of a job).
 
-    Stale: a spot option's ``price_age_h`` over ``max_age_h`` (the guardrail, from the setting
-    ``price_max_age_days``; ``spotopt.decide.options.stale_price``: on-demand list prices never
-    are). A job whose priced options are all stale keeps them (the caller says so).
-    ``working``: positions of the options jobs run on now (-1: none); those keep their price,
-    since an old record is no reason to stop a running instance.
+    Stale: ``price_age_h`` over ``max_age_h`` (the guardrail, from the setting
+    ``price_max_age_days``). A job whose priced options are all stale keeps them (the caller
+    says so). ``working``: positions of the options jobs run on now (-1: none); those keep their
+    price, since an old record is no reason to stop a running instance.
     """
     if opts.price_age_h is None or opts.n_options == 0:
         return opts
-    stale = (opts.price_age_h > max_age_h) & ~opts.on_demand.astype(bool)
+    stale = opts.price_age_h > max_age_h
     usable = np.isfinite(opts.usd_per_hour) & (opts.steps_per_hour > 0)
     drop = stale & np.isin(opts.job, opts.job[usable & ~stale])
     if working is not None:

@@ -35,7 +35,6 @@ from spotopt.throughput import (
     checkpoint_interval_s,
     preemption_efficiency,
 )
-from spotopt.types import MarketKind
 
 
 @dataclass(frozen=True)
@@ -515,12 +514,3 @@ def price_age_h(observed_at: datetime, at: datetime) -> float:
     """Hours from a price's observation to ``at`` (a point holds until the next one, so this is
     how long the history has said nothing new about the market)."""
     return (at - observed_at).total_seconds() / 3600.0
-
-
-def stale_price(age_h: float, market: str, max_age_h: float) -> bool:
-    """Whether a decision sets a price ``age_h`` old aside for a fresher one: a spot price older
-    than ``max_age_h`` (the history may have stopped recording the market). Never an on-demand
-    list price: it is in force until the cloud lists another, so its age says nothing of what it
-    charges, and on-demand is where deadline safety falls back to (a catalog's list prices are
-    weeks old in any replay, and setting them aside left jobs nowhere to go but spot)."""
-    return market != MarketKind.ON_DEMAND.value and age_h > max_age_h

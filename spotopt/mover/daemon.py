@@ -48,7 +48,7 @@ from spotopt.db.queries import MarketFilter
 from spotopt.decide.core import Memory, decide
 from spotopt.decide.fleet import FleetState, Move
 from spotopt.decide.guardrails import Guardrails
-from spotopt.decide.options import location_index, option_key, price_age_h, stale_price
+from spotopt.decide.options import location_index, option_key, price_age_h
 from spotopt.errors import one_line
 from spotopt.history.throughput_store import stored_figures
 from spotopt.jobspec import Job, JobSpec
@@ -667,8 +667,7 @@ class Daemon:
         report.decisions.append(decision)
         log_event("decide", dry_run=self.dry_run, **decision)
         age_h = price_age_h(market.quote.observed_at, self.clock())
-        if stale_price(age_h, market.quote.market, self.settings.guardrails.max_price_age_h):
-            # the core took it: the job has no fresh price
+        if age_h > self.settings.guardrails.max_price_age_h:  # the core took it: no fresh price
             report.notes.append(
                 f"{job.name}: {market.label}'s price was last observed {market.quote.observed_at:%Y-%m-%d} "
                 f"({age_h / 24:,.0f} days ago, over the setting price_max_age_days) and the job has no "
