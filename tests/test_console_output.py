@@ -90,6 +90,7 @@ COMMANDS: dict[str, tuple[list[str], set[int]]] = {
     "daemon status": ([], {0}),
     "daemon sweep": (["--dry-run", "--provider", "local", "--state-dir", "{work}/state"], {0}),
     "daemon replay": (["{work}/small.yaml", "--example"], {0}),
+    "notify list": ([], {0}),
     "agent run-local": ([str(EXAMPLES / "train_numpy.py"), "--store", "{work}/store"], {0}),
     "collect": (["aws", "--dry-run"], {0, 3}),
 }
