@@ -397,6 +397,7 @@ class Daemon:
             ]
             spent_by = spent_by_job(session, [j.id for j in running], now)
             over = []
+            crossed: list[tuple[ManagedJob, int, float]] = []
             for job in running:
                 placement = session.get(Placement, job.placement_id) if job.placement_id else None
                 if placement is None or placement.state != "running" or placement.started_at is None:
@@ -404,10 +405,11 @@ class Daemon:
                 spec = jobstore.job_spec(job)
                 rate = slot_usd_per_hour(session, placement, now, now)
                 spent = spent_by[job.id]
-                _budget_thresholds(session, job, spent, now)
+                crossed += [(job, p, spent) for p in BUDGET_THRESHOLDS if spent >= job.budget_usd * p / 100.0]
                 ahead = rate * (self.settings.period_h + spec.checkpoint_seconds / 3600.0)
                 if spent + ahead > job.budget_usd:
                     over.append((job.name, spent, ahead, job.budget_usd))
+            _budget_thresholds(session, crossed, now)
         for name, spent, ahead, budget in over:
             self.executor.open_move(
                 name,
@@ -710,18 +712,22 @@ BUDGET_THRESHOLDS = (50, 80)
 when the job is stopped at its budget (``jobs.record_transition``)."""
 
 
-def _budget_thresholds(session: Session, job: ManagedJob, spent_usd: float, now: datetime) -> None:
-    """Tell of each threshold of ``job``'s budget that ``spent_usd`` has reached, once per budget."""
-    for percent in BUDGET_THRESHOLDS:
-        if spent_usd >= job.budget_usd * percent / 100.0:
-            outbox.add(
-                session,
-                "budget.threshold",
-                now,
-                job=job,
-                payload={"percent": percent, "spent_usd": round(spent_usd, 6), "budget_usd": job.budget_usd},
-                dedupe=jobstore.budget_dedupe(job, percent),
-            )
+def _budget_thresholds(session: Session, crossed: list[tuple[ManagedJob, int, float]], now: datetime) -> None:
+    """Tell of each budget threshold reached (job, percent, spent), once per budget: the ones
+    already told are read in one query for the whole round."""
+    told = outbox.written(session, [jobstore.budget_dedupe(job, percent) for job, percent, _ in crossed])
+    for job, percent, spent in crossed:
+        dedupe = jobstore.budget_dedupe(job, percent)
+        if dedupe in told:
+            continue
+        outbox.add(
+            session,
+            "budget.threshold",
+            now,
+            job=job,
+            payload={"percent": percent, "spent_usd": round(spent, 6), "budget_usd": job.budget_usd},
+            dedupe=dedupe,
+        )
 
 
 def _save_memory(session: Session, memory: Memory) -> None:

@@ -53,7 +53,7 @@ def add(
     transaction; the row, or None when ``dedupe`` names an event already written."""
     if kind not in KINDS:
         raise ValueError(f"notification kind {kind!r} is not one of {', '.join(KINDS)}")
-    key = uuid.uuid5(_NAMESPACE, dedupe).hex if dedupe is not None else uuid.uuid4().hex
+    key = _key(dedupe) if dedupe is not None else uuid.uuid4().hex
     if dedupe is not None and session.scalar(select(Notification.id).where(Notification.key == key)):
         return None
     row = Notification(
@@ -66,6 +66,20 @@ def add(
     )
     session.add(row)
     return row
+
+
+def _key(dedupe: str) -> str:
+    return uuid.uuid5(_NAMESPACE, dedupe).hex
+
+
+def written(session: Session, dedupes: list[str]) -> set[str]:
+    """Those of ``dedupes`` whose event is already in the outbox, in one query (a daemon round
+    checks every running job's crossed budget thresholds)."""
+    keys = {_key(d): d for d in dedupes}
+    if not keys:
+        return set()
+    found = session.scalars(select(Notification.key).where(Notification.key.in_(list(keys))))
+    return {keys[k] for k in found}
 
 
 def body(row: Notification) -> dict[str, Any]:
