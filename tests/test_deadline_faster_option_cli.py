@@ -10,48 +10,17 @@ estimate the job's H100 speed (8.6 steps/s, 5 at the low end) from its L4 figure
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from spotopt.history.ingest import run_ingest
-from spotopt.history.setup import open_history
-from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
 from tests.helpers import console
-
-T0 = datetime(2025, 3, 1, tzinfo=UTC)
-REFERENCES = """workload,gpu_model,gpu_count,steps_per_s
-ref-a,L4,1,1.0
-ref-a,H100-80GB,1,6.0
-ref-b,L4,1,2.0
-ref-b,H100-80GB,1,8.0
-ref-c,L4,1,1.5
-ref-c,H100-80GB,1,10.5
-"""
+from tests.l4_h100 import seed
 
 
 def test_the_whatif_moves_the_job_off_the_slow_on_demand_gpu_and_meets_the_deadline(
     db_url: str, tmp_path: Path
 ) -> None:
-    def on_demand(instance_type: str) -> MarketKey:
-        return MarketKey("aws", "us-east-1", None, instance_type, MarketKind.ON_DEMAND)
-
-    db = open_history(db_url)
-    try:
-        run_ingest(
-            db,
-            "test",
-            "seed",
-            [
-                InstanceTypeSpec("aws", "test.l4x1", "L4", 1),
-                InstanceTypeSpec("aws", "test.h100x1", "H100-80GB", 1),
-                PriceObservation(on_demand("test.l4x1"), T0, 0.8),
-                PriceObservation(on_demand("test.h100x1"), T0, 12.0),
-            ],
-        )
-    finally:
-        db.dispose()
-    (tmp_path / "refs.csv").write_text(REFERENCES)
-    assert console(db_url, "throughput", "import", tmp_path / "refs.csv").returncode == 0
+    seed(db_url, tmp_path)
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(
         "jobs:\n  - name: train\n    throughput: {L4: 1.5}\n    work: {steps: 100000}\n    deadline: 8h\n"

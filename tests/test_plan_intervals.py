@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +14,9 @@ from spotopt.agent.steady import WARMUP_STEPS
 from spotopt.history.ingest import run_ingest
 from spotopt.history.setup import open_history
 from spotopt.render import usd
-from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
+from spotopt.types import MarketKey, MarketKind, PriceObservation
 from tests.helpers import console
-
-T0 = datetime(2025, 3, 1, tzinfo=UTC)
-REFERENCES = """workload,gpu_model,gpu_count,steps_per_s
-ref-a,L4,1,1.0
-ref-a,H100-80GB,1,6.0
-ref-b,L4,1,2.0
-ref-b,H100-80GB,1,8.0
-ref-c,L4,1,1.5
-ref-c,H100-80GB,1,10.5
-"""
+from tests.l4_h100 import T0, seed
 
 
 def spotopt(db_url: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -43,19 +33,7 @@ def ok(db_url: str, *args: str | Path) -> str:
 def world(db_url: str, tmp_path: Path) -> tuple[str, Path]:
     """One L4 and one H100 on demand, the references that estimate a job's L4 speed from its
     H100 one, and a job known on H100 only (7 steps/s), due in 32 h."""
-    records: list[InstanceTypeSpec | PriceObservation] = [
-        InstanceTypeSpec("aws", "test.l4x1", "L4", 1),
-        InstanceTypeSpec("aws", "test.h100x1", "H100-80GB", 1),
-        PriceObservation(MarketKey("aws", "us-east-1", None, "test.l4x1", MarketKind.ON_DEMAND), T0, 0.8),
-        PriceObservation(MarketKey("aws", "us-east-1", None, "test.h100x1", MarketKind.ON_DEMAND), T0, 12.0),
-    ]
-    db = open_history(db_url)
-    try:
-        run_ingest(db, "test", "seed", records)
-    finally:
-        db.dispose()
-    (tmp_path / "refs.csv").write_text(REFERENCES)
-    ok(db_url, "throughput", "import", tmp_path / "refs.csv")
+    seed(db_url, tmp_path)
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(
         "jobs:\n  - name: train\n    throughput: {H100-80GB: 7.0}\n"

@@ -6,27 +6,16 @@ installed console script."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spotopt.history.ingest import run_ingest
-from spotopt.history.setup import open_history
-from spotopt.types import InstanceTypeSpec, MarketKey, MarketKind, PriceObservation
 from tests.helpers import console
+from tests.l4_h100 import seed
 
-T0 = datetime(2025, 3, 1, tzinfo=UTC)
 AT = "2025-03-01T00:00Z"
-REFERENCES = """workload,gpu_model,gpu_count,steps_per_s
-ref-a,L4,1,1.0
-ref-a,H100-80GB,1,6.0
-ref-b,L4,1,2.0
-ref-b,H100-80GB,1,8.0
-ref-c,L4,1,1.5
-ref-c,H100-80GB,1,10.5
-"""
 
 
 def ok(db_url: str, *args: str | Path) -> str:
@@ -42,25 +31,7 @@ def world(db_url: str, tmp_path: Path) -> tuple[str, Path]:
     steps due in 10 h: the L4 alone cannot make it, the H100 can, and how long the job may first
     run on the cheap L4 depends on how fast the H100 is taken to be."""
 
-    def key(instance_type: str, kind: MarketKind) -> MarketKey:
-        zone = "us-east-1a" if kind is MarketKind.SPOT else None
-        return MarketKey("aws", "us-east-1", zone, instance_type, kind)
-
-    records: list[InstanceTypeSpec | PriceObservation] = [
-        InstanceTypeSpec("aws", "test.l4x1", "L4", 1),
-        InstanceTypeSpec("aws", "test.h100x1", "H100-80GB", 1),
-        PriceObservation(key("test.l4x1", MarketKind.ON_DEMAND), T0, 0.8),
-        PriceObservation(key("test.h100x1", MarketKind.ON_DEMAND), T0, 12.0),
-        PriceObservation(key("test.l4x1", MarketKind.SPOT), T0, 0.3),
-        PriceObservation(key("test.h100x1", MarketKind.SPOT), T0, 4.0),
-    ]
-    db = open_history(db_url)
-    try:
-        run_ingest(db, "test", "seed", records)
-    finally:
-        db.dispose()
-    (tmp_path / "refs.csv").write_text(REFERENCES)
-    ok(db_url, "throughput", "import", tmp_path / "refs.csv")
+    seed(db_url, tmp_path, spot=True)
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(
         "jobs:\n  - name: train\n    throughput: {L4: 1.5}\n    work: {steps: 100000}\n    deadline: 10h\n"
