@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session
 
 from spotopt.db.engine import Database
@@ -61,19 +62,18 @@ def _sink_row(session: Session, name: str, now: datetime) -> NotifySink:
     return row
 
 
-def _pending(session: Session, sink: str, since_id: int, limit: int) -> list[int]:
-    """Ids of the events ``sink`` has not had acknowledged, oldest first."""
+def _unacknowledged(sink: str, since_id: Any) -> ColumnElement[bool]:
+    """The events from ``since_id`` on that ``sink`` has not acknowledged (or filtered out)."""
     done = select(NotifyDelivery.notification_id).where(
         NotifyDelivery.sink == sink, NotifyDelivery.delivered_at.is_not(None)
     )
-    return list(
-        session.scalars(
-            select(Notification.id)
-            .where(Notification.id >= since_id, Notification.id.not_in(done))
-            .order_by(Notification.id)
-            .limit(limit)
-        )
-    )
+    return and_(Notification.id >= since_id, Notification.id.not_in(done))
+
+
+def _pending(session: Session, sink: str, since_id: int, limit: int) -> list[int]:
+    """Ids of the events ``sink`` has not had acknowledged, oldest first."""
+    query = select(Notification.id).where(_unacknowledged(sink, since_id))
+    return list(session.scalars(query.order_by(Notification.id).limit(limit)))
 
 
 def deliver_sink(db: Database, sink: Sink, now: datetime, *, timeout_s: float, limit: int = 50) -> Outcome:
@@ -156,14 +156,5 @@ def failing(session: Session, at_least: int) -> list[NotifySink]:
 def undelivered(session: Session, sink: str) -> int:
     """Events ``sink`` has yet to acknowledge (from its ``since_id`` on)."""
     since = select(NotifySink.since_id).where(NotifySink.name == sink).scalar_subquery()
-    done = select(NotifyDelivery.notification_id).where(
-        and_(NotifyDelivery.sink == sink, NotifyDelivery.delivered_at.is_not(None))
-    )
-    return int(
-        session.scalar(
-            select(func.count())
-            .select_from(Notification)
-            .where(Notification.id >= since, Notification.id.not_in(done))
-        )
-        or 0
-    )
+    query = select(func.count()).select_from(Notification).where(_unacknowledged(sink, since))
+    return int(session.scalar(query) or 0)
